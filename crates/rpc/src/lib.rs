@@ -1,0 +1,1 @@
+//! # ambidex-rpc (in progress)

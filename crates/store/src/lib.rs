@@ -1,0 +1,1 @@
+//! # ambidex-store (in progress)
