@@ -16,21 +16,20 @@
 //! The interface is poll-based: backends run no hidden threads that call back into the
 //! layers above, so a single-threaded deterministic simulator can drive many nodes.
 //!
-//! Backends: [`local`] (threads of one process), [`shm`] (processes of one host),
-//! [`udp`] (hosts), and the [`fault`] wrapper for any of them.
+//! Backends: [`local`] here (threads of one process); `ambidex-transport-shm`
+//! (processes of one host) and `ambidex-transport-udp` (hosts) in `backends/`; and the
+//! [`fault`] wrapper for any of them. Every backend passes the [`conformance`] suite.
 
 pub mod conformance;
 pub mod counters;
+pub mod cputime;
 pub mod fault;
 pub mod local;
 pub mod onesided;
 pub mod region;
 pub mod ring;
-pub mod shm;
 pub mod types;
-pub mod udp;
 pub mod wait;
-pub mod wire;
 
 pub use counters::{Counter, CounterSnapshot, Counters};
 pub use region::{Region, RegionMemory};
