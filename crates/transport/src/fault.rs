@@ -81,8 +81,9 @@ impl FaultyEndpoint {
         cfg: FaultConfig,
     ) -> Result<Box<dyn Endpoint>, TransportError> {
         cfg.validate()?;
-        let rng = SmallRng::seed_from_u64(cfg.seed ^ (inner.addr().node as u64) << 32
-            ^ (inner.addr().thread as u64) << 48);
+        let rng = SmallRng::seed_from_u64(
+            cfg.seed ^ (inner.addr().node as u64) << 32 ^ (inner.addr().thread as u64) << 48,
+        );
         Ok(Box::new(FaultyEndpoint {
             inner,
             cfg,
@@ -101,7 +102,11 @@ impl FaultyEndpoint {
         let mut due = Vec::new();
         self.delayed.retain_mut(|h| {
             if h.release <= now {
-                due.push(Held { dst: h.dst, payload: std::mem::take(&mut h.payload), release: now });
+                due.push(Held {
+                    dst: h.dst,
+                    payload: std::mem::take(&mut h.payload),
+                    release: now,
+                });
                 false
             } else {
                 true
@@ -114,8 +119,13 @@ impl FaultyEndpoint {
         if items.is_empty() {
             return;
         }
-        let batch: Vec<Datagram<'_>> =
-            items.iter().map(|h| Datagram { dst: h.dst, payload: &h.payload }).collect();
+        let batch: Vec<Datagram<'_>> = items
+            .iter()
+            .map(|h| Datagram {
+                dst: h.dst,
+                payload: &h.payload,
+            })
+            .collect();
         // Already validated when first posted.
         let _ = self.inner.send(&batch);
     }
@@ -134,7 +144,10 @@ impl Endpoint for FaultyEndpoint {
         let cfg = self.inner.config();
         for d in batch {
             if d.payload.len() > cfg.mtu {
-                return Err(TransportError::TooLarge { len: d.payload.len(), mtu: cfg.mtu });
+                return Err(TransportError::TooLarge {
+                    len: d.payload.len(),
+                    mtu: cfg.mtu,
+                });
             }
             if !cfg.contains(d.dst) {
                 return Err(TransportError::UnknownDestination(d.dst));
@@ -159,10 +172,18 @@ impl Endpoint for FaultyEndpoint {
                     self.counters.add(Counter::FaultDelayed, 1);
                     let max = self.cfg.max_delay.as_nanos().max(1) as u64;
                     let release = now + Duration::from_nanos(self.rng.gen_range(0..max));
-                    self.delayed.push_back(Held { dst: d.dst, payload: d.payload.to_vec(), release });
+                    self.delayed.push_back(Held {
+                        dst: d.dst,
+                        payload: d.payload.to_vec(),
+                        release,
+                    });
                 } else if self.rng.gen_bool(self.cfg.reorder) {
                     self.counters.add(Counter::FaultReordered, 1);
-                    new_held.push(Held { dst: d.dst, payload: d.payload.to_vec(), release: now });
+                    new_held.push(Held {
+                        dst: d.dst,
+                        payload: d.payload.to_vec(),
+                        release: now,
+                    });
                 } else {
                     now_batch.push(*d);
                 }
