@@ -290,7 +290,7 @@ impl Endpoint for LocalEndpoint {
     fn post(&mut self, ops: &[OneSidedOp<'_>]) -> Result<(), TransportError> {
         let fabric = &self.fabric;
         let me = &fabric.nodes[self.addr.node as usize];
-        let local = |id: RegionId| me.regions.get(id).map(|r| r.mem.clone());
+        let local = |id: RegionId| me.regions.get(id).map(|r| &r.mem);
         for op in ops {
             let result = match fabric.nodes.get(op.remote.node as usize) {
                 None => Err(AccessError::UnknownNode),

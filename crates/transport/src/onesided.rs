@@ -39,12 +39,12 @@ pub fn check(
 
 /// Checks and performs `kind` on `target`. For READ, `local` resolves the destination
 /// buffer on the initiator's node. Returns the old word for CAS/FAA, 0 otherwise.
-pub fn execute(
+pub fn execute<'l>(
     target: &Region,
     remote: &RemoteAddr,
     kind: &OneSidedKind<'_>,
     max_onesided: usize,
-    local: &dyn Fn(crate::types::RegionId) -> Option<RegionMemory>,
+    local: &dyn Fn(crate::types::RegionId) -> Option<&'l RegionMemory>,
 ) -> Result<u64, AccessError> {
     check(target, remote, kind, max_onesided)?;
     let mem = &target.mem;

@@ -21,6 +21,8 @@ use std::sync::Arc;
 const RX_MAGIC: u64 = 0x616d_6278_7278_0001; // "ambxrx" v1
 const WRAP: u32 = u32::MAX;
 const REC_HDR: usize = 8;
+/// Largest tail a producer resumes from; keeps position arithmetic far from overflow.
+const MAX_POS: u64 = (1 << 62) - 1;
 
 /// Header of a receive block. `#[repr(C)]`, all-zero is valid, lives in shared memory.
 #[repr(C, align(64))]
@@ -168,8 +170,13 @@ pub struct RingProducer {
 impl RingProducer {
     pub fn new(block: RxBlock, sender: usize) -> RingProducer {
         // Resume from the shared tail so a restarted sender continues where it stopped.
-        let tail = block.ctl(sender).tail.load(Ordering::Acquire);
+        let mut tail = block.ctl(sender).tail.load(Ordering::Acquire);
         let head = block.ctl(sender).head.load(Ordering::Acquire);
+        // Only a rogue writer can leave a misaligned or absurd tail: continue from an
+        // aligned, small one (the consumer counts the jump as corruption and resyncs).
+        if tail % 8 != 0 || tail > MAX_POS {
+            tail &= MAX_POS & !7;
+        }
         RingProducer {
             block,
             sender,
@@ -195,7 +202,9 @@ impl RingProducer {
         } else {
             contiguous + rec
         };
-        if self.tail + need - self.head_cache > cap {
+        // Wrapping: head_cache comes from shared memory and may be garbage.
+        let used = self.tail.wrapping_sub(self.head_cache);
+        if used > cap || need > cap - used {
             let head = self.block.ctl(self.sender).head.load(Ordering::Acquire);
             // A head beyond our tail or too far behind can only come from corruption;
             // treat the ring as full rather than overwrite unread data.
@@ -203,7 +212,7 @@ impl RingProducer {
                 return false;
             }
             self.head_cache = head;
-            if self.tail + need - head > cap {
+            if need > cap - (self.tail - head) {
                 return false;
             }
         }
@@ -313,14 +322,29 @@ impl RxConsumer {
             let mut n = 0;
             while head < tail && delivered < max {
                 let pos = (head & (cap - 1)) as usize;
-                // SAFETY: pos is 8-aligned and < cap.
+                // Heads and tails are shared words: a misaligned one is corruption (and
+                // would make the header read below misaligned).
+                if pos % 8 != 0 {
+                    counters.add(Counter::RxDroppedCorruptRing, 1);
+                    head = tail;
+                    break;
+                }
+                // SAFETY: pos is 8-aligned (checked) and < cap.
                 let len = unsafe { (data.add(pos) as *const u32).read_volatile() };
+                // Compared against tail - head (not head + x > tail) so that no garbage
+                // value can overflow.
                 if len == WRAP {
-                    head += cap - pos as u64;
+                    let skip = cap - pos as u64;
+                    if skip > tail - head {
+                        counters.add(Counter::RxDroppedCorruptRing, 1);
+                        head = tail;
+                        break;
+                    }
+                    head += skip;
                     continue;
                 }
                 let rec = (REC_HDR + round8(len as usize)) as u64;
-                if len as usize > self.mtu || pos as u64 + rec > cap || head + rec > tail {
+                if len as usize > self.mtu || pos as u64 + rec > cap || rec > tail - head {
                     counters.add(Counter::RxDroppedCorruptRing, 1);
                     head = tail;
                     break;

@@ -72,3 +72,43 @@ fn futex_wake(word: &AtomicU32) {
         );
     }
 }
+
+/// Spin briefly, then park: the idle policy of every poller. On a machine with fewer
+/// cores than busy threads, a poller that only spins steals the slice of the thread it
+/// waits for; one that parks at once pays a wake-up on every message.
+pub struct Backoff {
+    idle_polls: u32,
+}
+
+impl Backoff {
+    /// Empty polls before the first park.
+    pub const SPINS: u32 = 256;
+
+    pub fn new() -> Backoff {
+        Backoff { idle_polls: 0 }
+    }
+
+    /// Call after a poll that found work.
+    #[inline]
+    pub fn reset(&mut self) {
+        self.idle_polls = 0;
+    }
+
+    /// Call after a poll that found nothing: spins, then yields, then parks on `ep`.
+    pub fn idle(&mut self, ep: &mut dyn crate::Endpoint) {
+        self.idle_polls = self.idle_polls.saturating_add(1);
+        if self.idle_polls < Self::SPINS {
+            std::hint::spin_loop();
+        } else if self.idle_polls < 2 * Self::SPINS {
+            std::thread::yield_now();
+        } else {
+            ep.wait(Duration::from_millis(1));
+        }
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,2 @@
+//! The `ambidex bench` subcommands.
+pub mod transport;
