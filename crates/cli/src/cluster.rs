@@ -264,6 +264,6 @@ fn shm_remove(_dir: &std::path::Path) {}
 fn shm_open(_dir: &std::path::Path, _node: NodeId) -> Result<SharedNode, String> {
     Err("the shm backend is not built yet".into())
 }
-fn udp_open(_c: &ClusterConfig, _a: &[SocketAddr], _node: NodeId) -> Result<SharedNode, String> {
-    Err("the udp backend is not built yet".into())
+fn udp_open(c: &ClusterConfig, a: &[SocketAddr], node: NodeId) -> Result<SharedNode, String> {
+    ambidex_transport_udp::UdpNode::open(c, a, node).map_err(|e| e.to_string())
 }
