@@ -1,0 +1,392 @@
+//! `ambidex bench rpc`: symmetric all-to-all RPCs, compared with the raw datagram rate
+//! of the same transport measured in the same run.
+//!
+//! Both phases run on the same endpoints (taken once per thread): first a raw ping-pong
+//! phase straight on the endpoints, then, after every queue is drained, the RPC phase with
+//! the endpoints handed to the runtimes. Each phase runs `duration_s`; work is divided by
+//! the CPU time of the whole process (all nodes are threads of it) over the phase.
+//!
+//! Traffic: every thread keeps `coroutines` workers busy; a worker queues `batch` echo
+//! requests of `size` bytes and flushes them. Unless `coalesce`, request j of a batch
+//! goes to a different node (cycling over the other nodes; with fewer nodes than `batch`
+//! the repeats to a node are coalesced by the runtime, as FaSST would); with `coalesce`
+//! the whole batch goes to one node. `no_coalescing` turns the runtime's coalescing off
+//! (one datagram per request). The raw phase keeps the same number of datagrams
+//! outstanding (`coroutines * batch` per thread), sends them in doorbells of `batch` to
+//! the same destinations and echoes every ping, batching the echoes of one poll.
+
+use crate::{RpcStats, Runtime, RuntimeConfig};
+use ambidex_transport::cputime::process_cpu_seconds;
+use ambidex_transport::{CounterSnapshot, Datagram, Endpoint, EndpointAddr, NodeTransport};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+const ECHO: u8 = 1;
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct RpcBenchConfig {
+    pub nodes: u16,
+    /// Threads (runtimes) per node.
+    pub threads: u16,
+    /// Worker coroutines per thread.
+    pub coroutines: u16,
+    /// Requests per flush.
+    pub batch: u16,
+    /// Request and response payload bytes.
+    pub size: usize,
+    /// Send a whole batch to one node (else one node per request).
+    pub coalesce: bool,
+    /// Disable the runtime's coalescing (every request its own datagram).
+    pub no_coalescing: bool,
+    /// Seconds of each phase (raw, then RPC).
+    pub duration_s: f64,
+}
+
+impl Default for RpcBenchConfig {
+    fn default() -> Self {
+        RpcBenchConfig {
+            nodes: 2,
+            threads: 1,
+            coroutines: 20,
+            batch: 4,
+            size: 32,
+            coalesce: false,
+            no_coalescing: false,
+            duration_s: 2.0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RpcBenchReport {
+    pub config: RpcBenchConfig,
+    pub rpcs: u64,
+    pub elapsed_s: f64,
+    pub rpcs_per_s: f64,
+    pub cpu_seconds: f64,
+    pub rpcs_per_cpu_s: f64,
+    /// Latency of a whole batch (flush to last response), per RPC, in microseconds.
+    pub latency_us: Latency,
+    pub retransmits: u64,
+    pub rpc_drops: u64,
+    pub credits_per_dest: u32,
+    pub datagrams_per_rpc: f64,
+    pub rpc_stats: RpcStats,
+    /// Transport drop and error counters over both phases.
+    pub transport_drops: CounterSnapshot,
+    pub raw_datagrams: u64,
+    pub raw_cpu_seconds: f64,
+    pub raw_datagrams_per_s: f64,
+    pub raw_datagrams_per_cpu_s: f64,
+    /// `rpcs_per_cpu_s / raw_datagrams_per_cpu_s` (an uncoalesced RPC is two datagrams).
+    pub rpc_to_raw_ratio: f64,
+}
+
+/// Destination node of request `j` of batch `k` from node `me`.
+fn dest_node(cfg: &RpcBenchConfig, me: u16, k: u64, j: u64) -> u16 {
+    let n = cfg.nodes as u64;
+    if n == 1 {
+        return 0;
+    }
+    let step = if cfg.coalesce { k } else { k + j };
+    ((me as u64 + 1 + step % (n - 1)) % n) as u16
+}
+
+struct PhaseSync {
+    start: Barrier,
+    stopped: Barrier,
+    drained: Barrier,
+    stop: AtomicBool,
+}
+
+/// Runs the raw phase then the RPC phase. `nodes` must be the cluster's node transports
+/// in order, with every endpoint `0..threads` still untaken.
+pub fn run_bench(
+    cfg: &RpcBenchConfig,
+    nodes: Vec<Arc<dyn NodeTransport>>,
+) -> Result<RpcBenchReport, String> {
+    if nodes.len() != cfg.nodes as usize || cfg.nodes == 0 {
+        return Err(format!(
+            "config says {} nodes, {} given",
+            cfg.nodes,
+            nodes.len()
+        ));
+    }
+    let cc = nodes[0].config().clone();
+    if cfg.threads == 0 || cfg.threads > cc.threads_per_node {
+        return Err(format!("threads must be 1..={}", cc.threads_per_node));
+    }
+    if cfg.coroutines == 0 || cfg.batch == 0 || cfg.duration_s <= 0.0 {
+        return Err("coroutines, batch and duration must be positive".into());
+    }
+    let rt_cfg = RuntimeConfig {
+        coalesce: !cfg.no_coalescing,
+        ..Default::default()
+    };
+    let mut eps = Vec::new();
+    for (n, node) in nodes.iter().enumerate() {
+        if node.node() as usize != n {
+            return Err(format!("node {n} is given out of order"));
+        }
+        for t in 0..cfg.threads {
+            eps.push(node.endpoint(t).map_err(|e| e.to_string())?);
+        }
+    }
+    let total = eps.len();
+    let dur = Duration::from_secs_f64(cfg.duration_s);
+    let sync = |n| {
+        Arc::new(PhaseSync {
+            start: Barrier::new(n),
+            stopped: Barrier::new(n),
+            drained: Barrier::new(n),
+            stop: AtomicBool::new(false),
+        })
+    };
+    let raw = sync(total + 1);
+    let rpc = sync(total + 1);
+    let finished = Arc::new(AtomicUsize::new(0));
+    let hist = Arc::new(Mutex::new(
+        Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?,
+    ));
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut handles = Vec::new();
+    for mut ep in eps {
+        let (cfg, rt_cfg, raw, rpc, finished, hist, errors) = (
+            cfg.clone(),
+            rt_cfg.clone(),
+            raw.clone(),
+            rpc.clone(),
+            finished.clone(),
+            hist.clone(),
+            errors.clone(),
+        );
+        handles.push(std::thread::spawn(
+            move || -> (u64, u64, RpcStats, CounterSnapshot, u32) {
+                let raw_count = raw_phase(&mut *ep, &cfg, &raw);
+                let mut rt = match Runtime::new(ep, rt_cfg) {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        errors.lock().unwrap().push(e.to_string());
+                        // Still take part in the barriers so the others are not stuck.
+                        rpc.start.wait();
+                        finished.fetch_add(1, Ordering::SeqCst);
+                        return (
+                            raw_count,
+                            0,
+                            RpcStats::default(),
+                            CounterSnapshot::default(),
+                            0,
+                        );
+                    }
+                };
+                let (rpcs, local_hist) = setup_workers(&mut rt, &cfg, &rpc);
+                rpc.start.wait();
+                let mut reported = false;
+                rt.run_until(|rt| {
+                    if !reported && rt.live_tasks() == 0 {
+                        reported = true;
+                        finished.fetch_add(1, Ordering::SeqCst);
+                    }
+                    reported && finished.load(Ordering::SeqCst) == total
+                });
+                let _ = hist.lock().unwrap().add(&*local_hist.borrow());
+                (
+                    raw_count,
+                    rpcs.get(),
+                    rt.stats(),
+                    rt.endpoint_counters(),
+                    rt.credits_per_dest(),
+                )
+            },
+        ));
+    }
+    // Raw phase.
+    raw.start.wait();
+    let (c0, t0) = (process_cpu_seconds(), Instant::now());
+    std::thread::sleep(dur);
+    raw.stop.store(true, Ordering::SeqCst);
+    let (raw_cpu, raw_elapsed) = (process_cpu_seconds() - c0, t0.elapsed().as_secs_f64());
+    raw.stopped.wait();
+    raw.drained.wait();
+    // RPC phase.
+    rpc.start.wait();
+    let (c0, t0) = (process_cpu_seconds(), Instant::now());
+    std::thread::sleep(dur);
+    rpc.stop.store(true, Ordering::SeqCst);
+    let (cpu, elapsed) = (process_cpu_seconds() - c0, t0.elapsed().as_secs_f64());
+
+    let mut raw_datagrams = 0;
+    let mut rpcs = 0;
+    let mut stats = RpcStats::default();
+    let mut counters = CounterSnapshot::default();
+    let mut credits = 0;
+    for h in handles {
+        let (r, n, st, c, cr) = h.join().map_err(|_| "bench thread panicked".to_string())?;
+        raw_datagrams += r;
+        rpcs += n;
+        stats.merge(&st);
+        counters.merge(&c);
+        credits = cr;
+    }
+    if let Some(e) = errors.lock().unwrap().first() {
+        return Err(e.clone());
+    }
+    let h = hist.lock().unwrap();
+    let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;
+    let rpcs_per_cpu_s = rpcs as f64 / cpu.max(1e-9);
+    let raw_per_cpu = raw_datagrams as f64 / raw_cpu.max(1e-9);
+    Ok(RpcBenchReport {
+        config: cfg.clone(),
+        rpcs,
+        elapsed_s: elapsed,
+        rpcs_per_s: rpcs as f64 / elapsed,
+        cpu_seconds: cpu,
+        rpcs_per_cpu_s,
+        latency_us: Latency {
+            p50: q(0.5),
+            p99: q(0.99),
+            p999: q(0.999),
+        },
+        retransmits: stats.retransmits,
+        rpc_drops: stats.rx_malformed
+            + stats.rx_unknown_response
+            + stats.rx_duplicate_response
+            + stats.stale_requests
+            + stats.out_of_window_requests,
+        credits_per_dest: credits,
+        datagrams_per_rpc: stats.tx_datagrams as f64 / stats.rpcs_completed.max(1) as f64,
+        rpc_stats: stats,
+        transport_drops: counters.drops_and_errors(),
+        raw_datagrams,
+        raw_cpu_seconds: raw_cpu,
+        raw_datagrams_per_s: raw_datagrams as f64 / raw_elapsed,
+        raw_datagrams_per_cpu_s: raw_per_cpu,
+        rpc_to_raw_ratio: rpcs_per_cpu_s / raw_per_cpu.max(1e-9),
+    })
+}
+
+type Shared<T> = Rc<RefCell<T>>;
+
+fn setup_workers(
+    rt: &mut Runtime,
+    cfg: &RpcBenchConfig,
+    sync: &Arc<PhaseSync>,
+) -> (Rc<Cell<u64>>, Shared<Histogram<u64>>) {
+    rt.register(ECHO, |_, req, resp| resp.extend_from_slice(req));
+    let count = Rc::new(Cell::new(0u64));
+    let hist = Rc::new(RefCell::new(
+        Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds"),
+    ));
+    for c in 0..cfg.coroutines {
+        let (cfg, sync, count, hist) = (cfg.clone(), sync.clone(), count.clone(), hist.clone());
+        rt.spawn(move |ctx| async move {
+            let me = ctx.addr().node;
+            let payload = vec![0x5a; cfg.size];
+            let mut k = c as u64;
+            while !sync.stop.load(Ordering::Relaxed) {
+                for j in 0..cfg.batch as u64 {
+                    if ctx
+                        .queue(dest_node(&cfg, me, k, j), ECHO, &payload)
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                k += 1;
+                let t0 = ctx.now_ns();
+                if ctx.flush().await.is_err() {
+                    continue;
+                }
+                let dt = ctx.now_ns().saturating_sub(t0).max(1);
+                if !sync.stop.load(Ordering::Relaxed) {
+                    count.set(count.get() + cfg.batch as u64);
+                    let _ = hist.borrow_mut().record_n(dt, cfg.batch as u64);
+                }
+            }
+        });
+    }
+    (count, hist)
+}
+
+const PING: u8 = 1;
+const PONG: u8 = 2;
+
+/// Raw datagram ping-pong on one endpoint; returns datagrams received while measured.
+fn raw_phase(ep: &mut dyn Endpoint, cfg: &RpcBenchConfig, sync: &PhaseSync) -> u64 {
+    let me = ep.addr();
+    let window = cfg.coroutines as usize * cfg.batch as usize;
+    let mut ping = vec![0u8; cfg.size.max(1)];
+    ping[0] = PING;
+    let mut pong = ping.clone();
+    pong[0] = PONG;
+    let mut echo_to: Vec<EndpointAddr> = Vec::with_capacity(64);
+    let mut out: Vec<Datagram<'_>> = Vec::with_capacity(window.max(64));
+    let (mut outstanding, mut k, mut received, mut idle) = (0usize, 0u64, 0u64, 0u32);
+    sync.start.wait();
+    while !sync.stop.load(Ordering::Relaxed) {
+        while outstanding + cfg.batch as usize <= window {
+            out.clear();
+            for j in 0..cfg.batch as u64 {
+                let dst = EndpointAddr::new(dest_node(cfg, me.node, k, j), me.thread);
+                out.push(Datagram {
+                    dst,
+                    payload: &ping,
+                });
+            }
+            k += 1;
+            let _ = ep.send(&out);
+            outstanding += cfg.batch as usize;
+        }
+        echo_to.clear();
+        let mut pongs = 0;
+        let n = ep.poll_recv(64, &mut |src, p| match p.first() {
+            Some(&PING) => echo_to.push(src),
+            _ => pongs += 1,
+        });
+        received += n as u64;
+        outstanding = outstanding.saturating_sub(pongs);
+        if !echo_to.is_empty() {
+            out.clear();
+            out.extend(echo_to.iter().map(|&dst| Datagram {
+                dst,
+                payload: &pong,
+            }));
+            let _ = ep.send(&out);
+        }
+        if n == 0 {
+            idle += 1;
+            if idle > 256 {
+                idle = 0;
+                ep.wait(Duration::from_millis(1));
+            }
+        } else {
+            idle = 0;
+        }
+    }
+    // Nobody sends after this barrier; drain what is queued so the RPC phase starts clean.
+    sync.stopped.wait();
+    let mut quiet = 0;
+    while quiet < 3 {
+        if ep.poll_recv(256, &mut |_, _| {}) == 0 {
+            quiet += 1;
+            ep.wait(Duration::from_millis(2));
+        } else {
+            quiet = 0;
+        }
+    }
+    sync.drained.wait();
+    received
+}

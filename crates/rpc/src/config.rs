@@ -1,0 +1,192 @@
+//! Runtime settings, the credit formula and errors.
+
+use ambidex_transport::{ring, ClusterConfig, EndpointAddr, ThreadId, TransportError};
+use std::fmt;
+use std::time::Duration;
+
+/// Which thread of a destination node a request goes to (`Ctx::queue`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadMap {
+    /// Thread i talks to thread i (FaSST's peer threads): each endpoint then receives
+    /// requests from one thread per node, which keeps the credit budget large.
+    Peer,
+    /// Every request goes to this thread; any thread of any node may then send to it.
+    Fixed(ThreadId),
+}
+
+/// Default largest RPC message (request or response) in bytes; see [`RuntimeConfig::max_message`].
+pub const DEFAULT_MAX_MESSAGE: usize = 64 * 1024;
+
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// A request without a response for this long is retransmitted (or, after
+    /// `max_retries` retransmissions, failed and its destination suspected).
+    pub retransmit_timeout: Duration,
+    /// Retransmissions before the destination is reported as suspected-failed. FaSST: 0.
+    pub max_retries: u32,
+    /// Coalesce requests (and responses) to one endpoint into one datagram.
+    pub coalesce: bool,
+    pub thread_map: ThreadMap,
+    /// Overrides the computed per-(thread, destination) credit budget (datagrams).
+    pub credits: Option<u32>,
+    /// Requests in flight per (thread, destination endpoint): the duplicate-suppression
+    /// window. Rounded up to a power of two.
+    pub window: u32,
+    /// Largest request or response in bytes (segmented above one datagram). Capped by
+    /// `credits * segment payload` and by the wire limit.
+    pub max_message: usize,
+    /// Datagrams taken from the receive queue per master poll.
+    pub poll_batch: usize,
+    /// Empty polls before `run*` parks the thread in `Endpoint::wait`.
+    pub spin_polls: u32,
+    /// Longest park in `Endpoint::wait`.
+    pub max_wait: Duration,
+    /// Incarnation nonce of this endpoint's requests; derived from the clock and the
+    /// address if `None` (a simulator passes its own for determinism).
+    pub session: Option<u32>,
+    /// Reassembly buffers per thread (messages being reassembled at once).
+    pub reassembly_slots: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            retransmit_timeout: Duration::from_millis(20),
+            max_retries: 50,
+            coalesce: true,
+            thread_map: ThreadMap::Peer,
+            credits: None,
+            window: 256,
+            max_message: DEFAULT_MAX_MESSAGE,
+            poll_batch: 64,
+            spin_polls: 256,
+            max_wait: Duration::from_millis(1),
+            session: None,
+            reassembly_slots: 8,
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// FaSST's behaviour (§4.3): no retransmission; the first timeout (1 s) declares the
+    /// destination failed.
+    pub fn fasst() -> Self {
+        RuntimeConfig {
+            retransmit_timeout: Duration::from_secs(1),
+            max_retries: 0,
+            ..Default::default()
+        }
+    }
+
+    /// Endpoints that may send requests to one endpoint.
+    pub fn senders_per_endpoint(&self, c: &ClusterConfig) -> usize {
+        match self.thread_map {
+            ThreadMap::Peer => c.nodes as usize,
+            ThreadMap::Fixed(_) => c.endpoints(),
+        }
+    }
+
+    /// Per-(thread, destination) budget of request datagrams in flight.
+    ///
+    /// FaSST §4.4 provisions N·c·m receive slots per queue; here the queue depth R is
+    /// given and the budget C is derived from it. An endpoint's receive queue holds the
+    /// requests of its S senders (≤ C each) plus the responses to its own requests to S
+    /// destinations (one response datagram per request datagram, ≤ C each), so
+    /// `2·S·C ≤ R`. In the ring backends each (sender → receiver) ring, which holds at
+    /// least min(R, 64) full datagrams, carries the sender's requests (≤ C) and its
+    /// responses to the receiver's requests (≤ C), so `2·C ≤ min(R, 64)`.
+    pub fn credits_for(&self, c: &ClusterConfig) -> Result<u32, RpcError> {
+        if let Some(cr) = self.credits {
+            return if cr == 0 {
+                Err(RpcError::Config("credits must be at least 1".into()))
+            } else {
+                Ok(cr)
+            };
+        }
+        let s = self.senders_per_endpoint(c).max(1);
+        let by_queue = c.recv_depth / (2 * s);
+        let by_ring = c.recv_depth.min(64) / 2;
+        let cr = by_queue.min(by_ring);
+        if cr == 0 {
+            return Err(RpcError::Config(format!(
+                "recv_depth {} is too small for {s} senders per endpoint (needs >= {})",
+                c.recv_depth,
+                2 * s
+            )));
+        }
+        Ok(cr as u32)
+    }
+
+    /// Kept for reference: ring capacity of the ring backends, in bytes.
+    pub fn ring_bytes(c: &ClusterConfig) -> usize {
+        ring::ring_bytes_for(c.mtu, c.recv_depth)
+    }
+}
+
+/// Errors a worker sees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RpcError {
+    /// The message exceeds the runtime's limit (`max` bytes).
+    TooLarge {
+        len: usize,
+        max: usize,
+    },
+    /// One flush needs more datagrams or requests to one destination than its whole
+    /// budget; it could never be sent.
+    BatchTooLarge {
+        dest: EndpointAddr,
+        datagrams: usize,
+        requests: usize,
+    },
+    UnknownDestination(EndpointAddr),
+    /// The destination had no handler for the request type.
+    NoHandler {
+        rtype: u8,
+    },
+    /// The handler's response exceeded the limit.
+    ResponseTooLarge,
+    /// No response after all retries; the destination is suspected to have failed.
+    Timeout {
+        dest: EndpointAddr,
+    },
+    /// The response is not in yet (or the handle is not from the current batch).
+    NotReady,
+    /// `queue` while a flush of this coroutine is still in progress.
+    FlushInProgress,
+    Transport(TransportError),
+    Config(String),
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RpcError::TooLarge { len, max } => {
+                write!(f, "RPC message of {len} bytes exceeds the limit of {max} bytes")
+            }
+            RpcError::BatchTooLarge {
+                dest,
+                datagrams,
+                requests,
+            } => write!(
+                f,
+                "batch needs {datagrams} datagrams / {requests} requests to {dest}, more than its budget"
+            ),
+            RpcError::UnknownDestination(a) => write!(f, "destination {a} is not in the cluster"),
+            RpcError::NoHandler { rtype } => write!(f, "no handler for request type {rtype}"),
+            RpcError::ResponseTooLarge => write!(f, "response exceeded the message limit"),
+            RpcError::Timeout { dest } => write!(f, "no response from {dest}; suspected failed"),
+            RpcError::NotReady => write!(f, "response not ready"),
+            RpcError::FlushInProgress => write!(f, "a flush of this coroutine is in progress"),
+            RpcError::Transport(e) => write!(f, "{e}"),
+            RpcError::Config(s) => write!(f, "bad RPC configuration: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for RpcError {}
+
+impl From<TransportError> for RpcError {
+    fn from(e: TransportError) -> Self {
+        RpcError::Transport(e)
+    }
+}

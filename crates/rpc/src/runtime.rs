@@ -1,0 +1,1579 @@
+//! The per-thread runtime: one endpoint, a master loop and worker coroutines.
+//!
+//! [`Runtime::poll_once`] is one master step: poll the endpoint, run request handlers
+//! inline, send every response of that poll (plus due retransmissions) with one doorbell,
+//! then resume the workers whose responses are all in. Workers are `async` tasks that
+//! reach the runtime through their [`Ctx`]; a worker queues requests without I/O and
+//! `ctx.flush().await` sends them with one doorbell and resumes once every response (or
+//! failure) is in. Everything lives in this one struct: no globals, no hidden threads,
+//! so a simulator can step many runtimes in one thread.
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::{RpcError, RuntimeConfig, ThreadMap};
+use crate::wire::{self, Seg};
+use ambidex_transport::{ClusterConfig, CounterSnapshot, Datagram, Endpoint, EndpointAddr, NodeId};
+use serde::Serialize;
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+/// What a handler learns about the request it serves.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestInfo {
+    pub src: EndpointAddr,
+    pub rtype: u8,
+    pub seq: u64,
+}
+
+/// A request handler: runs inline in the master loop and writes its response into the
+/// (cleared) buffer. It must not block.
+pub type Handler = Box<dyn FnMut(&RequestInfo, &[u8], &mut Vec<u8>)>;
+
+/// Counters of one runtime; every drop and retransmission is here.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct RpcStats {
+    pub rpcs_issued: u64,
+    pub rpcs_completed: u64,
+    pub rpcs_failed: u64,
+    pub flushes: u64,
+    pub requests_served: u64,
+    pub no_handler: u64,
+    /// Duplicate requests answered from the response cache (handler not rerun).
+    pub duplicate_requests: u64,
+    /// Duplicates of requests the client already settled (dropped).
+    pub stale_requests: u64,
+    pub out_of_window_requests: u64,
+    pub retransmits: u64,
+    pub suspected: u64,
+    pub rx_datagrams: u64,
+    pub rx_malformed: u64,
+    pub rx_unknown_response: u64,
+    pub rx_duplicate_response: u64,
+    pub rx_bad_segment: u64,
+    pub reassembly_evicted: u64,
+    pub tx_datagrams: u64,
+    pub tx_doorbells: u64,
+    pub send_errors: u64,
+    pub credit_waits: u64,
+    pub resumes: u64,
+}
+
+impl RpcStats {
+    pub fn merge(&mut self, o: &RpcStats) {
+        macro_rules! add { ($($f:ident),*) => { $(self.$f += o.$f;)* } }
+        add!(
+            rpcs_issued,
+            rpcs_completed,
+            rpcs_failed,
+            flushes,
+            requests_served,
+            no_handler,
+            duplicate_requests,
+            stale_requests,
+            out_of_window_requests,
+            retransmits,
+            suspected,
+            rx_datagrams,
+            rx_malformed,
+            rx_unknown_response,
+            rx_duplicate_response,
+            rx_bad_segment,
+            reassembly_evicted,
+            tx_datagrams,
+            tx_doorbells,
+            send_errors,
+            credit_waits,
+            resumes
+        );
+    }
+}
+
+/// A queued request of the current batch, returned by [`Ctx::queue`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReqHandle(u16);
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    Building,
+    WaitCredit,
+    InFlight,
+    Done,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ReqStatus {
+    Queued,
+    Pending,
+    Ok,
+    NoHandler,
+    TooLarge,
+    Failed,
+}
+
+#[derive(Clone, Copy)]
+struct QReq {
+    dest: u32,
+    rtype: u8,
+    off: u32,
+    len: u32,
+}
+
+/// A worker coroutine's batch. Buffers keep their capacity across batches, so a steady
+/// state allocates nothing.
+struct Co {
+    reqs: Vec<QReq>,
+    arena: Vec<u8>,
+    resps: Vec<Vec<u8>>,
+    status: Vec<ReqStatus>,
+    pending: u32,
+    phase: Phase,
+    in_ready: bool,
+    waiting_credit: bool,
+}
+
+impl Co {
+    fn new() -> Co {
+        Co {
+            reqs: Vec::new(),
+            arena: Vec::new(),
+            resps: Vec::new(),
+            status: Vec::new(),
+            pending: 0,
+            phase: Phase::Building,
+            in_ready: false,
+            waiting_credit: false,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+struct ReqRec {
+    seq: u64,
+    live: bool,
+    co: u16,
+    idx: u16,
+    dg: u16,
+    retries: u32,
+    deadline: u64,
+}
+
+#[derive(Clone, Copy, Default)]
+struct DgSlot {
+    remaining: u16,
+    weight: u16,
+}
+
+/// Client side of one destination endpoint: credits, sequence numbers and the window
+/// of requests in flight (indexed by seq mod window).
+struct Dest {
+    credits: u32,
+    dg_free: Vec<u16>,
+    dg: Vec<DgSlot>,
+    next_seq: u64,
+    /// Every seq below is settled (sent in request headers as `ack`).
+    ack: u64,
+    win: Vec<ReqRec>,
+    inflight: u32,
+    suspected: bool,
+}
+
+impl Dest {
+    fn new(credits: u32, window: usize) -> Dest {
+        Dest {
+            credits,
+            dg_free: (0..credits as u16).rev().collect(),
+            dg: vec![DgSlot::default(); credits as usize],
+            next_seq: 1,
+            ack: 1,
+            win: vec![ReqRec::default(); window],
+            inflight: 0,
+            suspected: false,
+        }
+    }
+
+    fn alloc_dg(&mut self, weight: u16) -> u16 {
+        let s = self
+            .dg_free
+            .pop()
+            .expect("credit accounting: a slot per credit");
+        self.dg[s as usize] = DgSlot {
+            remaining: 0,
+            weight,
+        };
+        self.credits -= weight as u32;
+        s
+    }
+}
+
+/// Server side of one client endpoint: cached responses of the last `window` requests.
+struct ClientWin {
+    session: u32,
+    base: u64,
+    slots: Vec<Served>,
+}
+
+struct Served {
+    seq: u64,
+    status: u8,
+    resp: Vec<u8>,
+}
+
+/// Outgoing datagrams to one endpoint, built in place.
+#[derive(Default)]
+struct DestTx {
+    buf: Vec<u8>,
+    bounds: Vec<(u32, u32)>,
+    open: Option<usize>,
+    open_kind: u8,
+    open_session: u32,
+    open_count: usize,
+    cur_dg: u16,
+}
+
+#[derive(Default)]
+struct Tx {
+    per: Vec<DestTx>,
+    touched: Vec<u32>,
+    list: Vec<Datagram<'static>>,
+}
+
+/// Reuses a vector's allocation for another lifetime (it is emptied first).
+fn recycle<'a, 'b>(mut v: Vec<Datagram<'a>>) -> Vec<Datagram<'b>> {
+    v.clear();
+    v.into_iter().map(|_| unreachable!()).collect()
+}
+
+impl Tx {
+    /// Ensures an open datagram to `d` with room for a record of `rec_len` bytes; returns
+    /// true if a new datagram was opened. `alone` forces a fresh datagram (segments).
+    #[allow(clippy::too_many_arguments)]
+    fn ensure(
+        &mut self,
+        d: usize,
+        kind: u8,
+        session: u32,
+        ack: u64,
+        rec_len: usize,
+        mtu: usize,
+        coalesce: bool,
+        alone: bool,
+    ) -> bool {
+        let t = &mut self.per[d];
+        if let Some(start) = t.open {
+            if coalesce
+                && !alone
+                && t.open_kind == kind
+                && t.open_session == session
+                && t.open_count < wire::MAX_RECORDS
+                && t.buf.len() - start + rec_len <= mtu
+            {
+                return false;
+            }
+            t.bounds.push((start as u32, t.buf.len() as u32));
+        }
+        if t.bounds.is_empty() && t.open.is_none() {
+            self.touched.push(d as u32);
+        }
+        let t = &mut self.per[d];
+        t.open = Some(wire::begin(&mut t.buf, kind, session, ack));
+        t.open_kind = kind;
+        t.open_session = session;
+        t.open_count = 0;
+        true
+    }
+
+    fn push(&mut self, d: usize, seq: u64, tag: u8, seg: Option<Seg>, payload: &[u8]) {
+        let t = &mut self.per[d];
+        let start = t.open.expect("ensure before push");
+        wire::push_record(&mut t.buf, start, seq, tag, seg, payload);
+        t.open_count += 1;
+    }
+
+    fn close(&mut self, d: usize) {
+        let t = &mut self.per[d];
+        if let Some(start) = t.open.take() {
+            t.bounds.push((start as u32, t.buf.len() as u32));
+        }
+    }
+
+    fn close_all(&mut self) {
+        for i in 0..self.touched.len() {
+            let d = self.touched[i] as usize;
+            self.close(d);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.touched.is_empty()
+    }
+
+    /// Sends everything built so far with one doorbell; returns the datagram count.
+    fn send(
+        &mut self,
+        ep: &mut dyn Endpoint,
+        threads: usize,
+    ) -> (usize, Result<(), ambidex_transport::TransportError>) {
+        self.close_all();
+        let mut list: Vec<Datagram<'_>> = recycle(std::mem::take(&mut self.list));
+        for &d in &self.touched {
+            let t = &self.per[d as usize];
+            let dst =
+                EndpointAddr::new((d as usize / threads) as u16, (d as usize % threads) as u16);
+            for &(s, e) in &t.bounds {
+                list.push(Datagram {
+                    dst,
+                    payload: &t.buf[s as usize..e as usize],
+                });
+            }
+        }
+        let n = list.len();
+        let r = if n > 0 { ep.send(&list) } else { Ok(()) };
+        self.list = recycle(list);
+        for &d in &self.touched {
+            let t = &mut self.per[d as usize];
+            t.buf.clear();
+            t.bounds.clear();
+        }
+        self.touched.clear();
+        (n, r)
+    }
+}
+
+/// A message being reassembled from segments.
+struct Reasm {
+    active: bool,
+    src: u32,
+    kind: u8,
+    session: u32,
+    seq: u64,
+    tag: u8,
+    total: u32,
+    got: u32,
+    bits: Vec<u64>,
+    buf: Vec<u8>,
+    touched: u64,
+}
+
+/// Per-destination needs of one flush (scratch).
+#[derive(Clone, Copy, Default)]
+struct Need {
+    fill: usize,
+    count: usize,
+    dgrams: usize,
+    reqs: usize,
+}
+
+pub(crate) struct State {
+    me: EndpointAddr,
+    cfg: RuntimeConfig,
+    cluster: ClusterConfig,
+    threads: usize,
+    clock: Arc<dyn Clock>,
+    now: u64,
+    rto: u64,
+    session: u32,
+    credits: u32,
+    window: usize,
+    single_cap: usize,
+    seg_payload: usize,
+    max_message: usize,
+    handlers: Vec<Option<Handler>>,
+    dests: Vec<Option<Box<Dest>>>,
+    clients: Vec<Option<Box<ClientWin>>>,
+    cos: Vec<Co>,
+    ready: Vec<u16>,
+    credit_waiters: Vec<u16>,
+    tx: Tx,
+    reasm: Vec<Reasm>,
+    need: Vec<Need>,
+    need_touched: Vec<u32>,
+    inflight: u64,
+    next_scan: u64,
+    clock_skips: u32,
+    stats: RpcStats,
+    suspects: Vec<NodeId>,
+    on_suspect: Option<Box<dyn FnMut(NodeId)>>,
+}
+
+pub(crate) struct Core {
+    ep: Box<dyn Endpoint>,
+    st: State,
+}
+
+/// Marks a task for polling when a foreign future wakes it (the RPC path itself does
+/// not use wakers: the master queues the worker directly).
+struct TaskWake {
+    flag: AtomicBool,
+    any: Arc<AtomicBool>,
+}
+
+impl Wake for TaskWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.flag.store(true, Ordering::Release);
+        self.any.store(true, Ordering::Release);
+    }
+}
+
+/// Empty polls between clock reads (an idle spin would otherwise mostly read the clock).
+const CLOCK_EVERY: u32 = 32;
+
+type Task = Pin<Box<dyn Future<Output = ()>>>;
+
+/// One thread's runtime. Not `Send`: build it on the thread that runs it.
+pub struct Runtime {
+    core: Rc<RefCell<Core>>,
+    tasks: Vec<Option<Task>>,
+    wakes: Vec<Arc<TaskWake>>,
+    wakers: Vec<Waker>,
+    any_woken: Arc<AtomicBool>,
+    run_buf: Vec<u16>,
+    live: usize,
+    idle: u32,
+}
+
+/// A worker coroutine's handle on its runtime.
+#[derive(Clone)]
+pub struct Ctx {
+    core: Rc<RefCell<Core>>,
+    id: u16,
+}
+
+fn mix32(mut x: u64) -> u32 {
+    // splitmix64 finaliser: spreads clock and address bits over the nonce.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d049bb133111eb);
+    (x ^ (x >> 31)) as u32
+}
+
+impl Runtime {
+    /// A runtime on `ep` with wall-clock time.
+    pub fn new(ep: Box<dyn Endpoint>, cfg: RuntimeConfig) -> Result<Runtime, RpcError> {
+        Self::with_clock(ep, cfg, SystemClock::shared())
+    }
+
+    /// A runtime whose time comes from `clock` (a simulator's).
+    pub fn with_clock(
+        ep: Box<dyn Endpoint>,
+        cfg: RuntimeConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Runtime, RpcError> {
+        let cluster = ep.config().clone();
+        let me = ep.addr();
+        let credits = cfg.credits_for(&cluster)?;
+        if credits > u16::MAX as u32 {
+            return Err(RpcError::Config("credits must fit 16 bits".into()));
+        }
+        if let ThreadMap::Fixed(t) = cfg.thread_map {
+            if t >= cluster.threads_per_node {
+                return Err(RpcError::Config(format!("thread_map: no thread {t}")));
+            }
+        }
+        let window = (cfg.window.max(1) as usize).next_power_of_two();
+        let single_cap = cluster.mtu - wire::DGRAM_HDR - wire::REC_HDR;
+        let seg_payload = cluster.mtu - wire::DGRAM_HDR - wire::REC_HDR - wire::SEG_EXT;
+        // A segmented request takes one credit per segment and must fit the budget.
+        let max_message = cfg
+            .max_message
+            .min(wire::MAX_WIRE_MESSAGE as usize)
+            .min(credits as usize * seg_payload)
+            .max(single_cap);
+        let now = clock.now_ns();
+        let session = cfg
+            .session
+            .unwrap_or_else(|| mix32(now ^ ((me.node as u64) << 48) ^ ((me.thread as u64) << 32)));
+        let n = cluster.endpoints();
+        let st = State {
+            me,
+            threads: cluster.threads_per_node as usize,
+            rto: cfg.retransmit_timeout.as_nanos().max(1) as u64,
+            credits,
+            window,
+            single_cap,
+            seg_payload,
+            max_message,
+            handlers: (0..256).map(|_| None).collect(),
+            dests: (0..n).map(|_| None).collect(),
+            clients: (0..n).map(|_| None).collect(),
+            cos: Vec::new(),
+            ready: Vec::new(),
+            credit_waiters: Vec::new(),
+            tx: Tx {
+                per: (0..n).map(|_| DestTx::default()).collect(),
+                ..Default::default()
+            },
+            reasm: Vec::new(),
+            need: vec![Need::default(); n],
+            need_touched: Vec::new(),
+            inflight: 0,
+            next_scan: now,
+            clock_skips: 0,
+            stats: RpcStats::default(),
+            suspects: Vec::new(),
+            on_suspect: None,
+            now,
+            session,
+            clock,
+            cluster,
+            cfg,
+        };
+        Ok(Runtime {
+            core: Rc::new(RefCell::new(Core { ep, st })),
+            tasks: Vec::new(),
+            wakes: Vec::new(),
+            wakers: Vec::new(),
+            any_woken: Arc::new(AtomicBool::new(false)),
+            run_buf: Vec::new(),
+            live: 0,
+            idle: 0,
+        })
+    }
+
+    /// Registers the handler of request type `rtype` (replacing any previous one).
+    pub fn register(
+        &mut self,
+        rtype: u8,
+        handler: impl FnMut(&RequestInfo, &[u8], &mut Vec<u8>) + 'static,
+    ) {
+        self.core.borrow_mut().st.handlers[rtype as usize] = Some(Box::new(handler));
+    }
+
+    /// Spawns a worker coroutine; it first runs at the next step.
+    pub fn spawn<F, Fut>(&mut self, f: F)
+    where
+        F: FnOnce(Ctx) -> Fut,
+        Fut: Future<Output = ()> + 'static,
+    {
+        let id = self.tasks.len();
+        assert!(id < u16::MAX as usize, "too many coroutines");
+        let ctx = Ctx {
+            core: self.core.clone(),
+            id: id as u16,
+        };
+        self.tasks.push(Some(Box::pin(f(ctx))));
+        let w = Arc::new(TaskWake {
+            flag: AtomicBool::new(false),
+            any: self.any_woken.clone(),
+        });
+        self.wakers.push(Waker::from(w.clone()));
+        self.wakes.push(w);
+        let mut core = self.core.borrow_mut();
+        core.st.cos.push(Co::new());
+        core.st.make_ready(id as u16);
+        self.live += 1;
+    }
+
+    /// One master step: poll the endpoint, serve requests, send the responses (and due
+    /// retransmissions) with one doorbell, resume the workers that are ready. Returns
+    /// whether anything happened.
+    pub fn poll_once(&mut self) -> bool {
+        let received;
+        {
+            let mut core = self.core.borrow_mut();
+            let Core { ep, st } = &mut *core;
+            let max = st.cfg.poll_batch;
+            received = ep.poll_recv(max, &mut |src, p| st.on_datagram(src, p));
+            // The clock is read only when there is work or time-driven state (timeouts)
+            // to serve, so empty polls stay cheap.
+            st.clock_skips += 1;
+            if received > 0 || !st.ready.is_empty() || st.clock_skips >= CLOCK_EVERY {
+                st.now = st.clock.now_ns();
+                st.clock_skips = 0;
+            }
+            if st.inflight > 0 && st.now >= st.next_scan {
+                st.scan_timeouts();
+            }
+            if !st.tx.is_empty() {
+                st.send_tx(&mut **ep);
+            }
+            std::mem::swap(&mut st.ready, &mut self.run_buf);
+            for &id in &self.run_buf {
+                st.cos[id as usize].in_ready = false;
+            }
+        }
+        if self.any_woken.swap(false, Ordering::Acquire) {
+            for (i, w) in self.wakes.iter().enumerate() {
+                if w.flag.swap(false, Ordering::Acquire) {
+                    self.run_buf.push(i as u16);
+                }
+            }
+        }
+        let resumed = self.run_buf.len();
+        for k in 0..resumed {
+            let id = self.run_buf[k] as usize;
+            if let Some(task) = self.tasks[id].as_mut() {
+                let mut cx = Context::from_waker(&self.wakers[id]);
+                if task.as_mut().poll(&mut cx).is_ready() {
+                    self.tasks[id] = None;
+                    self.live -= 1;
+                }
+            }
+        }
+        self.run_buf.clear();
+        if resumed > 0 {
+            self.core.borrow_mut().st.stats.resumes += resumed as u64;
+        }
+        received > 0 || resumed > 0
+    }
+
+    /// Steps until `stop` says so, spinning briefly and then parking in
+    /// `Endpoint::wait` when idle (so an oversubscribed machine is not burned).
+    pub fn run_until(&mut self, mut stop: impl FnMut(&Runtime) -> bool) {
+        while !stop(self) {
+            if self.poll_once() {
+                self.idle = 0;
+            } else {
+                self.idle += 1;
+                if self.idle >= self.core.borrow().st.cfg.spin_polls {
+                    self.idle = 0;
+                    self.park();
+                }
+            }
+        }
+    }
+
+    /// Steps until every worker coroutine has finished. A node that also serves others
+    /// should use [`Runtime::run_until`] with a cluster-wide stop condition instead.
+    pub fn run(&mut self) {
+        self.run_until(|rt| rt.live_tasks() == 0)
+    }
+
+    /// Parks in `Endpoint::wait` until a datagram may be ready, the next retransmission
+    /// scan is due, or `max_wait` passes.
+    pub fn park(&mut self) {
+        let mut core = self.core.borrow_mut();
+        let Core { ep, st } = &mut *core;
+        st.clock_skips = CLOCK_EVERY; // time has passed: read the clock at the next step
+        let mut t = st.cfg.max_wait;
+        if st.inflight > 0 {
+            let now = st.clock.now_ns();
+            t = t.min(Duration::from_nanos(st.next_scan.saturating_sub(now)));
+        }
+        ep.wait(t);
+    }
+
+    /// Feeds one datagram to the receive path as if the endpoint had delivered it (for
+    /// simulators and fuzzing). Responses it causes go out at the next step.
+    pub fn inject(&mut self, src: EndpointAddr, payload: &[u8]) {
+        let mut core = self.core.borrow_mut();
+        core.st.now = core.st.clock.now_ns();
+        core.st.on_datagram(src, payload);
+    }
+
+    pub fn live_tasks(&self) -> usize {
+        self.live
+    }
+
+    pub fn stats(&self) -> RpcStats {
+        self.core.borrow().st.stats.clone()
+    }
+
+    /// The endpoint's transport counters.
+    pub fn endpoint_counters(&self) -> CounterSnapshot {
+        self.core.borrow().ep.counters()
+    }
+
+    pub fn addr(&self) -> EndpointAddr {
+        self.core.borrow().st.me
+    }
+
+    pub fn session(&self) -> u32 {
+        self.core.borrow().st.session
+    }
+
+    /// Request datagrams in flight allowed per destination endpoint.
+    pub fn credits_per_dest(&self) -> u32 {
+        self.core.borrow().st.credits
+    }
+
+    /// Largest request or response this runtime sends or accepts.
+    pub fn max_message(&self) -> usize {
+        self.core.borrow().st.max_message
+    }
+
+    /// Nodes suspected failed since the last call (the cluster layer consumes these).
+    pub fn take_suspects(&mut self) -> Vec<NodeId> {
+        std::mem::take(&mut self.core.borrow_mut().st.suspects)
+    }
+
+    /// Called at each suspicion, in addition to the queue of [`Runtime::take_suspects`].
+    pub fn on_suspect(&mut self, f: impl FnMut(NodeId) + 'static) {
+        self.core.borrow_mut().st.on_suspect = Some(Box::new(f));
+    }
+
+    /// Gives the endpoint back (for example to a next phase) once the runtime is done.
+    pub fn into_endpoint(self) -> Result<Box<dyn Endpoint>, Runtime> {
+        drop(self.tasks);
+        match Rc::try_unwrap(self.core) {
+            Ok(c) => Ok(c.into_inner().ep),
+            Err(core) => Err(Runtime {
+                core,
+                tasks: Vec::new(),
+                wakes: self.wakes,
+                wakers: self.wakers,
+                any_woken: self.any_woken,
+                run_buf: self.run_buf,
+                live: 0,
+                idle: 0,
+            }),
+        }
+    }
+}
+
+impl State {
+    fn make_ready(&mut self, id: u16) {
+        let co = &mut self.cos[id as usize];
+        if !co.in_ready {
+            co.in_ready = true;
+            self.ready.push(id);
+        }
+    }
+
+    #[inline]
+    fn ep_index(&self, a: EndpointAddr) -> usize {
+        a.node as usize * self.threads + a.thread as usize
+    }
+
+    fn send_tx(&mut self, ep: &mut dyn Endpoint) {
+        let (n, r) = self.tx.send(ep, self.threads);
+        self.stats.tx_datagrams += n as u64;
+        self.stats.tx_doorbells += 1;
+        if r.is_err() {
+            // Only misuse errors exist here; requests stay live and are retransmitted.
+            self.stats.send_errors += 1;
+        }
+    }
+
+    fn queue(
+        &mut self,
+        id: u16,
+        addr: EndpointAddr,
+        rtype: u8,
+        payload: &[u8],
+    ) -> Result<ReqHandle, RpcError> {
+        if !self.cluster.contains(addr) {
+            return Err(RpcError::UnknownDestination(addr));
+        }
+        if payload.len() > self.max_message {
+            return Err(RpcError::TooLarge {
+                len: payload.len(),
+                max: self.max_message,
+            });
+        }
+        let d = self.ep_index(addr) as u32;
+        let co = &mut self.cos[id as usize];
+        match co.phase {
+            Phase::Building => {}
+            Phase::Done => {
+                co.reqs.clear();
+                co.arena.clear();
+                co.status.clear();
+                co.phase = Phase::Building;
+            }
+            Phase::WaitCredit | Phase::InFlight => return Err(RpcError::FlushInProgress),
+        }
+        let idx = co.reqs.len();
+        if idx >= u16::MAX as usize {
+            return Err(RpcError::BatchTooLarge {
+                dest: addr,
+                datagrams: idx,
+                requests: idx,
+            });
+        }
+        co.reqs.push(QReq {
+            dest: d,
+            rtype,
+            off: co.arena.len() as u32,
+            len: payload.len() as u32,
+        });
+        co.arena.extend_from_slice(payload);
+        co.status.push(ReqStatus::Queued);
+        if co.resps.len() <= idx {
+            co.resps.push(Vec::new());
+        }
+        Ok(ReqHandle(idx as u16))
+    }
+
+    fn flush_poll(&mut self, id: u16, ep: &mut dyn Endpoint) -> Poll<Result<(), RpcError>> {
+        let co = &mut self.cos[id as usize];
+        match co.phase {
+            Phase::Done => return Poll::Ready(Ok(())),
+            Phase::InFlight => {
+                if co.pending > 0 {
+                    return Poll::Pending;
+                }
+                co.phase = Phase::Done;
+                return Poll::Ready(self.batch_result(id));
+            }
+            Phase::Building | Phase::WaitCredit => {
+                if co.reqs.is_empty() {
+                    co.phase = Phase::Done;
+                    return Poll::Ready(Ok(()));
+                }
+            }
+        }
+        match self.try_send(id, ep) {
+            Ok(true) => {
+                self.cos[id as usize].phase = Phase::InFlight;
+                Poll::Pending
+            }
+            Ok(false) => {
+                let co = &mut self.cos[id as usize];
+                co.phase = Phase::WaitCredit;
+                if !co.waiting_credit {
+                    co.waiting_credit = true;
+                    self.credit_waiters.push(id);
+                }
+                self.stats.credit_waits += 1;
+                Poll::Pending
+            }
+            Err(e) => {
+                let co = &mut self.cos[id as usize];
+                co.phase = Phase::Done;
+                for s in co.status.iter_mut() {
+                    *s = ReqStatus::Failed;
+                }
+                Poll::Ready(Err(e))
+            }
+        }
+    }
+
+    fn batch_result(&self, id: u16) -> Result<(), RpcError> {
+        let co = &self.cos[id as usize];
+        for (i, s) in co.status.iter().enumerate() {
+            if *s == ReqStatus::Failed {
+                let d = co.reqs[i].dest as usize;
+                return Err(RpcError::Timeout {
+                    dest: EndpointAddr::new((d / self.threads) as u16, (d % self.threads) as u16),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends coroutine `id`'s batch with one doorbell if every destination has the
+    /// credits and window room; Ok(false) if it must wait.
+    fn try_send(&mut self, id: u16, ep: &mut dyn Endpoint) -> Result<bool, RpcError> {
+        let mtu = self.cluster.mtu;
+        let coalesce = self.cfg.coalesce;
+        // Phase 1: what the batch needs per destination (mirrors the packing below).
+        let co = &self.cos[id as usize];
+        for q in &co.reqs {
+            let d = q.dest as usize;
+            let n = &mut self.need[d];
+            if n.reqs == 0 {
+                self.need_touched.push(q.dest);
+            }
+            n.reqs += 1;
+            let len = q.len as usize;
+            if len > self.single_cap {
+                n.dgrams += len.div_ceil(self.seg_payload);
+                n.fill = 0;
+            } else {
+                let rl = wire::record_len(len, false);
+                if coalesce && n.fill > 0 && n.fill + rl <= mtu && n.count < wire::MAX_RECORDS {
+                    n.fill += rl;
+                    n.count += 1;
+                } else {
+                    n.dgrams += 1;
+                    n.fill = wire::DGRAM_HDR + rl;
+                    n.count = 1;
+                }
+            }
+        }
+        let mut short = false;
+        let mut err = None;
+        for &d in &self.need_touched {
+            let n = self.need[d as usize];
+            self.need[d as usize] = Need::default();
+            let dest = self.dests[d as usize]
+                .get_or_insert_with(|| Box::new(Dest::new(self.credits, self.window)));
+            if n.dgrams > self.credits as usize || n.reqs > self.window {
+                let t = self.threads;
+                err = Some(RpcError::BatchTooLarge {
+                    dest: EndpointAddr::new((d as usize / t) as u16, (d as usize % t) as u16),
+                    datagrams: n.dgrams,
+                    requests: n.reqs,
+                });
+            }
+            let room = self.window - (dest.next_seq - dest.ack) as usize;
+            if n.dgrams > dest.credits as usize || n.reqs > room {
+                short = true;
+            }
+        }
+        self.need_touched.clear();
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if short {
+            return Ok(false);
+        }
+        // Phase 2: assign sequence numbers and credits, encode, one doorbell. `now` is
+        // from this master step (deadlines are coarse: timeout/4 scans).
+        let deadline = self.now + self.rto;
+        let session = self.session;
+        let wmask = self.window - 1;
+        let co = &mut self.cos[id as usize];
+        self.tx.close_all();
+        for (i, q) in co.reqs.iter().enumerate() {
+            let d = q.dest as usize;
+            let dest = self.dests[d].as_mut().expect("created in phase 1");
+            let seq = dest.next_seq;
+            dest.next_seq += 1;
+            let payload = &co.arena[q.off as usize..(q.off + q.len) as usize];
+            let dg;
+            if payload.len() <= self.single_cap {
+                let rl = wire::record_len(payload.len(), false);
+                if self.tx.ensure(
+                    d,
+                    wire::KIND_REQUEST,
+                    session,
+                    dest.ack,
+                    rl,
+                    mtu,
+                    coalesce,
+                    false,
+                ) {
+                    self.tx.per[d].cur_dg = dest.alloc_dg(1);
+                }
+                dg = self.tx.per[d].cur_dg;
+                self.tx.push(d, seq, q.rtype, None, payload);
+            } else {
+                let segs = payload.len().div_ceil(self.seg_payload);
+                dg = dest.alloc_dg(segs as u16);
+                push_segments(
+                    &mut self.tx,
+                    d,
+                    wire::KIND_REQUEST,
+                    session,
+                    dest.ack,
+                    seq,
+                    q.rtype,
+                    payload,
+                    self.seg_payload,
+                    mtu,
+                );
+            }
+            dest.dg[dg as usize].remaining += 1;
+            dest.win[seq as usize & wmask] = ReqRec {
+                seq,
+                live: true,
+                co: id,
+                idx: i as u16,
+                dg,
+                retries: 0,
+                deadline,
+            };
+            dest.inflight += 1;
+            co.status[i] = ReqStatus::Pending;
+        }
+        co.pending = co.reqs.len() as u32;
+        self.inflight += co.reqs.len() as u64;
+        self.stats.rpcs_issued += co.reqs.len() as u64;
+        self.stats.flushes += 1;
+        if self.next_scan <= self.now {
+            self.next_scan = self.now + self.scan_period();
+        }
+        self.send_tx(ep);
+        Ok(true)
+    }
+
+    fn scan_period(&self) -> u64 {
+        (self.rto / 4).max(50_000)
+    }
+
+    fn on_datagram(&mut self, src: EndpointAddr, bytes: &[u8]) {
+        self.stats.rx_datagrams += 1;
+        let Ok((hdr, recs)) = wire::decode(bytes) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        if !self.cluster.contains(src) {
+            self.stats.rx_malformed += 1;
+            return;
+        }
+        let s = self.ep_index(src);
+        if hdr.kind == wire::KIND_REQUEST {
+            for r in recs {
+                self.on_request(s, src, &hdr, &r);
+            }
+        } else {
+            for r in recs {
+                self.on_response(s, &hdr, &r);
+            }
+        }
+    }
+
+    fn on_request(
+        &mut self,
+        s: usize,
+        src: EndpointAddr,
+        hdr: &wire::Header,
+        r: &wire::Record<'_>,
+    ) {
+        let window = self.window;
+        let win = self.clients[s].get_or_insert_with(|| {
+            Box::new(ClientWin {
+                session: hdr.session,
+                base: 0,
+                slots: (0..window)
+                    .map(|_| Served {
+                        seq: 0,
+                        status: 0,
+                        resp: Vec::new(),
+                    })
+                    .collect(),
+            })
+        });
+        if win.session != hdr.session {
+            // A new incarnation of the client: its old requests are void.
+            win.session = hdr.session;
+            win.base = 0;
+            for sl in win.slots.iter_mut() {
+                sl.seq = 0;
+            }
+        }
+        win.base = win.base.max(hdr.ack);
+        if r.seq < win.base {
+            self.stats.stale_requests += 1;
+            return;
+        }
+        if r.seq - win.base >= window as u64 {
+            self.stats.out_of_window_requests += 1;
+            return;
+        }
+        let slot = r.seq as usize & (window - 1);
+        if win.slots[slot].seq == r.seq {
+            // Executed before: resend the cached response, never rerun the handler.
+            self.stats.duplicate_requests += 1;
+            let sv = &win.slots[slot];
+            send_response(
+                &mut self.tx,
+                s,
+                hdr.session,
+                r.seq,
+                sv.status,
+                &sv.resp,
+                self.single_cap,
+                self.seg_payload,
+                self.cluster.mtu,
+                self.cfg.coalesce,
+            );
+            return;
+        }
+        let mut whole = Vec::new();
+        let mut taken = None;
+        if let Some(seg) = r.seg {
+            let Some(i) = self.reassemble(s, wire::KIND_REQUEST, hdr.session, r, seg) else {
+                return;
+            };
+            // Borrow the buffer out of the pool (no allocation) while the handler runs.
+            self.reasm[i].active = false;
+            whole = std::mem::take(&mut self.reasm[i].buf);
+            taken = Some((i, self.reasm[i].total as usize));
+        }
+        let payload: &[u8] = match taken {
+            None => r.payload,
+            Some((_, total)) => &whole[..total],
+        };
+        let win = self.clients[s].as_mut().expect("created above");
+        let sv = &mut win.slots[slot];
+        sv.seq = r.seq;
+        sv.resp.clear();
+        let info = RequestInfo {
+            src,
+            rtype: r.tag,
+            seq: r.seq,
+        };
+        sv.status = match self.handlers[r.tag as usize].as_mut() {
+            Some(h) => {
+                self.stats.requests_served += 1;
+                h(&info, payload, &mut sv.resp);
+                if sv.resp.len() > self.max_message {
+                    sv.resp.clear();
+                    wire::STATUS_TOO_LARGE
+                } else {
+                    wire::STATUS_OK
+                }
+            }
+            None => {
+                self.stats.no_handler += 1;
+                wire::STATUS_NO_HANDLER
+            }
+        };
+        send_response(
+            &mut self.tx,
+            s,
+            hdr.session,
+            r.seq,
+            sv.status,
+            &sv.resp,
+            self.single_cap,
+            self.seg_payload,
+            self.cluster.mtu,
+            self.cfg.coalesce,
+        );
+        if let Some((i, _)) = taken {
+            self.reasm[i].buf = whole;
+        }
+    }
+
+    fn on_response(&mut self, s: usize, hdr: &wire::Header, r: &wire::Record<'_>) {
+        if hdr.session != self.session {
+            self.stats.rx_unknown_response += 1;
+            return;
+        }
+        let wmask = self.window - 1;
+        let Some(dest) = self.dests[s].as_mut() else {
+            self.stats.rx_unknown_response += 1;
+            return;
+        };
+        if r.seq >= dest.next_seq {
+            self.stats.rx_unknown_response += 1;
+            return;
+        }
+        let rec = dest.win[r.seq as usize & wmask];
+        if r.seq < dest.ack || !rec.live || rec.seq != r.seq {
+            self.stats.rx_duplicate_response += 1;
+            return;
+        }
+        let status = match r.tag {
+            wire::STATUS_OK => ReqStatus::Ok,
+            wire::STATUS_NO_HANDLER => ReqStatus::NoHandler,
+            wire::STATUS_TOO_LARGE => ReqStatus::TooLarge,
+            _ => {
+                self.stats.rx_malformed += 1;
+                return;
+            }
+        };
+        match r.seg {
+            None => {
+                let out = &mut self.cos[rec.co as usize].resps[rec.idx as usize];
+                out.clear();
+                out.extend_from_slice(r.payload);
+            }
+            Some(seg) => {
+                let Some(i) = self.reassemble(s, wire::KIND_RESPONSE, hdr.session, r, seg) else {
+                    return;
+                };
+                let ra = &mut self.reasm[i];
+                ra.active = false;
+                let out = &mut self.cos[rec.co as usize].resps[rec.idx as usize];
+                out.clear();
+                out.extend_from_slice(&ra.buf[..ra.total as usize]);
+            }
+        }
+        let dest = self.dests[s].as_mut().expect("checked above");
+        dest.suspected = false;
+        self.settle(s, r.seq, status);
+    }
+
+    /// Completes (or fails) the live request `seq` to destination `s`: frees its window
+    /// entry and, with the last request of its datagram, the datagram's credits.
+    fn settle(&mut self, s: usize, seq: u64, status: ReqStatus) {
+        let wmask = self.window - 1;
+        let dest = self.dests[s]
+            .as_mut()
+            .expect("settle of a known destination");
+        let rec = &mut dest.win[seq as usize & wmask];
+        rec.live = false;
+        let (co_id, idx, dg) = (rec.co, rec.idx, rec.dg);
+        while dest.ack < dest.next_seq && !dest.win[dest.ack as usize & wmask].live {
+            dest.ack += 1;
+        }
+        dest.inflight -= 1;
+        self.inflight -= 1;
+        let slot = &mut dest.dg[dg as usize];
+        slot.remaining -= 1;
+        if slot.remaining == 0 {
+            dest.credits += slot.weight as u32;
+            dest.dg_free.push(dg);
+            for k in 0..self.credit_waiters.len() {
+                let w = self.credit_waiters[k];
+                self.cos[w as usize].waiting_credit = false;
+                self.make_ready(w);
+            }
+            self.credit_waiters.clear();
+        }
+        if status == ReqStatus::Failed {
+            self.stats.rpcs_failed += 1;
+        } else {
+            self.stats.rpcs_completed += 1;
+        }
+        let co = &mut self.cos[co_id as usize];
+        co.status[idx as usize] = status;
+        co.pending -= 1;
+        if co.pending == 0 {
+            self.make_ready(co_id);
+        }
+    }
+
+    /// Retransmits requests past their deadline; fails them (and suspects their
+    /// destination) once the retries are used up.
+    fn scan_timeouts(&mut self) {
+        let now = self.now;
+        self.next_scan = now + self.scan_period();
+        let wmask = self.window - 1;
+        let mtu = self.cluster.mtu;
+        for d in 0..self.dests.len() {
+            let Some(dest) = self.dests[d].as_mut() else {
+                continue;
+            };
+            if dest.inflight == 0 {
+                continue;
+            }
+            let mut give_up = false;
+            for seq in dest.ack..dest.next_seq {
+                let rec = &mut dest.win[seq as usize & wmask];
+                if !rec.live || rec.deadline > now {
+                    continue;
+                }
+                if rec.retries >= self.cfg.max_retries {
+                    give_up = true;
+                    break;
+                }
+                rec.retries += 1;
+                rec.deadline = now + self.rto;
+                self.stats.retransmits += 1;
+                let co = &self.cos[rec.co as usize];
+                let q = co.reqs[rec.idx as usize];
+                let payload = &co.arena[q.off as usize..(q.off + q.len) as usize];
+                if payload.len() <= self.single_cap {
+                    let rl = wire::record_len(payload.len(), false);
+                    self.tx.ensure(
+                        d,
+                        wire::KIND_REQUEST,
+                        self.session,
+                        dest.ack,
+                        rl,
+                        mtu,
+                        self.cfg.coalesce,
+                        false,
+                    );
+                    self.tx.push(d, seq, q.rtype, None, payload);
+                } else {
+                    push_segments(
+                        &mut self.tx,
+                        d,
+                        wire::KIND_REQUEST,
+                        self.session,
+                        dest.ack,
+                        seq,
+                        q.rtype,
+                        payload,
+                        self.seg_payload,
+                        mtu,
+                    );
+                }
+            }
+            if give_up {
+                let node = (d / self.threads) as NodeId;
+                self.stats.suspected += 1;
+                dest.suspected = true;
+                self.suspects.push(node);
+                if let Some(cb) = self.on_suspect.as_mut() {
+                    cb(node);
+                }
+                // Every request to it fails; their workers see RpcError::Timeout.
+                let (lo, hi) = (dest.ack, dest.next_seq);
+                for seq in lo..hi {
+                    let live = self.dests[d].as_ref().map(|x| {
+                        let r = &x.win[seq as usize & wmask];
+                        r.live && r.seq == seq
+                    });
+                    if live == Some(true) {
+                        self.settle(d, seq, ReqStatus::Failed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds a segment; returns the reassembly slot once its message is complete.
+    fn reassemble(
+        &mut self,
+        src: usize,
+        kind: u8,
+        session: u32,
+        r: &wire::Record<'_>,
+        seg: Seg,
+    ) -> Option<usize> {
+        let sp = self.seg_payload;
+        let total = seg.total as usize;
+        let off = seg.offset as usize;
+        // Segments are cut at fixed boundaries by a sender of the same MTU.
+        if total > self.max_message || off % sp != 0 || r.payload.len() != sp.min(total - off) {
+            self.stats.rx_bad_segment += 1;
+            return None;
+        }
+        let found = self.reasm.iter().position(|x| {
+            x.active
+                && x.src == src as u32
+                && x.kind == kind
+                && x.session == session
+                && x.seq == r.seq
+        });
+        let i = match found {
+            Some(i) => {
+                let x = &self.reasm[i];
+                if x.total != seg.total || x.tag != r.tag {
+                    self.stats.rx_bad_segment += 1;
+                    return None;
+                }
+                i
+            }
+            None => {
+                let i = if let Some(i) = self.reasm.iter().position(|x| !x.active) {
+                    i
+                } else if self.reasm.len() < self.cfg.reassembly_slots.max(1) {
+                    self.reasm.push(Reasm {
+                        active: false,
+                        src: 0,
+                        kind: 0,
+                        session: 0,
+                        seq: 0,
+                        tag: 0,
+                        total: 0,
+                        got: 0,
+                        bits: Vec::new(),
+                        buf: Vec::new(),
+                        touched: 0,
+                    });
+                    self.reasm.len() - 1
+                } else {
+                    self.stats.reassembly_evicted += 1;
+                    let (i, _) = self
+                        .reasm
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, x)| x.touched)?;
+                    i
+                };
+                let x = &mut self.reasm[i];
+                x.active = true;
+                x.src = src as u32;
+                x.kind = kind;
+                x.session = session;
+                x.seq = r.seq;
+                x.tag = r.tag;
+                x.total = seg.total;
+                x.got = 0;
+                x.bits.clear();
+                x.bits.resize(total.div_ceil(sp).div_ceil(64), 0);
+                if x.buf.len() < total {
+                    x.buf.resize(total, 0);
+                }
+                i
+            }
+        };
+        let x = &mut self.reasm[i];
+        x.touched = self.now;
+        let k = off / sp;
+        if x.bits[k / 64] & (1 << (k % 64)) != 0 {
+            return None; // duplicate segment
+        }
+        x.bits[k / 64] |= 1 << (k % 64);
+        x.buf[off..off + r.payload.len()].copy_from_slice(r.payload);
+        x.got += r.payload.len() as u32;
+        (x.got == x.total).then_some(i)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn push_segments(
+    tx: &mut Tx,
+    d: usize,
+    kind: u8,
+    session: u32,
+    ack: u64,
+    seq: u64,
+    tag: u8,
+    payload: &[u8],
+    sp: usize,
+    mtu: usize,
+) {
+    let total = payload.len() as u32;
+    for (k, chunk) in payload.chunks(sp).enumerate() {
+        tx.ensure(
+            d,
+            kind,
+            session,
+            ack,
+            wire::record_len(chunk.len(), true),
+            mtu,
+            false,
+            true,
+        );
+        tx.push(
+            d,
+            seq,
+            tag,
+            Some(Seg {
+                total,
+                offset: (k * sp) as u32,
+            }),
+            chunk,
+        );
+        tx.close(d);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn send_response(
+    tx: &mut Tx,
+    d: usize,
+    session: u32,
+    seq: u64,
+    status: u8,
+    resp: &[u8],
+    single_cap: usize,
+    sp: usize,
+    mtu: usize,
+    coalesce: bool,
+) {
+    if resp.len() <= single_cap {
+        tx.ensure(
+            d,
+            wire::KIND_RESPONSE,
+            session,
+            0,
+            wire::record_len(resp.len(), false),
+            mtu,
+            coalesce,
+            false,
+        );
+        tx.push(d, seq, status, None, resp);
+    } else {
+        push_segments(
+            tx,
+            d,
+            wire::KIND_RESPONSE,
+            session,
+            0,
+            seq,
+            status,
+            resp,
+            sp,
+            mtu,
+        );
+    }
+}
+
+impl Ctx {
+    /// Queues a request to `node` (thread chosen by the [`ThreadMap`]) without I/O.
+    pub fn queue(&self, node: NodeId, rtype: u8, payload: &[u8]) -> Result<ReqHandle, RpcError> {
+        let mut core = self.core.borrow_mut();
+        let st = &mut core.st;
+        let thread = match st.cfg.thread_map {
+            ThreadMap::Peer => st.me.thread,
+            ThreadMap::Fixed(t) => t,
+        };
+        st.queue(self.id, EndpointAddr::new(node, thread), rtype, payload)
+    }
+
+    /// Queues a request to an explicit endpoint (credits assume the [`ThreadMap`]).
+    pub fn queue_to(
+        &self,
+        addr: EndpointAddr,
+        rtype: u8,
+        payload: &[u8],
+    ) -> Result<ReqHandle, RpcError> {
+        self.core
+            .borrow_mut()
+            .st
+            .queue(self.id, addr, rtype, payload)
+    }
+
+    /// Sends the queued batch with one doorbell and resolves when every response (or
+    /// failure) is in. `Err(Timeout)` if some destination was suspected.
+    pub fn flush(&self) -> Flush<'_> {
+        Flush { ctx: self }
+    }
+
+    /// Runs `f` on the response to `h` (valid until the next `queue`).
+    pub fn response<R>(&self, h: ReqHandle, f: impl FnOnce(&[u8]) -> R) -> Result<R, RpcError> {
+        let core = self.core.borrow();
+        let st = &core.st;
+        let co = &st.cos[self.id as usize];
+        let i = h.0 as usize;
+        match co.status.get(i) {
+            Some(ReqStatus::Ok) => Ok(f(&co.resps[i])),
+            Some(ReqStatus::NoHandler) => Err(RpcError::NoHandler {
+                rtype: co.reqs[i].rtype,
+            }),
+            Some(ReqStatus::TooLarge) => Err(RpcError::ResponseTooLarge),
+            Some(ReqStatus::Failed) => {
+                let d = co.reqs[i].dest as usize;
+                Err(RpcError::Timeout {
+                    dest: EndpointAddr::new((d / st.threads) as u16, (d % st.threads) as u16),
+                })
+            }
+            _ => Err(RpcError::NotReady),
+        }
+    }
+
+    /// Yields to the master once (the coroutine is resumed at the next step).
+    pub fn yield_now(&self) -> YieldNow<'_> {
+        YieldNow {
+            ctx: self,
+            yielded: false,
+        }
+    }
+
+    /// The runtime's clock.
+    pub fn now_ns(&self) -> u64 {
+        self.core.borrow().st.clock.now_ns()
+    }
+
+    pub fn addr(&self) -> EndpointAddr {
+        self.core.borrow().st.me
+    }
+
+    pub fn cluster(&self) -> ClusterConfig {
+        self.core.borrow().st.cluster.clone()
+    }
+
+    /// This coroutine's index in its runtime.
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+}
+
+/// Future of [`Ctx::flush`].
+pub struct Flush<'a> {
+    ctx: &'a Ctx,
+}
+
+impl Future for Flush<'_> {
+    type Output = Result<(), RpcError>;
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut core = self.ctx.core.borrow_mut();
+        let Core { ep, st } = &mut *core;
+        st.flush_poll(self.ctx.id, &mut **ep)
+    }
+}
+
+/// Future of [`Ctx::yield_now`].
+pub struct YieldNow<'a> {
+    ctx: &'a Ctx,
+    yielded: bool,
+}
+
+impl Future for YieldNow<'_> {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        if self.yielded {
+            return Poll::Ready(());
+        }
+        self.yielded = true;
+        self.ctx.core.borrow_mut().st.make_ready(self.ctx.id);
+        Poll::Pending
+    }
+}

@@ -1,0 +1,168 @@
+//! Fuzzing of everything that touches received bytes: the wire decoder alone and the
+//! runtime's whole receive path. Random bytes and mutated valid datagrams must never
+//! panic; they may only move counters (and, when a mutation happens to yield a valid
+//! request, run a handler).
+
+use ambidex_rpc::wire::{self, Seg};
+use ambidex_rpc::{Runtime, RuntimeConfig};
+use ambidex_transport::local::LocalFabric;
+use ambidex_transport::{ClusterConfig, EndpointAddr};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+#[derive(Debug, Clone)]
+struct Rec {
+    seq: u64,
+    tag: u8,
+    seg: Option<(u32, u32)>,
+    payload: Vec<u8>,
+}
+
+fn rec() -> impl Strategy<Value = Rec> {
+    (
+        1u64..40,
+        0u8..4,
+        prop::option::of((0u32..20_000, 0u32..20_000)),
+        prop::collection::vec(any::<u8>(), 0..64),
+    )
+        .prop_map(|(seq, tag, seg, payload)| Rec {
+            seq,
+            tag,
+            seg,
+            payload,
+        })
+}
+
+fn valid_datagram() -> impl Strategy<Value = Vec<u8>> {
+    (
+        1u8..3,
+        any::<u32>(),
+        0u64..40,
+        prop::collection::vec(rec(), 1..6),
+    )
+        .prop_map(|(kind, session, ack, recs)| {
+            let mut b = Vec::new();
+            let s = wire::begin(&mut b, kind, session, ack);
+            for r in recs {
+                // A segment carries at least one byte.
+                let seg = r.seg.filter(|_| !r.payload.is_empty()).map(|(t, o)| Seg {
+                    total: t.max(o + r.payload.len() as u32),
+                    offset: o,
+                });
+                wire::push_record(&mut b, s, r.seq, r.tag, seg, &r.payload);
+            }
+            b
+        })
+}
+
+#[derive(Debug, Clone)]
+enum Mutation {
+    Flip(usize, u8),
+    Truncate(usize),
+    Insert(usize, u8),
+    Remove(usize),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Flip(i, b)),
+        any::<usize>().prop_map(Mutation::Truncate),
+        (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Insert(i, b)),
+        any::<usize>().prop_map(Mutation::Remove),
+    ]
+}
+
+fn mutate(mut b: Vec<u8>, ms: &[Mutation]) -> Vec<u8> {
+    for m in ms {
+        let n = b.len().max(1);
+        match *m {
+            Mutation::Flip(i, x) => {
+                if !b.is_empty() {
+                    b[i % n] ^= x | 1;
+                }
+            }
+            Mutation::Truncate(i) => b.truncate(i % n),
+            Mutation::Insert(i, x) => b.insert(i % (b.len() + 1), x),
+            Mutation::Remove(i) => {
+                if !b.is_empty() {
+                    b.remove(i % n);
+                }
+            }
+        }
+    }
+    b
+}
+
+fn check_decode(b: &[u8]) {
+    if let Ok((h, recs)) = wire::decode(b) {
+        let mut n = 0;
+        for r in recs {
+            n += 1;
+            if let Some(s) = r.seg {
+                assert!(s.offset as u64 + r.payload.len() as u64 <= s.total as u64);
+            }
+        }
+        assert_eq!(n, h.count as usize);
+    }
+}
+
+proptest! {
+    #![proptest_config(Config { cases: 2000, ..Config::default() })]
+
+    #[test]
+    fn decode_random_bytes(b in prop::collection::vec(any::<u8>(), 0..300)) {
+        check_decode(&b);
+    }
+
+    #[test]
+    fn decode_mutated_valid(b in valid_datagram(), ms in prop::collection::vec(mutation(), 1..4)) {
+        prop_assert!(wire::decode(&b).is_ok(), "generator must produce valid datagrams");
+        check_decode(&mutate(b, &ms));
+    }
+}
+
+/// The runtime's receive path (dedup windows, response matching, reassembly) fed with
+/// random and mutated datagrams from every source, interleaved with its own traffic.
+#[test]
+fn runtime_receive_path_never_panics() {
+    let cc = ClusterConfig::new(2, 2);
+    let fabric = LocalFabric::new(cc).unwrap();
+    let mut rt = Runtime::new(
+        fabric.node(0).endpoint(0).unwrap(),
+        RuntimeConfig::default(),
+    )
+    .unwrap();
+    rt.register(1, |_, req, resp| resp.extend_from_slice(req));
+    rt.spawn(|ctx| async move {
+        // Outstanding requests give forged responses something to (mis)match.
+        for _ in 0..3 {
+            let _ = ctx.queue(1, 1, &[5; 40]);
+            let _ = ctx.queue(1, 1, &vec![6; 9000]);
+            let _ = ctx.flush().await;
+        }
+    });
+    let mut runner = TestRunner::new(Config {
+        cases: 3000,
+        ..Config::default()
+    });
+    let strat = (
+        prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..200),
+            (valid_datagram(), prop::collection::vec(mutation(), 0..3))
+                .prop_map(|(b, m)| mutate(b, &m)),
+        ],
+        0u16..2,
+        0u16..2,
+    );
+    let rt_ref = std::cell::RefCell::new(&mut rt);
+    runner
+        .run(&strat, |(bytes, node, thread)| {
+            let mut rt = rt_ref.borrow_mut();
+            rt.inject(EndpointAddr::new(node, thread), &bytes);
+            rt.poll_once();
+            Ok(())
+        })
+        .unwrap();
+    let st = rt.stats();
+    assert!(st.rx_malformed > 0, "{st:?}");
+}

@@ -1,0 +1,498 @@
+//! Behavioural tests of the RPC runtime. Most drive every node's runtime step by step in
+//! this one thread, as the deterministic simulator will.
+
+use ambidex_rpc::*;
+use ambidex_transport::fault::{FaultConfig, FaultyEndpoint};
+use ambidex_transport::local::LocalFabric;
+use ambidex_transport::{ClusterConfig, Datagram, Endpoint, EndpointAddr};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+const ECHO: u8 = 1;
+
+fn endpoints(cc: ClusterConfig) -> Vec<Box<dyn Endpoint>> {
+    let fabric = LocalFabric::new(cc.clone()).unwrap();
+    let mut v = Vec::new();
+    for n in 0..cc.nodes {
+        let node = fabric.node(n);
+        for t in 0..cc.threads_per_node {
+            v.push(node.endpoint(t).unwrap());
+        }
+    }
+    v
+}
+
+fn runtimes(cc: ClusterConfig, cfg: RuntimeConfig) -> Vec<Runtime> {
+    endpoints(cc)
+        .into_iter()
+        .map(|ep| {
+            let mut rt = Runtime::new(ep, cfg.clone()).unwrap();
+            rt.register(ECHO, |_, req, resp| resp.extend_from_slice(req));
+            rt
+        })
+        .collect()
+}
+
+/// Steps every runtime round-robin until all workers are done (or a deadline passes).
+fn step_all(rts: &mut [Runtime], limit: Duration) {
+    let t0 = Instant::now();
+    while rts.iter().any(|r| r.live_tasks() > 0) {
+        for r in rts.iter_mut() {
+            r.poll_once();
+        }
+        assert!(t0.elapsed() < limit, "cluster did not finish in {limit:?}");
+    }
+    // Let servers answer the last requests' duplicates, if any.
+    for _ in 0..10 {
+        for r in rts.iter_mut() {
+            r.poll_once();
+        }
+    }
+}
+
+#[test]
+fn batching_and_coalescing_datagram_counts() {
+    for coalesce in [true, false] {
+        let cfg = RuntimeConfig {
+            coalesce,
+            ..Default::default()
+        };
+        let mut rts = runtimes(ClusterConfig::new(3, 1), cfg);
+        let ok = Rc::new(Cell::new(0));
+        let ok2 = ok.clone();
+        rts[0].spawn(move |ctx| async move {
+            let mut hs = Vec::new();
+            for i in 0..8u8 {
+                let node = 1 + (i % 2) as u16;
+                hs.push((ctx.queue(node, ECHO, &[i; 32]).unwrap(), i));
+            }
+            ctx.flush().await.unwrap();
+            for (h, i) in hs {
+                ctx.response(h, |r| assert_eq!(r, &[i; 32])).unwrap();
+                ok2.set(ok2.get() + 1);
+            }
+        });
+        step_all(&mut rts, Duration::from_secs(10));
+        assert_eq!(ok.get(), 8);
+        let c0 = rts[0].endpoint_counters();
+        // 8 requests to 2 nodes: one doorbell; 2 datagrams coalesced, else 8.
+        assert_eq!(c0.get("tx_doorbells"), 1, "coalesce={coalesce}");
+        assert_eq!(c0.get("tx_datagrams"), if coalesce { 2 } else { 8 });
+        for n in 1..3 {
+            let c = rts[n].endpoint_counters();
+            // Each server answers its 4 requests with one doorbell.
+            assert_eq!(
+                c.get("tx_doorbells"),
+                if coalesce { 1 } else { c.get("tx_doorbells") }
+            );
+            assert_eq!(c.get("tx_datagrams"), if coalesce { 1 } else { 4 });
+            assert_eq!(rts[n].stats().requests_served, 4);
+        }
+        assert_eq!(rts[0].stats().rpcs_completed, 8);
+    }
+}
+
+/// Many coroutines burst requests at one node that is not polled for a while: credits
+/// must hold the burst back so the small receive queue never overflows. The control run
+/// with oversized credits shows the test can detect overflow.
+#[test]
+fn credits_stop_overflow_under_burst() {
+    for (credits, expect_overflow) in [(None, false), (Some(64), true)] {
+        let mut cc = ClusterConfig::new(2, 1);
+        cc.recv_depth = 16;
+        let cfg = RuntimeConfig {
+            credits,
+            coalesce: false,
+            retransmit_timeout: Duration::from_millis(5),
+            ..Default::default()
+        };
+        let mut rts = runtimes(cc.clone(), cfg);
+        if credits.is_none() {
+            assert_eq!(rts[0].credits_per_dest(), 4); // min(16 / (2*2), 16 / 2)
+        }
+        let done = Rc::new(Cell::new(0u32));
+        for c in 0..50u32 {
+            let done = done.clone();
+            rts[0].spawn(move |ctx| async move {
+                for k in 0..4u32 {
+                    let v = (c * 4 + k).to_le_bytes();
+                    let h = ctx.queue(1, ECHO, &v).unwrap();
+                    ctx.flush().await.unwrap();
+                    ctx.response(h, |r| assert_eq!(r, v)).unwrap();
+                }
+                done.set(done.get() + 1);
+            });
+        }
+        // Burst: node 0 runs many steps before node 1 polls at all.
+        for _ in 0..200 {
+            rts[0].poll_once();
+        }
+        step_all(&mut rts, Duration::from_secs(20));
+        assert_eq!(done.get(), 50);
+        let drops: u64 = rts
+            .iter()
+            .map(|r| r.endpoint_counters().get("rx_dropped_queue_full"))
+            .sum();
+        if expect_overflow {
+            assert!(drops > 0, "control run should overflow");
+            assert!(rts[0].stats().retransmits > 0);
+        } else {
+            assert_eq!(drops, 0);
+            assert!(
+                rts[0].stats().credit_waits > 0,
+                "the burst should have waited for credits"
+            );
+            assert_eq!(rts[0].stats().retransmits, 0);
+        }
+        assert_eq!(rts[1].stats().requests_served, 200);
+    }
+}
+
+/// 1% drop, 5% reorder (and 1% duplication): every RPC completes, each handler runs
+/// exactly once per RPC, and responses are correct. Includes segmented messages.
+#[test]
+fn faults_every_rpc_exactly_once() {
+    let cc = ClusterConfig::new(3, 2);
+    let cfg = RuntimeConfig {
+        retransmit_timeout: Duration::from_millis(3),
+        max_retries: 1000,
+        ..Default::default()
+    };
+    let executed: Rc<RefCell<HashMap<u64, u32>>> = Rc::default();
+    let mut rts = Vec::new();
+    for (i, ep) in endpoints(cc.clone()).into_iter().enumerate() {
+        let fc = FaultConfig {
+            seed: 42 + i as u64,
+            drop: 0.01,
+            reorder: 0.05,
+            duplicate: 0.01,
+            ..Default::default()
+        };
+        let ep = FaultyEndpoint::wrap(ep, fc).unwrap();
+        let mut rt = Runtime::new(ep, cfg.clone()).unwrap();
+        let ex = executed.clone();
+        rt.register(ECHO, move |_, req, resp| {
+            let id = u64::from_le_bytes(req[..8].try_into().unwrap());
+            *ex.borrow_mut().entry(id).or_default() += 1;
+            resp.extend_from_slice(req);
+            resp.reverse();
+        });
+        rts.push(rt);
+    }
+    let completed = Rc::new(Cell::new(0u64));
+    let per_co = 60u64;
+    for (ri, rt) in rts.iter_mut().enumerate() {
+        for c in 0..4u64 {
+            let completed = completed.clone();
+            rt.spawn(move |ctx| async move {
+                let me = ctx.addr().node;
+                let mut buf = Vec::new();
+                for k in 0..per_co {
+                    let mut hs = Vec::new();
+                    for b in 0..3u64 {
+                        let id = ((ri as u64 * 8 + c) * per_co + k) * 4 + b;
+                        buf.clear();
+                        buf.extend_from_slice(&id.to_le_bytes());
+                        // Every 16th request is large enough to be segmented.
+                        let len = if id % 16 == 0 { 9000 } else { 24 };
+                        buf.extend((8..len).map(|x| (x as u64 ^ id) as u8));
+                        let node = ((me as u64 + 1 + b) % 3) as u16;
+                        hs.push((ctx.queue(node, ECHO, &buf).unwrap(), buf.clone()));
+                    }
+                    ctx.flush().await.unwrap();
+                    for (h, mut want) in hs {
+                        want.reverse();
+                        ctx.response(h, |r| assert!(r == want.as_slice())).unwrap();
+                        completed.set(completed.get() + 1);
+                    }
+                }
+            });
+        }
+    }
+    step_all(&mut rts, Duration::from_secs(60));
+    let total = 6 * 4 * per_co * 3;
+    assert_eq!(completed.get(), total);
+    let ex = executed.borrow();
+    assert_eq!(ex.len() as u64, total);
+    assert!(ex.values().all(|&n| n == 1), "some handler ran twice");
+    let mut st = RpcStats::default();
+    let mut faults = 0;
+    for r in &rts {
+        st.merge(&r.stats());
+        let c = r.endpoint_counters();
+        faults += c.get("fault_dropped") + c.get("fault_reordered");
+    }
+    assert!(
+        faults > 0 && st.retransmits > 0,
+        "faults must have happened: {st:?}"
+    );
+    assert_eq!(st.rpcs_failed, 0);
+    eprintln!("fault test stats: {st:?}");
+}
+
+#[test]
+fn malformed_flood_changes_only_counters() {
+    let cc = ClusterConfig::new(3, 1);
+    let mut eps = endpoints(cc.clone());
+    let mut attacker = eps.pop().unwrap();
+    let served = Rc::new(Cell::new(0u64));
+    let mut rts: Vec<Runtime> = eps
+        .into_iter()
+        .map(|ep| {
+            let mut rt = Runtime::new(ep, RuntimeConfig::default()).unwrap();
+            let s = served.clone();
+            rt.register(ECHO, move |_, req, resp| {
+                s.set(s.get() + 1);
+                resp.extend_from_slice(req);
+            });
+            rt
+        })
+        .collect();
+    let sessions: Vec<u32> = rts.iter().map(|r| r.session()).collect();
+    let done = Rc::new(Cell::new(0u64));
+    for (i, rt) in rts.iter_mut().enumerate() {
+        let done = done.clone();
+        rt.spawn(move |ctx| async move {
+            for k in 0..200u32 {
+                let v = k.to_le_bytes();
+                let h = ctx.queue(1 - i as u16, ECHO, &v).unwrap();
+                ctx.flush().await.unwrap();
+                ctx.response(h, |r| assert_eq!(r, v)).unwrap();
+                done.set(done.get() + 1);
+            }
+        });
+    }
+    let mut rng = 0x1234_5678_9abc_def0u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut garbage = Vec::new();
+    let t0 = Instant::now();
+    while rts.iter().any(|r| r.live_tasks() > 0) {
+        assert!(t0.elapsed() < Duration::from_secs(20));
+        for dst in 0..2u16 {
+            let mut batch: Vec<Vec<u8>> = Vec::new();
+            for _ in 0..4 {
+                garbage.clear();
+                match next() % 4 {
+                    // Random bytes.
+                    0 => garbage.extend((0..next() % 200).map(|_| next() as u8)),
+                    // A request datagram cut short: never valid.
+                    1 => {
+                        let s = wire::begin(&mut garbage, wire::KIND_REQUEST, 9, 0);
+                        wire::push_record(&mut garbage, s, 1 + next() % 100, ECHO, None, &[7; 20]);
+                        let cut = next() as usize % garbage.len();
+                        garbage.truncate(cut);
+                    }
+                    // A response with the victim's session but an id it never issued.
+                    2 => {
+                        let s = wire::begin(
+                            &mut garbage,
+                            wire::KIND_RESPONSE,
+                            sessions[dst as usize],
+                            0,
+                        );
+                        wire::push_record(
+                            &mut garbage,
+                            s,
+                            1_000_000 + next() % 1000,
+                            0,
+                            None,
+                            &[1; 4],
+                        );
+                    }
+                    // A response with a foreign session (stale incarnation).
+                    _ => {
+                        let s = wire::begin(
+                            &mut garbage,
+                            wire::KIND_RESPONSE,
+                            sessions[dst as usize] ^ 1,
+                            0,
+                        );
+                        wire::push_record(&mut garbage, s, 1 + next() % 50, 0, None, &[1; 4]);
+                    }
+                }
+                batch.push(garbage.clone());
+            }
+            let dgs: Vec<Datagram<'_>> = batch
+                .iter()
+                .map(|p| Datagram {
+                    dst: EndpointAddr::new(dst, 0),
+                    payload: p,
+                })
+                .collect();
+            attacker.send(&dgs).unwrap();
+        }
+        for r in rts.iter_mut() {
+            r.poll_once();
+        }
+    }
+    assert_eq!(done.get(), 400);
+    assert_eq!(served.get(), 400, "a malformed datagram ran a handler");
+    let mut st = RpcStats::default();
+    for r in &rts {
+        st.merge(&r.stats());
+    }
+    assert!(st.rx_malformed > 0 && st.rx_unknown_response > 0, "{st:?}");
+    assert_eq!(st.rpcs_failed, 0);
+    assert_eq!(st.retransmits, 0);
+}
+
+#[test]
+fn segmentation_and_size_limit() {
+    let mut rts = runtimes(ClusterConfig::new(2, 1), RuntimeConfig::default());
+    let max = rts[0].max_message();
+    assert_eq!(max, DEFAULT_MAX_MESSAGE);
+    rts[1].register(2, |_, req, resp| {
+        // Response 3x the request: segmented too.
+        for _ in 0..3 {
+            resp.extend_from_slice(req);
+        }
+    });
+    let ok = Rc::new(Cell::new(false));
+    let ok2 = ok.clone();
+    rts[0].spawn(move |ctx| async move {
+        let big: Vec<u8> = (0..20_000u32).map(|i| (i * 7) as u8).collect();
+        let h = ctx.queue(1, 2, &big).unwrap();
+        let small = ctx.queue(1, ECHO, b"abc").unwrap();
+        ctx.flush().await.unwrap();
+        ctx.response(h, |r| {
+            assert_eq!(r.len(), 60_000);
+            assert!(r.chunks(20_000).all(|c| c == big.as_slice()));
+        })
+        .unwrap();
+        ctx.response(small, |r| assert_eq!(r, b"abc")).unwrap();
+        // Over the limit: a clear error, nothing sent.
+        let e = ctx.queue(1, ECHO, &vec![0; max + 1]).unwrap_err();
+        assert_eq!(e, RpcError::TooLarge { len: max + 1, max });
+        // A response over the limit is reported as such.
+        let h = ctx.queue(1, 2, &vec![1; 30_000]).unwrap();
+        ctx.flush().await.unwrap();
+        assert_eq!(ctx.response(h, |_| ()), Err(RpcError::ResponseTooLarge));
+        // Unknown request type.
+        let h = ctx.queue(1, 99, b"x").unwrap();
+        ctx.flush().await.unwrap();
+        assert_eq!(
+            ctx.response(h, |_| ()),
+            Err(RpcError::NoHandler { rtype: 99 })
+        );
+        ok2.set(true);
+    });
+    step_all(&mut rts, Duration::from_secs(10));
+    assert!(ok.get());
+}
+
+/// FaSST setting: no retransmission, the first timeout suspects the destination. The
+/// clock is simulated, so this is deterministic.
+#[test]
+fn silent_destination_is_suspected() {
+    let clock = Arc::new(ManualClock::new(1_000));
+    let mut eps = endpoints(ClusterConfig::new(2, 1));
+    let _silent = eps.pop().unwrap();
+    let mut rt =
+        Runtime::with_clock(eps.pop().unwrap(), RuntimeConfig::fasst(), clock.clone()).unwrap();
+    let seen = Rc::new(Cell::new(0));
+    let s2 = seen.clone();
+    rt.on_suspect(move |n| {
+        assert_eq!(n, 1);
+        s2.set(s2.get() + 1)
+    });
+    let result = Rc::new(RefCell::new(None));
+    let r2 = result.clone();
+    rt.spawn(move |ctx| async move {
+        let h = ctx.queue(1, ECHO, b"hi").unwrap();
+        *r2.borrow_mut() = Some((ctx.flush().await, ctx.response(h, |_| ())));
+    });
+    for _ in 0..100 {
+        rt.poll_once();
+    }
+    assert!(result.borrow().is_none(), "no failure before the timeout");
+    clock.advance(999_000_000);
+    for _ in 0..40 {
+        rt.poll_once();
+    }
+    assert!(result.borrow().is_none(), "still within 1 s");
+    // Timeouts are scanned every timeout/4, so failure is declared within 1.25 s.
+    clock.advance(2_000_000);
+    for _ in 0..40 {
+        rt.poll_once();
+    }
+    clock.advance(250_000_000);
+    // Idle steps read the clock only every few polls.
+    for _ in 0..40 {
+        rt.poll_once();
+    }
+    let dest = EndpointAddr::new(1, 0);
+    let r = result.borrow().clone().expect("failed after the timeout");
+    assert_eq!(r.0, Err(RpcError::Timeout { dest }));
+    assert_eq!(r.1, Err(RpcError::Timeout { dest }));
+    assert_eq!(rt.stats().suspected, 1);
+    assert_eq!(rt.stats().retransmits, 0);
+    assert_eq!(rt.take_suspects(), vec![1]);
+    assert_eq!(seen.get(), 1);
+}
+
+/// Real threads: one runtime per thread, parked when idle.
+#[test]
+fn threaded_nodes_run() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let fabric = LocalFabric::new(ClusterConfig::new(2, 2)).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for n in 0..2 {
+        let c = count.clone();
+        handles.extend(spawn_node_threads(
+            fabric.node(n),
+            RuntimeConfig::default(),
+            move |rt| {
+                rt.register(ECHO, |_, req, resp| resp.extend_from_slice(req));
+                let c = c.clone();
+                rt.spawn(move |ctx| async move {
+                    let other = 1 - ctx.addr().node;
+                    for _ in 0..500 {
+                        let h = ctx.queue(other, ECHO, b"0123456789").unwrap();
+                        ctx.flush().await.unwrap();
+                        ctx.response(h, |r| assert_eq!(r, b"0123456789")).unwrap();
+                        c.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            },
+            stop.clone(),
+        ));
+    }
+    let t0 = Instant::now();
+    while count.load(Ordering::Relaxed) < 2000 {
+        assert!(t0.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        let st = h.join().unwrap().unwrap();
+        assert_eq!(st.rpcs_completed, 500);
+    }
+}
+
+use std::sync::Arc;
+
+#[test]
+fn bench_runs_both_phases() {
+    let cfg = bench::RpcBenchConfig {
+        duration_s: 0.2,
+        ..Default::default()
+    };
+    let fabric = LocalFabric::new(ClusterConfig::new(2, 1)).unwrap();
+    let rep = bench::run_bench(&cfg, fabric.nodes()).unwrap();
+    assert!(rep.rpcs > 0 && rep.raw_datagrams > 0, "{rep:?}");
+    assert!(rep.rpc_to_raw_ratio > 0.0 && rep.latency_us.p50 > 0.0);
+    assert_eq!(
+        rep.rpc_stats.rx_malformed, 0,
+        "raw-phase datagrams leaked into the RPC phase"
+    );
+    assert_eq!(rep.rpc_stats.rpcs_failed, 0);
+}
