@@ -66,6 +66,14 @@ impl Counters {
         }
     }
 
+    /// Adds to a counter that only the calling thread writes (an endpoint's own): a plain
+    /// load and store, no read-modify-write on the hot path.
+    #[inline]
+    pub fn add_owned(&self, c: Counter, n: u64) {
+        let v = &self.values[c as usize];
+        v.store(v.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
     #[inline]
     pub fn get(&self, c: Counter) -> u64 {
         self.values[c as usize].load(Ordering::Relaxed)

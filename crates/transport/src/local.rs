@@ -258,9 +258,10 @@ impl Endpoint for LocalEndpoint {
             }
         }
         self.touched.clear();
-        self.counters.add(Counter::TxDatagrams, batch.len() as u64);
-        self.counters.add(Counter::TxBytes, bytes);
-        self.counters.add(Counter::TxDoorbells, 1);
+        self.counters
+            .add_owned(Counter::TxDatagrams, batch.len() as u64);
+        self.counters.add_owned(Counter::TxBytes, bytes);
+        self.counters.add_owned(Counter::TxDoorbells, 1);
         Ok(())
     }
 
@@ -280,10 +281,13 @@ impl Endpoint for LocalEndpoint {
                 payload,
             );
         });
-        let c = &self.consumer.header().counters;
-        c.add(Counter::RxDroppedWrongEpoch, wrong_epoch);
-        c.add(Counter::RxDatagrams, n as u64 - wrong_epoch);
-        c.add(Counter::RxBytes, bytes);
+        if n > 0 {
+            // Only this endpoint writes these (senders add only drops).
+            let c = &self.consumer.header().counters;
+            c.add_owned(Counter::RxDroppedWrongEpoch, wrong_epoch);
+            c.add_owned(Counter::RxDatagrams, n as u64 - wrong_epoch);
+            c.add_owned(Counter::RxBytes, bytes);
+        }
         n - wrong_epoch as usize
     }
 
@@ -306,7 +310,7 @@ impl Endpoint for LocalEndpoint {
                 },
             };
             if let Err(e) = result {
-                self.counters.add(Counter::OnesidedErrors, 1);
+                self.counters.add_owned(Counter::OnesidedErrors, 1);
                 if e != AccessError::UnknownNode && e != AccessError::BadLocalBuffer {
                     fabric.nodes[op.remote.node as usize]
                         .counters
@@ -323,7 +327,8 @@ impl Endpoint for LocalEndpoint {
                 });
             }
         }
-        self.counters.add(Counter::OnesidedPosted, ops.len() as u64);
+        self.counters
+            .add_owned(Counter::OnesidedPosted, ops.len() as u64);
         Ok(())
     }
 

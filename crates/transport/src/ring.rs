@@ -32,7 +32,7 @@ pub struct RxHeader {
     senders: AtomicU64,
     ring_bytes: AtomicU64,
     _pad0: [u8; 32],
-    /// Bumped by senders after publishing; the receiver parks on it.
+    /// The receiver parks on it; senders wake it (see `wait`).
     pub event: EventCount,
     _pad1: [u8; 56],
     /// Datagrams published and not yet consumed, over all rings (the receive-queue
@@ -173,9 +173,10 @@ impl RingProducer {
         let mut tail = block.ctl(sender).tail.load(Ordering::Acquire);
         let head = block.ctl(sender).head.load(Ordering::Acquire);
         // Only a rogue writer can leave a misaligned or absurd tail: continue from an
-        // aligned, small one (the consumer counts the jump as corruption and resyncs).
+        // aligned, small one, rounding up so as not to fall behind the consumer's head
+        // (the consumer counts the jump as corruption and resyncs).
         if tail % 8 != 0 || tail > MAX_POS {
-            tail &= MAX_POS & !7;
+            tail = ((tail & MAX_POS) + 7) & !7;
         }
         RingProducer {
             block,
@@ -257,8 +258,6 @@ pub struct RxConsumer {
     block: RxBlock,
     heads: Vec<u64>,
     next: usize,
-    last_event: u32,
-    maybe_more: bool,
     mtu: usize,
 }
 
@@ -271,8 +270,6 @@ impl RxConsumer {
             block,
             heads,
             next: 0,
-            last_event: u32::MAX,
-            maybe_more: true,
             mtu,
         }
     }
@@ -284,18 +281,12 @@ impl RxConsumer {
     /// True if some ring may hold unread records.
     pub fn has_pending(&self) -> bool {
         (0..self.block.senders)
-            .any(|s| self.block.ctl(s).tail.load(Ordering::Acquire) != self.heads[s])
+            .any(|s| self.block.ctl(s).tail.load(Ordering::SeqCst) != self.heads[s])
     }
 
     /// Delivers up to `max` records as (sender index, epoch, payload). Validates every
     /// header; a corrupt ring is skipped to its tail and counted.
     pub fn poll(&mut self, max: usize, sink: &mut dyn FnMut(usize, u32, &[u8])) -> usize {
-        let ev = self.block.header().event.observe();
-        if ev == self.last_event && !self.maybe_more {
-            return 0;
-        }
-        self.last_event = ev;
-        self.maybe_more = false;
         let senders = self.block.senders;
         let cap = self.block.ring_bytes as u64;
         let counters = &self.block.header().counters;
@@ -303,7 +294,6 @@ impl RxConsumer {
         for i in 0..senders {
             let s = (self.next + i) % senders;
             if delivered >= max {
-                self.maybe_more = true;
                 break;
             }
             let ctl = self.block.ctl(s);
@@ -357,9 +347,6 @@ impl RxConsumer {
                 head += rec;
                 n += 1;
                 delivered += 1;
-            }
-            if head < tail {
-                self.maybe_more = true;
             }
             self.heads[s] = head;
             ctl.head.store(head, Ordering::Release);

@@ -1,10 +1,12 @@
 //! Parking for pollers: an event count on a 32-bit word, usable across processes (the
 //! word may live in shared memory) through the non-private futex calls.
 //!
-//! A receiver reads the count, checks its queues, announces itself as a sleeper, checks
-//! again and sleeps only if the count is unchanged; a sender bumps the count after
-//! publishing and wakes only if someone sleeps. So an idle node costs no CPU and a busy
-//! one pays one uncontended atomic per doorbell.
+//! A receiver reads the count, announces itself as a sleeper, checks its queues again and
+//! sleeps only if they are empty and the count is unchanged. A sender publishes with a
+//! sequentially consistent store and then checks for sleepers; only if there is one does
+//! it bump the count and wake it. The two store-then-load sequences (Dekker's pattern)
+//! guarantee that either the sender sees the sleeper or the sleeper sees the work, so an
+//! idle node costs no CPU and a busy sender pays one load per doorbell.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -18,11 +20,11 @@ pub struct EventCount {
 }
 
 impl EventCount {
-    /// Called by a producer after publishing work.
+    /// Called by a producer after publishing work with a `SeqCst` store.
     #[inline]
     pub fn notify(&self) {
-        self.count.fetch_add(1, Ordering::SeqCst);
         if self.sleepers.load(Ordering::SeqCst) != 0 {
+            self.count.fetch_add(1, Ordering::SeqCst);
             futex_wake(&self.count);
         }
     }
