@@ -267,3 +267,37 @@ fn shm_open(_dir: &std::path::Path, _node: NodeId) -> Result<SharedNode, String>
 fn udp_open(c: &ClusterConfig, a: &[SocketAddr], node: NodeId) -> Result<SharedNode, String> {
     ambidex_transport_udp::UdpNode::open(c, a, node).map_err(|e| e.to_string())
 }
+
+/// Every node of a cluster opened in this process (for benchmarks that drive all nodes
+/// as threads of one process on any backend). Dropping it removes the shm directory.
+pub struct InProcessCluster {
+    pub spec: ClusterSpec,
+    pub nodes: Vec<SharedNode>,
+}
+
+impl InProcessCluster {
+    pub fn open(backend: Backend, config: ClusterConfig) -> Result<InProcessCluster, String> {
+        let spec = ClusterSpec::on_this_host(backend, config.clone());
+        let nodes = match backend {
+            Backend::Local => LocalFabric::new(config).map_err(|e| e.to_string())?.nodes(),
+            _ => {
+                spec.create()?;
+                match (0..config.nodes).map(|n| spec.open_node(n)).collect() {
+                    Ok(nodes) => nodes,
+                    Err(e) => {
+                        spec.destroy();
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        Ok(InProcessCluster { spec, nodes })
+    }
+}
+
+impl Drop for InProcessCluster {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        self.spec.destroy();
+    }
+}

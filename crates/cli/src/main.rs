@@ -41,12 +41,24 @@ enum Command {
 enum BenchCommand {
     /// Datagram ping-pong and one-sided READ rates between two nodes.
     Transport(bench::transport::Args),
+    /// Symmetric all-to-all RPCs, with the raw datagram rate of the same run.
+    Rpc(bench::rpc::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench { what } => match what.unwrap_or_else(default_bench) {
+            BenchCommand::Rpc(args) => bench::rpc::run(&args).map(|r| {
+                if args.json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&r).expect("report serializes")
+                    );
+                } else {
+                    bench::rpc::print_summary(&args, &r);
+                }
+            }),
             BenchCommand::Transport(args) => bench::transport::run(&args).map(|r| {
                 if args.json {
                     println!(

@@ -1,2 +1,3 @@
 //! The `ambidex bench` subcommands.
+pub mod rpc;
 pub mod transport;

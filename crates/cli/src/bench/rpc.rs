@@ -1,0 +1,79 @@
+//! `ambidex bench rpc`: symmetric all-to-all RPCs (every node is client and server), with
+//! the raw datagram rate of the same transport measured in the same run so the RPC
+//! layer's cost shows as a ratio. All nodes run as threads of this process.
+
+use crate::cluster::{Backend, InProcessCluster};
+use ambidex_rpc::bench::{run_bench, RpcBenchConfig, RpcBenchReport};
+use ambidex_transport::ClusterConfig;
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct Args {
+    #[arg(long, value_enum, default_value = "local")]
+    pub transport: Backend,
+    #[arg(long, default_value_t = 2)]
+    pub nodes: u16,
+    /// Threads (runtimes) per node.
+    #[arg(long, default_value_t = 1)]
+    pub threads: u16,
+    /// Worker coroutines per thread.
+    #[arg(long, default_value_t = 20)]
+    pub coroutines: u16,
+    /// Requests per flush (one doorbell).
+    #[arg(long, default_value_t = 4)]
+    pub batch: u16,
+    /// Request and response payload bytes.
+    #[arg(long, default_value_t = 32)]
+    pub size: usize,
+    /// Send each batch to one node (its requests coalesce into one datagram).
+    #[arg(long)]
+    pub coalesce: bool,
+    /// Seconds of each phase (raw, then RPC).
+    #[arg(long, default_value_t = 2.0)]
+    pub duration: f64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: &Args) -> Result<RpcBenchReport, String> {
+    if a.nodes < 2 || a.threads == 0 || a.coroutines == 0 || a.batch == 0 {
+        return Err(
+            "need --nodes >= 2 and at least one thread, coroutine and request per batch".into(),
+        );
+    }
+    if !(a.duration > 0.0 && a.duration <= 3600.0) {
+        return Err("--duration must be between 0 and 3600 seconds".into());
+    }
+    let cluster = InProcessCluster::open(a.transport, ClusterConfig::new(a.nodes, a.threads))?;
+    let cfg = RpcBenchConfig {
+        nodes: a.nodes,
+        threads: a.threads,
+        coroutines: a.coroutines,
+        batch: a.batch,
+        size: a.size,
+        coalesce: a.coalesce,
+        no_coalescing: false,
+        duration_s: a.duration,
+    };
+    run_bench(&cfg, cluster.nodes.clone())
+}
+
+pub fn print_summary(a: &Args, r: &RpcBenchReport) {
+    println!(
+        "ambidex RPC benchmark: {} backend, {} nodes x {} threads x {} coroutines, batch {}, {} B",
+        a.transport.name(),
+        a.nodes,
+        a.threads,
+        a.coroutines,
+        a.batch,
+        a.size
+    );
+    println!(
+        "  RPCs:      {:>12.0} /s  {:>12.0} per CPU-second   latency p50 {:.1} us  p99 {:.1} us  p99.9 {:.1} us",
+        r.rpcs_per_s, r.rpcs_per_cpu_s, r.latency_us.p50, r.latency_us.p99, r.latency_us.p999
+    );
+    println!(
+        "  raw datagrams (same run): {:>12.0} per CPU-second   RPC/raw ratio {:.2}",
+        r.raw_datagrams_per_cpu_s, r.rpc_to_raw_ratio
+    );
+    println!("  retransmits {}  RPC drops {}", r.retransmits, r.rpc_drops);
+}
