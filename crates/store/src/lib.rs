@@ -1,1 +1,25 @@
-//! # ambidex-store (in progress)
+//! # ambidex-store: the store layer
+//!
+//! - [`table`]: a MICA-style hash table of cache-line buckets (12 slots) with overflow
+//!   chains, inside one registered region, so remote nodes can READ a bucket or an item
+//!   and lock an item with one CAS; lock-free consistent reads; layout and the version
+//!   scheme that makes one-sided reads safe under word atomicity are in [`layout`].
+//! - [`remote`]: one-sided access to a remote table through an `Endpoint` (READ with
+//!   retry on torn/locked items, CAS lock, WRITE-and-unlock).
+//! - [`loc_cache`]: the bounded location cache (set-associative, CLOCK per set).
+//! - [`btree`]: the ordered index (B+tree) for range scans.
+//! - [`bench`]: the benchmark behind `ambidex bench store`.
+
+pub mod bench;
+pub mod btree;
+pub mod layout;
+pub mod loc_cache;
+pub mod remote;
+pub mod table;
+
+pub use bench::{run_bench, StoreBenchConfig, StoreBenchReport};
+pub use btree::OrderedIndex;
+pub use layout::{TableConfig, TableDesc, TableLayout};
+pub use loc_cache::{Loc, LocationCache};
+pub use remote::{RemoteError, RemoteGet, RemoteReader};
+pub use table::{ItemLock, ReadOutcome, StoreError, Table};
