@@ -1,6 +1,182 @@
-//! # ambidex-txn (not built yet)
+//! # ambidex-txn: serializable distributed transactions
 //!
-//! The transaction layer of DESIGN.md: OCC with two-phase commit, a coordinator log and
-//! primary-backup replication (FaSST §5), with a per-phase choice of one-sided or
-//! two-sided primitive (DrTM+H). It is the subject of a later issue; this crate holds no
-//! code yet so that the workspace already shows the layers.
+//! Optimistic concurrency control with two-phase commit over a coordinator log and
+//! primary-backup replication: FaSST's protocol (FaSST §5, Figure 6), itself FaRM's
+//! with RPCs instead of one-sided writes. All messages are RPCs of `ambidex-rpc`; a later
+//! issue adds the one-sided variants per phase (DrTM+H).
+//!
+//! - [`placement`]: a key's primary is a hash of (table, key) over the nodes; its backups
+//!   are the next R−1 nodes.
+//! - [`db`]: one node's share of every table, in the store.
+//! - [`txn`]: the worker-coroutine API ([`Txn`]) and the coordinator's protocol.
+//! - [`handlers`]: the primaries', backups' and log replicas' request handlers.
+//! - [`log`]: in-memory log replicas (memory is assumed battery-backed, as in the
+//!   papers), truncated once a transaction is installed everywhere.
+//!
+//! Setting up a node thread: create the node's [`NodeDb`] once, then on each thread
+//! `let th = TxnThread::install(&mut runtime, db.clone(), TxnConfig::default());` and
+//! spawn workers that run `Txn::begin(&ctx, &th)`.
+
+pub mod db;
+pub mod handlers;
+pub mod history;
+pub mod log;
+pub mod placement;
+pub mod runner;
+pub mod stats;
+pub mod txn;
+pub mod wire;
+
+pub use db::{NodeDb, TableSpec};
+pub use placement::Placement;
+pub use stats::{AbortReason, TxnStats};
+pub use txn::{Committed, ItemId, Txn};
+pub use wire::WriteKind;
+
+use ambidex_rpc::Runtime;
+use ambidex_transport::{NodeId, ThreadId};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Settings of the transaction layer.
+#[derive(Clone, Debug, Default)]
+pub struct TxnConfig {
+    /// TEST ONLY: skip validation, making the protocol non-serializable. Exists so tests
+    /// and the simulator can show that the checkers catch a broken protocol.
+    pub skip_validation_for_tests: bool,
+}
+
+/// A key of a finished transaction, as histories record it.
+#[derive(Clone, Copy, Debug)]
+pub struct ItemView<'a> {
+    pub table: u32,
+    pub key: u64,
+    pub write: Option<WriteKind>,
+    /// Whether the key existed when fetched.
+    pub exists: bool,
+    /// The transaction version fetched (0: never written).
+    pub version: u64,
+    /// The value fetched (empty if absent).
+    pub value: &'a [u8],
+    /// The value committed (inserts and updates).
+    pub new_value: Option<&'a [u8]>,
+}
+
+/// Receives every finished transaction of a thread (see [`history`]).
+pub trait HistorySink {
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        id: u64,
+        node: NodeId,
+        thread: ThreadId,
+        outcome: Result<(), AbortReason>,
+        start_ns: u64,
+        end_ns: u64,
+        items: &[ItemView<'_>],
+    );
+
+    /// Writes out anything buffered.
+    fn flush(&mut self) {}
+}
+
+/// Per-thread state of the transaction layer, shared by the thread's coroutines.
+pub struct TxnThread {
+    pub db: Arc<NodeDb>,
+    pub cfg: TxnConfig,
+    node: NodeId,
+    thread: ThreadId,
+    seq: Cell<u64>,
+    pub stats: RefCell<TxnStats>,
+    pub log: Rc<RefCell<log::LogReplica>>,
+    /// Per node: ids of this thread's transactions installed everywhere, to piggyback on
+    /// the next LOG request to that log replica.
+    truncations: RefCell<Vec<Vec<u64>>>,
+    history: RefCell<Option<Box<dyn HistorySink>>>,
+}
+
+/// Transaction ids: bit 62 set (so no id collides with the load version 1), then node,
+/// thread and a per-thread sequence number.
+const ID_BASE: u64 = 1 << 62;
+const SEQ_BITS: u32 = 38;
+
+impl TxnThread {
+    /// Registers the protocol handlers on `rt` and returns the thread's coordinator state.
+    pub fn install(rt: &mut Runtime, db: Arc<NodeDb>, cfg: TxnConfig) -> Rc<TxnThread> {
+        let log = Rc::new(RefCell::new(log::LogReplica::default()));
+        handlers::register(rt, db.clone(), log.clone());
+        let addr = rt.addr();
+        Rc::new(TxnThread {
+            node: db.node,
+            thread: addr.thread,
+            truncations: RefCell::new(vec![Vec::new(); db.placement.nodes as usize]),
+            db,
+            cfg,
+            seq: Cell::new(0),
+            stats: RefCell::new(TxnStats::default()),
+            log,
+            history: RefCell::new(None),
+        })
+    }
+
+    /// Sends every finished transaction of this thread to `sink`.
+    pub fn set_history(&self, sink: Box<dyn HistorySink>) {
+        *self.history.borrow_mut() = Some(sink);
+    }
+
+    /// Takes the history sink back (to flush it).
+    pub fn take_history(&self) -> Option<Box<dyn HistorySink>> {
+        self.history.borrow_mut().take()
+    }
+
+    fn next_id(&self) -> u64 {
+        let s = self.seq.get() + 1;
+        self.seq.set(s);
+        ID_BASE
+            | (self.node as u64) << (SEQ_BITS + 8)
+            | (self.thread as u64 & 0xff) << SEQ_BITS
+            | (s & ((1 << SEQ_BITS) - 1))
+    }
+
+    fn truncate_later(&self, id: u64) {
+        self.log.borrow_mut().truncate(id);
+        let mut t = self.truncations.borrow_mut();
+        for r in self.db.placement.log_replicas(self.node).skip(1) {
+            t[r as usize].push(id);
+        }
+    }
+
+    fn take_truncations(&self, node: NodeId, req: &mut Vec<u8>) {
+        let mut t = self.truncations.borrow_mut();
+        let list = &mut t[node as usize];
+        let n = list.len().min(u16::MAX as usize);
+        wire::put_u16(req, n as u16);
+        for id in list.drain(..n) {
+            wire::put_u64(req, id);
+        }
+    }
+
+    fn record(
+        &self,
+        id: u64,
+        items: &[ItemView<'_>],
+        outcome: Result<(), AbortReason>,
+        start_ns: u64,
+        end_ns: u64,
+    ) {
+        if let Some(h) = self.history.borrow_mut().as_mut() {
+            h.record(id, self.node, self.thread, outcome, start_ns, end_ns, items);
+        }
+    }
+
+    /// This thread's counters, with its log replica's.
+    pub fn stats(&self) -> TxnStats {
+        let mut s = self.stats.borrow().clone();
+        let log = self.log.borrow();
+        s.log_appended = log.appended;
+        s.log_truncated = log.truncated;
+        s.log_records_held = log.len() as u64;
+        s
+    }
+}

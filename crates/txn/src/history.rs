@@ -1,0 +1,1 @@
+//! Recording histories: see the history crate (being wired).

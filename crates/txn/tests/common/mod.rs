@@ -1,0 +1,122 @@
+//! Shared set-up of the protocol tests: in-process clusters on the local or shm
+//! transport, with tables loaded on every replica.
+
+#![allow(dead_code)]
+
+use ambidex_transport::local::LocalFabric;
+use ambidex_transport::{ClusterConfig, SharedNode};
+use ambidex_txn::{NodeDb, Placement, TableSpec};
+use std::sync::Arc;
+
+pub enum Backend {
+    Local,
+    Shm,
+}
+
+/// A cluster of `nodes` × `threads` in this process with `tables` created on every node.
+pub struct TestCluster {
+    pub nodes: Vec<SharedNode>,
+    pub dbs: Vec<Arc<NodeDb>>,
+    pub placement: Placement,
+    shm_dir: Option<std::path::PathBuf>,
+    _fabric: Option<Arc<LocalFabric>>,
+}
+
+impl TestCluster {
+    pub fn new(
+        backend: Backend,
+        nodes: u16,
+        threads: u16,
+        replication: u16,
+        tables: &[TableSpec],
+    ) -> TestCluster {
+        let config = ClusterConfig::new(nodes, threads);
+        let placement = Placement::new(nodes, replication).unwrap();
+        let (node_handles, fabric, shm_dir) = match backend {
+            Backend::Local => {
+                let f = LocalFabric::new(config).unwrap();
+                (f.nodes(), Some(f), None)
+            }
+            Backend::Shm => {
+                let dir = std::path::PathBuf::from(format!(
+                    "/dev/shm/ambidex-txn-test-{}-{}",
+                    std::process::id(),
+                    rand::random::<u32>()
+                ));
+                ambidex_transport_shm::ShmCluster::create(&dir, &config).unwrap();
+                let ns = (0..nodes)
+                    .map(|n| ambidex_transport_shm::ShmNode::open(&dir, n).unwrap())
+                    .collect();
+                (ns, None, Some(dir))
+            }
+        };
+        let dbs = (0..nodes)
+            .map(|n| NodeDb::new(n, placement, tables).unwrap())
+            .collect();
+        TestCluster {
+            nodes: node_handles,
+            dbs,
+            placement,
+            shm_dir,
+            _fabric: fabric,
+        }
+    }
+
+    /// Loads `key -> value` on every replica of it.
+    pub fn load(&self, table: u32, key: u64, value: &[u8]) {
+        let mut stored = 0;
+        for db in &self.dbs {
+            if db.load(table, key, value).unwrap() {
+                stored += 1;
+            }
+        }
+        assert_eq!(
+            stored, self.placement.replication,
+            "key {key} not on R replicas"
+        );
+    }
+
+    /// Asserts every replica of every key in `table` holds exactly the primary's version
+    /// and value (run when the cluster is quiescent). Returns the number of keys checked.
+    pub fn assert_replicas_consistent(&self, table: u32) -> usize {
+        let mut by_key: std::collections::BTreeMap<u64, Vec<(u16, u64, Vec<u8>)>> =
+            Default::default();
+        for db in &self.dbs {
+            for (key, meta, value) in db.dump(table) {
+                by_key.entry(key).or_default().push((db.node, meta, value));
+            }
+        }
+        for (key, copies) in &by_key {
+            let p = self.placement.primary(table, *key);
+            let primary = copies
+                .iter()
+                .find(|c| c.0 == p)
+                .unwrap_or_else(|| panic!("key {key}: no copy at its primary {p}"));
+            let want: Vec<u16> = (0..self.placement.replication)
+                .map(|i| self.placement.replica(table, *key, i))
+                .collect();
+            let mut have: Vec<u16> = copies.iter().map(|c| c.0).collect();
+            have.sort();
+            let mut want_sorted = want.clone();
+            want_sorted.sort();
+            assert_eq!(have, want_sorted, "key {key}: copies on the wrong nodes");
+            for c in copies {
+                assert_eq!(
+                    (c.1, &c.2),
+                    (primary.1, &primary.2),
+                    "key {key}: node {} differs from primary {p}",
+                    c.0
+                );
+            }
+        }
+        by_key.len()
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if let Some(d) = &self.shm_dir {
+            let _ = ambidex_transport_shm::ShmCluster::remove(d);
+        }
+    }
+}

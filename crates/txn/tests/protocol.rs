@@ -1,0 +1,185 @@
+//! The transaction protocol end to end on in-process clusters: conservation under
+//! concurrent transfers, replica consistency, inserts and deletes, log truncation, and
+//! both transports with R = 1, 2, 3.
+
+mod common;
+
+use ambidex_txn::runner::{self, RunSpec, Worker, WorkerCtx};
+use ambidex_txn::{AbortReason, TableSpec, Txn, WriteKind};
+use common::{Backend, TestCluster};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+const ACCOUNTS: u32 = 1;
+
+fn accounts_table() -> TableSpec {
+    TableSpec {
+        id: ACCOUNTS,
+        name: "accounts".into(),
+        value_size: 8,
+        capacity_per_node: 1024,
+    }
+}
+
+fn rng_next(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
+}
+
+/// Random transfers between a few hot accounts: the total never changes, and after the
+/// run every replica equals its primary.
+fn transfers(backend: Backend, nodes: u16, replication: u16) {
+    const N_ACCOUNTS: u64 = 12;
+    const INITIAL: i64 = 1000;
+    let c = TestCluster::new(backend, nodes, 2, replication, &[accounts_table()]);
+    for k in 0..N_ACCOUNTS {
+        c.load(ACCOUNTS, k, &INITIAL.to_le_bytes());
+    }
+    let committed = Arc::new(AtomicU64::new(0));
+    let com = committed.clone();
+    let worker: Worker = Arc::new(move |w: WorkerCtx| {
+        let com = com.clone();
+        Box::pin(async move {
+            let mut seed = 0x1234_5678
+                ^ ((w.node as u64) << 32)
+                ^ ((w.thread as u64) << 16)
+                ^ w.coroutine as u64
+                | 1;
+            for _ in 0..150 {
+                let a = rng_next(&mut seed) % N_ACCOUNTS;
+                let b = (a + 1 + rng_next(&mut seed) % (N_ACCOUNTS - 1)) % N_ACCOUNTS;
+                let amount = (rng_next(&mut seed) % 50) as i64;
+                let mut t = Txn::begin(&w.ctx, &w.th);
+                let ia = t.write(ACCOUNTS, a, WriteKind::Update);
+                let ib = t.write(ACCOUNTS, b, WriteKind::Update);
+                if t.execute().await.is_err() {
+                    continue;
+                }
+                let va = i64::from_le_bytes(t.get(ia).unwrap().try_into().unwrap());
+                let vb = i64::from_le_bytes(t.get(ib).unwrap().try_into().unwrap());
+                t.set(ia, &(va - amount).to_le_bytes());
+                t.set(ib, &(vb + amount).to_le_bytes());
+                if t.commit().await.is_ok() {
+                    com.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    });
+    let spec = RunSpec {
+        coroutines: 3,
+        ..Default::default()
+    };
+    let r = runner::run(&c.nodes, &c.dbs, &spec, worker).unwrap();
+    assert_eq!(r.stuck_workers, 0);
+    assert!(
+        committed.load(Ordering::Relaxed) > 100,
+        "too few commits: {:?}",
+        r.txn
+    );
+    assert_eq!(r.txn.committed, committed.load(Ordering::Relaxed));
+    // Sum at the primaries.
+    let mut total = 0i64;
+    for k in 0..N_ACCOUNTS {
+        let p = c.placement.primary(ACCOUNTS, k);
+        let mut v = Vec::new();
+        c.dbs[p as usize].read(ACCOUNTS, k, &mut v);
+        total += i64::from_le_bytes(v.try_into().unwrap());
+    }
+    assert_eq!(
+        total,
+        INITIAL * N_ACCOUNTS as i64,
+        "money created or destroyed"
+    );
+    assert_eq!(c.assert_replicas_consistent(ACCOUNTS), N_ACCOUNTS as usize);
+    // Logs are truncated: at most the last transactions of each coordinator remain.
+    let held: u64 = r.log_records_held.iter().sum();
+    assert!(
+        held <= (nodes as u64) * 2 * 3 * 2,
+        "log not truncated: {held} records held"
+    );
+}
+
+#[test]
+fn transfers_local_r1() {
+    transfers(Backend::Local, 3, 1);
+}
+#[test]
+fn transfers_local_r2() {
+    transfers(Backend::Local, 3, 2);
+}
+#[test]
+fn transfers_local_r3() {
+    transfers(Backend::Local, 3, 3);
+}
+#[test]
+fn transfers_shm_r1() {
+    transfers(Backend::Shm, 3, 1);
+}
+#[test]
+fn transfers_shm_r2() {
+    transfers(Backend::Shm, 3, 2);
+}
+#[test]
+fn transfers_shm_r3() {
+    transfers(Backend::Shm, 3, 3);
+}
+
+/// Inserts and deletes go through the same path and replicate; inserting an existing key
+/// and deleting a missing one abort with their reasons.
+#[test]
+fn inserts_and_deletes_replicate() {
+    let c = TestCluster::new(Backend::Local, 3, 1, 3, &[accounts_table()]);
+    let live = Arc::new(AtomicI64::new(0));
+    let lv = live.clone();
+    let worker: Worker = Arc::new(move |w: WorkerCtx| {
+        let lv = lv.clone();
+        Box::pin(async move {
+            let mut seed = 99 ^ ((w.node as u64) << 20) ^ w.coroutine as u64 | 1;
+            for _ in 0..200 {
+                let key = rng_next(&mut seed) % 40;
+                let insert = rng_next(&mut seed) % 2 == 0;
+                let mut t = Txn::begin(&w.ctx, &w.th);
+                let kind = if insert {
+                    WriteKind::Insert
+                } else {
+                    WriteKind::Delete
+                };
+                let i = t.write(ACCOUNTS, key, kind);
+                match t.execute().await {
+                    Ok(()) => {}
+                    Err(AbortReason::InsertExists) | Err(AbortReason::MissingKey) => continue,
+                    Err(_) => continue,
+                }
+                if insert {
+                    t.set(i, &key.to_le_bytes());
+                }
+                if t.commit().await.is_ok() {
+                    lv.fetch_add(if insert { 1 } else { -1 }, Ordering::Relaxed);
+                }
+            }
+        })
+    });
+    let spec = RunSpec {
+        coroutines: 2,
+        ..Default::default()
+    };
+    let r = runner::run(&c.nodes, &c.dbs, &spec, worker).unwrap();
+    assert_eq!(r.stuck_workers, 0);
+    assert!(r.txn.aborts.get("insert_exists").copied().unwrap_or(0) > 0);
+    assert!(r.txn.aborts.get("missing_key").copied().unwrap_or(0) > 0);
+    c.assert_replicas_consistent(ACCOUNTS);
+    // Live keys at the primaries match the committed inserts minus deletes, with values.
+    let mut n_live = 0;
+    for key in 0..40u64 {
+        let p = c.placement.primary(ACCOUNTS, key);
+        let mut v = Vec::new();
+        let f = c.dbs[p as usize].read(ACCOUNTS, key, &mut v);
+        if f.status == ambidex_txn::wire::status::OK {
+            assert_eq!(v, key.to_le_bytes());
+            n_live += 1;
+        }
+    }
+    assert_eq!(n_live, live.load(Ordering::Relaxed));
+}
