@@ -257,12 +257,14 @@ impl BenchCluster {
 
 // The backend crates' entry points (kept together so the CLI's dependency on each
 // backend is visible in one place).
-fn shm_create(_dir: &std::path::Path, _config: &ClusterConfig) -> Result<(), String> {
-    Err("the shm backend is not built yet".into())
+fn shm_create(dir: &std::path::Path, config: &ClusterConfig) -> Result<(), String> {
+    ambidex_transport_shm::ShmCluster::create(dir, config).map_err(|e| e.to_string())
 }
-fn shm_remove(_dir: &std::path::Path) {}
-fn shm_open(_dir: &std::path::Path, _node: NodeId) -> Result<SharedNode, String> {
-    Err("the shm backend is not built yet".into())
+fn shm_remove(dir: &std::path::Path) {
+    let _ = ambidex_transport_shm::ShmCluster::remove(dir);
+}
+fn shm_open(dir: &std::path::Path, node: NodeId) -> Result<SharedNode, String> {
+    ambidex_transport_shm::ShmNode::open(dir, node).map_err(|e| e.to_string())
 }
 fn udp_open(c: &ClusterConfig, a: &[SocketAddr], node: NodeId) -> Result<SharedNode, String> {
     ambidex_transport_udp::UdpNode::open(c, a, node).map_err(|e| e.to_string())
