@@ -43,12 +43,21 @@ enum BenchCommand {
     Transport(bench::transport::Args),
     /// Symmetric all-to-all RPCs, with the raw datagram rate of the same run.
     Rpc(bench::rpc::Args),
+    /// The store's hash table against std's HashMap, and memory per item.
+    Store(bench::store::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench { what } => match what.unwrap_or_else(default_bench) {
+            BenchCommand::Store(args) => bench::store::run(&args).map(|r| {
+                if args.json {
+                    println!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+                } else {
+                    bench::store::print_summary(&r);
+                }
+            }),
             BenchCommand::Rpc(args) => bench::rpc::run(&args).map(|r| {
                 if args.json {
                     println!(

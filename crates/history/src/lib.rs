@@ -1,1 +1,18 @@
-//! (in progress)
+//! Transaction histories for ambidex: the JSON-lines record format
+//! (`docs/history-format.md`), a cheap per-thread recorder, and two
+//! serializability checks: our own direct-serialization-graph checker over
+//! the exact recorded versions ([`dsg`]), and an export to Elle's
+//! rw-register format for the independent `adya` checker ([`elle`]).
+
+pub mod dsg;
+pub mod elle;
+pub mod format;
+pub mod recorder;
+
+pub use dsg::{check, check_file, Anomaly, CheckReport, EdgeKind, Warning, Witness, WitnessEdge};
+pub use elle::{export_elle, export_elle_file, run_adya, run_adya_with, AdyaOptions, AdyaVerdict};
+pub use format::{
+    decode_hex, encode_hex, parse_file, parse_reader, parse_str, Outcome, ParseError, ReadRecord,
+    TxnRecord, WriteKind, WriteRecord,
+};
+pub use recorder::{Recorder, ThreadRecorder, TxnBuilder, TxnHeader};
