@@ -21,7 +21,11 @@ fn main() {
         .collect();
     let ping = [1u8; 32];
     let pong = [2u8; 32];
-    let rounds = 200_000u64;
+    // Optional second argument: master steps per phase (smaller for callgrind).
+    let rounds: u64 = std::env::args()
+        .nth(2)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
     let c0 = thread_cpu_seconds();
     let mut got = 0u64;
     let mut outstanding = [0usize; 2];

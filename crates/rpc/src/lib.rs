@@ -17,8 +17,10 @@
 //! rt.run();                       // or step it: rt.poll_once()
 //! ```
 //!
-//! - Requests to one endpoint in one flush are coalesced into one datagram; the whole
-//!   flush is one `Endpoint::send`.
+//! - Requests to one endpoint are coalesced into one datagram; the whole flush is one
+//!   `Endpoint::send`. Flushes are encoded when the worker awaits them and sent at the
+//!   end of the master step, together with the step's responses (one doorbell per step;
+//!   requests of several workers to one endpoint share datagrams).
 //! - Credits bound the request datagrams in flight per (thread, destination) so no
 //!   receive queue overflows ([`RuntimeConfig::credits_for`]).
 //! - Lost datagrams: per-request timeouts and retransmission; the server caches the

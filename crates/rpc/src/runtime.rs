@@ -1,8 +1,9 @@
 //! The per-thread runtime: one endpoint, a master loop and worker coroutines.
 //!
 //! [`Runtime::poll_once`] is one master step: poll the endpoint, run request handlers
-//! inline, send every response of that poll (plus due retransmissions) with one doorbell,
-//! then resume the workers whose responses are all in. Workers are `async` tasks that
+//! inline, resume the workers whose responses are all in, then send every response of
+//! that poll, due retransmissions and the requests of the step's flushes with one
+//! doorbell. Workers are `async` tasks that
 //! reach the runtime through their [`Ctx`]; a worker queues requests without I/O and
 //! `ctx.flush().await` sends them with one doorbell and resumes once every response (or
 //! failure) is in. Everything lives in this one struct: no globals, no hidden threads,
@@ -115,12 +116,17 @@ enum ReqStatus {
     Failed,
 }
 
+/// One request of a batch: where its payload is in the request arena and, once in,
+/// where its response is in the response arena.
 #[derive(Clone, Copy)]
 struct QReq {
     dest: u32,
     rtype: u8,
+    status: ReqStatus,
     off: u32,
     len: u32,
+    roff: u32,
+    rlen: u32,
 }
 
 /// A worker coroutine's batch. Buffers keep their capacity across batches, so a steady
@@ -128,9 +134,11 @@ struct QReq {
 struct Co {
     reqs: Vec<QReq>,
     arena: Vec<u8>,
-    resps: Vec<Vec<u8>>,
-    status: Vec<ReqStatus>,
+    /// Responses of the batch, appended as they come in (each request gets at most one).
+    rarena: Vec<u8>,
     pending: u32,
+    /// Requests of the batch settled as failed.
+    failed: u32,
     phase: Phase,
     in_ready: bool,
     waiting_credit: bool,
@@ -141,9 +149,9 @@ impl Co {
         Co {
             reqs: Vec::new(),
             arena: Vec::new(),
-            resps: Vec::new(),
-            status: Vec::new(),
+            rarena: Vec::new(),
             pending: 0,
+            failed: 0,
             phase: Phase::Building,
             in_ready: false,
             waiting_credit: false,
@@ -223,16 +231,66 @@ struct Served {
     resp: Vec<u8>,
 }
 
-/// Outgoing datagrams to one endpoint, built in place.
-#[derive(Default)]
+/// No open datagram (`DestTx::open`).
+const NO_DG: usize = usize::MAX;
+/// The open datagram has no credit slot (`DestTx::cur_dg`): it was not opened by a flush.
+const NO_SLOT: u16 = u16::MAX;
+
+/// Outgoing datagrams to one endpoint, built in place. The record count of the open
+/// datagram is kept in `open_count` and written into its header when it is closed.
 struct DestTx {
+    /// Zero-initialised scratch; `len` bytes of it are in use.
     buf: Vec<u8>,
+    len: usize,
     bounds: Vec<(u32, u32)>,
-    open: Option<usize>,
+    open: usize,
     open_kind: u8,
     open_session: u32,
     open_count: usize,
+    /// Credit slot of the open request datagram (NO_SLOT if it has none).
     cur_dg: u16,
+    touched: bool,
+}
+
+impl Default for DestTx {
+    fn default() -> Self {
+        DestTx {
+            buf: Vec::new(),
+            len: 0,
+            bounds: Vec::new(),
+            open: NO_DG,
+            open_kind: 0,
+            open_session: 0,
+            open_count: 0,
+            cur_dg: NO_SLOT,
+            touched: false,
+        }
+    }
+}
+
+impl DestTx {
+    #[inline]
+    fn close(&mut self) {
+        if self.open != NO_DG {
+            self.buf[self.open + 3] = self.open_count as u8;
+            self.bounds.push((self.open as u32, self.len as u32));
+            self.open = NO_DG;
+        }
+    }
+
+    /// Makes room for `n` more bytes.
+    #[inline(always)]
+    fn room(&mut self, n: usize) {
+        if self.len + n > self.buf.len() {
+            self.grow(n);
+        }
+    }
+
+    #[inline(never)]
+    fn grow(&mut self, n: usize) {
+        let want = (self.len + n).max(2 * self.buf.len()).max(4096);
+        self.buf.resize(want, 0);
+    }
 }
 
 #[derive(Default)]
@@ -252,6 +310,7 @@ impl Tx {
     /// Ensures an open datagram to `d` with room for a record of `rec_len` bytes; returns
     /// true if a new datagram was opened. `alone` forces a fresh datagram (segments).
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn ensure(
         &mut self,
         d: usize,
@@ -263,49 +322,50 @@ impl Tx {
         coalesce: bool,
         alone: bool,
     ) -> bool {
-        let t = &mut self.per[d];
-        if let Some(start) = t.open {
-            if coalesce
-                && !alone
-                && t.open_kind == kind
-                && t.open_session == session
-                && t.open_count < wire::MAX_RECORDS
-                && t.buf.len() - start + rec_len <= mtu
-            {
-                return false;
-            }
-            t.bounds.push((start as u32, t.buf.len() as u32));
+        let t = &self.per[d];
+        if t.open != NO_DG
+            && coalesce
+            && !alone
+            && t.open_kind == kind
+            && t.open_session == session
+            && t.open_count < wire::MAX_RECORDS
+            && t.len - t.open + rec_len <= mtu
+        {
+            return false;
         }
-        if t.bounds.is_empty() && t.open.is_none() {
-            self.touched.push(d as u32);
-        }
-        let t = &mut self.per[d];
-        t.open = Some(wire::begin(&mut t.buf, kind, session, ack));
-        t.open_kind = kind;
-        t.open_session = session;
-        t.open_count = 0;
+        self.open_new(d, kind, session, ack);
         true
     }
 
+    #[inline(never)]
+    fn open_new(&mut self, d: usize, kind: u8, session: u32, ack: u64) {
+        let t = &mut self.per[d];
+        t.close();
+        if !t.touched {
+            t.touched = true;
+            self.touched.push(d as u32);
+        }
+        t.room(wire::DGRAM_HDR);
+        t.open = t.len;
+        wire::write_header(&mut t.buf, t.len, kind, session, ack);
+        t.len += wire::DGRAM_HDR;
+        t.open_kind = kind;
+        t.open_session = session;
+        t.open_count = 0;
+        t.cur_dg = NO_SLOT;
+    }
+
+    #[inline(always)]
     fn push(&mut self, d: usize, seq: u64, tag: u8, seg: Option<Seg>, payload: &[u8]) {
         let t = &mut self.per[d];
-        let start = t.open.expect("ensure before push");
-        wire::push_record(&mut t.buf, start, seq, tag, seg, payload);
+        debug_assert!(t.open != NO_DG, "ensure before push");
+        t.room(wire::REC_HDR + wire::SEG_EXT + payload.len());
+        t.len = wire::write_record(&mut t.buf, t.len, seq, tag, seg, payload);
         t.open_count += 1;
     }
 
     fn close(&mut self, d: usize) {
-        let t = &mut self.per[d];
-        if let Some(start) = t.open.take() {
-            t.bounds.push((start as u32, t.buf.len() as u32));
-        }
-    }
-
-    fn close_all(&mut self) {
-        for i in 0..self.touched.len() {
-            let d = self.touched[i] as usize;
-            self.close(d);
-        }
+        self.per[d].close();
     }
 
     fn is_empty(&self) -> bool {
@@ -318,8 +378,11 @@ impl Tx {
         ep: &mut dyn Endpoint,
         threads: usize,
     ) -> (usize, Result<(), ambidex_transport::TransportError>) {
-        self.close_all();
         let mut list: Vec<Datagram<'_>> = recycle(std::mem::take(&mut self.list));
+        for &d in &self.touched {
+            let t = &mut self.per[d as usize];
+            t.close();
+        }
         for &d in &self.touched {
             let t = &self.per[d as usize];
             let dst =
@@ -336,8 +399,9 @@ impl Tx {
         self.list = recycle(list);
         for &d in &self.touched {
             let t = &mut self.per[d as usize];
-            t.buf.clear();
+            t.len = 0;
             t.bounds.clear();
+            t.touched = false;
         }
         self.touched.clear();
         (n, r)
@@ -570,9 +634,10 @@ impl Runtime {
         self.live += 1;
     }
 
-    /// One master step: poll the endpoint, serve requests, send the responses (and due
-    /// retransmissions) with one doorbell, resume the workers that are ready. Returns
-    /// whether anything happened.
+    /// One master step: poll the endpoint, serve requests, resume the workers that are
+    /// ready, then send everything the step produced (responses, due retransmissions and
+    /// the requests of every flush of the step) with one doorbell. Returns whether
+    /// anything happened.
     pub fn poll_once(&mut self) -> bool {
         let received;
         {
@@ -590,15 +655,19 @@ impl Runtime {
             if st.inflight > 0 && st.now >= st.next_scan {
                 st.scan_timeouts();
             }
-            if !st.tx.is_empty() {
-                st.send_tx(&mut **ep);
-            }
-            std::mem::swap(&mut st.ready, &mut self.run_buf);
-            for &id in &self.run_buf {
-                st.cos[id as usize].in_ready = false;
+            if st.ready.is_empty() {
+                // Nothing to resume: send what this step produced right away.
+                if !st.tx.is_empty() {
+                    st.send_tx(&mut **ep);
+                }
+            } else {
+                std::mem::swap(&mut st.ready, &mut self.run_buf);
+                for &id in &self.run_buf {
+                    st.cos[id as usize].in_ready = false;
+                }
             }
         }
-        if self.any_woken.swap(false, Ordering::Acquire) {
+        if self.any_woken.load(Ordering::Relaxed) && self.any_woken.swap(false, Ordering::Acquire) {
             for (i, w) in self.wakes.iter().enumerate() {
                 if w.flag.swap(false, Ordering::Acquire) {
                     self.run_buf.push(i as u16);
@@ -606,6 +675,9 @@ impl Runtime {
             }
         }
         let resumed = self.run_buf.len();
+        if resumed == 0 {
+            return received > 0;
+        }
         for k in 0..resumed {
             let id = self.run_buf[k] as usize;
             if let Some(task) = self.tasks[id].as_mut() {
@@ -617,10 +689,14 @@ impl Runtime {
             }
         }
         self.run_buf.clear();
-        if resumed > 0 {
-            self.core.borrow_mut().st.stats.resumes += resumed as u64;
+        let mut core = self.core.borrow_mut();
+        let Core { ep, st } = &mut *core;
+        st.stats.resumes += resumed as u64;
+        // Responses of this step and the requests of its flushes: one doorbell.
+        if !st.tx.is_empty() {
+            st.send_tx(&mut **ep);
         }
-        received > 0 || resumed > 0
+        true
     }
 
     /// Steps until `stop` says so, spinning briefly and then parking in
@@ -751,6 +827,7 @@ impl State {
         }
     }
 
+    #[inline]
     fn queue(
         &mut self,
         id: u16,
@@ -774,7 +851,8 @@ impl State {
             Phase::Done => {
                 co.reqs.clear();
                 co.arena.clear();
-                co.status.clear();
+                co.rarena.clear();
+                co.failed = 0;
                 co.phase = Phase::Building;
             }
             Phase::WaitCredit | Phase::InFlight => return Err(RpcError::FlushInProgress),
@@ -790,18 +868,17 @@ impl State {
         co.reqs.push(QReq {
             dest: d,
             rtype,
+            status: ReqStatus::Queued,
             off: co.arena.len() as u32,
             len: payload.len() as u32,
+            roff: 0,
+            rlen: 0,
         });
         co.arena.extend_from_slice(payload);
-        co.status.push(ReqStatus::Queued);
-        if co.resps.len() <= idx {
-            co.resps.push(Vec::new());
-        }
         Ok(ReqHandle(idx as u16))
     }
 
-    fn flush_poll(&mut self, id: u16, ep: &mut dyn Endpoint) -> Poll<Result<(), RpcError>> {
+    fn flush_poll(&mut self, id: u16) -> Poll<Result<(), RpcError>> {
         let co = &mut self.cos[id as usize];
         match co.phase {
             Phase::Done => return Poll::Ready(Ok(())),
@@ -819,7 +896,7 @@ impl State {
                 }
             }
         }
-        match self.try_send(id, ep) {
+        match self.try_send(id) {
             Ok(true) => {
                 self.cos[id as usize].phase = Phase::InFlight;
                 Poll::Pending
@@ -837,19 +914,23 @@ impl State {
             Err(e) => {
                 let co = &mut self.cos[id as usize];
                 co.phase = Phase::Done;
-                for s in co.status.iter_mut() {
-                    *s = ReqStatus::Failed;
+                for q in co.reqs.iter_mut() {
+                    q.status = ReqStatus::Failed;
                 }
                 Poll::Ready(Err(e))
             }
         }
     }
 
+    #[inline]
     fn batch_result(&self, id: u16) -> Result<(), RpcError> {
         let co = &self.cos[id as usize];
-        for (i, s) in co.status.iter().enumerate() {
-            if *s == ReqStatus::Failed {
-                let d = co.reqs[i].dest as usize;
+        if co.failed == 0 {
+            return Ok(());
+        }
+        for q in co.reqs.iter() {
+            if q.status == ReqStatus::Failed {
+                let d = q.dest as usize;
                 return Err(RpcError::Timeout {
                     dest: EndpointAddr::new((d / self.threads) as u16, (d % self.threads) as u16),
                 });
@@ -858,12 +939,15 @@ impl State {
         Ok(())
     }
 
-    /// Sends coroutine `id`'s batch with one doorbell if every destination has the
-    /// credits and window room; Ok(false) if it must wait.
-    fn try_send(&mut self, id: u16, ep: &mut dyn Endpoint) -> Result<bool, RpcError> {
+    /// Encodes coroutine `id`'s batch into this step's outgoing datagrams (sent with one
+    /// doorbell at the end of the step) if every destination has the credits and window
+    /// room; Ok(false) if it must wait.
+    fn try_send(&mut self, id: u16) -> Result<bool, RpcError> {
         let mtu = self.cluster.mtu;
         let coalesce = self.cfg.coalesce;
-        // Phase 1: what the batch needs per destination (mirrors the packing below).
+        let single_cap = self.single_cap;
+        // Phase 1: what the batch needs per destination (mirrors the packing below as if
+        // every destination started a fresh datagram, so it is an upper bound).
         let co = &self.cos[id as usize];
         for q in &co.reqs {
             let d = q.dest as usize;
@@ -873,7 +957,7 @@ impl State {
             }
             n.reqs += 1;
             let len = q.len as usize;
-            if len > self.single_cap {
+            if len > single_cap {
                 n.dgrams += len.div_ceil(self.seg_payload);
                 n.fill = 0;
             } else {
@@ -915,23 +999,25 @@ impl State {
         if short {
             return Ok(false);
         }
-        // Phase 2: assign sequence numbers and credits, encode, one doorbell. `now` is
-        // from this master step (deadlines are coarse: timeout/4 scans).
+        // Phase 2: assign sequence numbers and credits, encode. `now` is from this master
+        // step (deadlines are coarse: timeout/4 scans). Requests may join a request
+        // datagram to the same destination opened earlier in this step (by another
+        // flush): a datagram holds one credit however many flushes share it.
         let deadline = self.now + self.rto;
         let session = self.session;
         let wmask = self.window - 1;
         let co = &mut self.cos[id as usize];
-        self.tx.close_all();
-        for (i, q) in co.reqs.iter().enumerate() {
+        let nreq = co.reqs.len();
+        for (i, q) in co.reqs.iter_mut().enumerate() {
             let d = q.dest as usize;
-            let dest = self.dests[d].as_mut().expect("created in phase 1");
+            let dest = self.dests[d].as_deref_mut().expect("created in phase 1");
             let seq = dest.next_seq;
             dest.next_seq += 1;
             let payload = &co.arena[q.off as usize..(q.off + q.len) as usize];
             let dg;
-            if payload.len() <= self.single_cap {
+            if payload.len() <= single_cap {
                 let rl = wire::record_len(payload.len(), false);
-                if self.tx.ensure(
+                if !self.tx.ensure(
                     d,
                     wire::KIND_REQUEST,
                     session,
@@ -940,10 +1026,18 @@ impl State {
                     mtu,
                     coalesce,
                     false,
-                ) {
-                    self.tx.per[d].cur_dg = dest.alloc_dg(1);
+                ) && self.tx.per[d].cur_dg == NO_SLOT
+                {
+                    // The open datagram holds retransmissions (no credit of its own):
+                    // start a fresh one, so the batch never needs more credits than
+                    // phase 1 counted.
+                    self.tx.open_new(d, wire::KIND_REQUEST, session, dest.ack);
                 }
-                dg = self.tx.per[d].cur_dg;
+                let t = &mut self.tx.per[d];
+                if t.cur_dg == NO_SLOT {
+                    t.cur_dg = dest.alloc_dg(1);
+                }
+                dg = t.cur_dg;
                 self.tx.push(d, seq, q.rtype, None, payload);
             } else {
                 let segs = payload.len().div_ceil(self.seg_payload);
@@ -972,16 +1066,15 @@ impl State {
                 deadline,
             };
             dest.inflight += 1;
-            co.status[i] = ReqStatus::Pending;
+            q.status = ReqStatus::Pending;
         }
-        co.pending = co.reqs.len() as u32;
-        self.inflight += co.reqs.len() as u64;
-        self.stats.rpcs_issued += co.reqs.len() as u64;
+        co.pending = nreq as u32;
+        self.inflight += nreq as u64;
+        self.stats.rpcs_issued += nreq as u64;
         self.stats.flushes += 1;
         if self.next_scan <= self.now {
             self.next_scan = self.now + self.scan_period();
         }
-        self.send_tx(ep);
         Ok(true)
     }
 
@@ -1001,23 +1094,26 @@ impl State {
         }
         let s = self.ep_index(src);
         if hdr.kind == wire::KIND_REQUEST {
+            self.client_window(s, &hdr);
             for r in recs {
                 self.on_request(s, src, &hdr, &r);
             }
         } else {
+            if hdr.session != self.session || self.dests[s].is_none() {
+                // Every record of the datagram is a response this runtime never asked for.
+                self.stats.rx_unknown_response += hdr.count as u64;
+                return;
+            }
             for r in recs {
-                self.on_response(s, &hdr, &r);
+                self.on_response(s, &r);
             }
         }
     }
 
-    fn on_request(
-        &mut self,
-        s: usize,
-        src: EndpointAddr,
-        hdr: &wire::Header,
-        r: &wire::Record<'_>,
-    ) {
+    /// The server window of client `s`, brought up to date with a request datagram's
+    /// header (session and acknowledged watermark).
+    #[inline]
+    fn client_window(&mut self, s: usize, hdr: &wire::Header) {
         let window = self.window;
         let win = self.clients[s].get_or_insert_with(|| {
             Box::new(ClientWin {
@@ -1041,6 +1137,18 @@ impl State {
             }
         }
         win.base = win.base.max(hdr.ack);
+    }
+
+    #[inline]
+    fn on_request(
+        &mut self,
+        s: usize,
+        src: EndpointAddr,
+        hdr: &wire::Header,
+        r: &wire::Record<'_>,
+    ) {
+        let window = self.window;
+        let win = self.clients[s].as_deref_mut().expect("client_window first");
         if r.seq < win.base {
             self.stats.stale_requests += 1;
             return;
@@ -1050,10 +1158,10 @@ impl State {
             return;
         }
         let slot = r.seq as usize & (window - 1);
-        if win.slots[slot].seq == r.seq {
+        let sv = &mut win.slots[slot];
+        if sv.seq == r.seq {
             // Executed before: resend the cached response, never rerun the handler.
             self.stats.duplicate_requests += 1;
-            let sv = &win.slots[slot];
             send_response(
                 &mut self.tx,
                 s,
@@ -1068,23 +1176,10 @@ impl State {
             );
             return;
         }
-        let mut whole = Vec::new();
-        let mut taken = None;
-        if let Some(seg) = r.seg {
-            let Some(i) = self.reassemble(s, wire::KIND_REQUEST, hdr.session, r, seg) else {
-                return;
-            };
-            // Borrow the buffer out of the pool (no allocation) while the handler runs.
-            self.reasm[i].active = false;
-            whole = std::mem::take(&mut self.reasm[i].buf);
-            taken = Some((i, self.reasm[i].total as usize));
+        if r.seg.is_some() {
+            self.on_segmented_request(s, src, hdr, r, slot);
+            return;
         }
-        let payload: &[u8] = match taken {
-            None => r.payload,
-            Some((_, total)) => &whole[..total],
-        };
-        let win = self.clients[s].as_mut().expect("created above");
-        let sv = &mut win.slots[slot];
         sv.seq = r.seq;
         sv.resp.clear();
         let info = RequestInfo {
@@ -1092,22 +1187,14 @@ impl State {
             rtype: r.tag,
             seq: r.seq,
         };
-        sv.status = match self.handlers[r.tag as usize].as_mut() {
-            Some(h) => {
-                self.stats.requests_served += 1;
-                h(&info, payload, &mut sv.resp);
-                if sv.resp.len() > self.max_message {
-                    sv.resp.clear();
-                    wire::STATUS_TOO_LARGE
-                } else {
-                    wire::STATUS_OK
-                }
-            }
-            None => {
-                self.stats.no_handler += 1;
-                wire::STATUS_NO_HANDLER
-            }
-        };
+        sv.status = run_handler(
+            &mut self.handlers[r.tag as usize],
+            &mut self.stats,
+            &info,
+            r.payload,
+            &mut sv.resp,
+            self.max_message,
+        );
         send_response(
             &mut self.tx,
             s,
@@ -1120,21 +1207,66 @@ impl State {
             self.cluster.mtu,
             self.cfg.coalesce,
         );
-        if let Some((i, _)) = taken {
-            self.reasm[i].buf = whole;
-        }
     }
 
-    fn on_response(&mut self, s: usize, hdr: &wire::Header, r: &wire::Record<'_>) {
-        if hdr.session != self.session {
-            self.stats.rx_unknown_response += 1;
-            return;
-        }
-        let wmask = self.window - 1;
-        let Some(dest) = self.dests[s].as_mut() else {
-            self.stats.rx_unknown_response += 1;
+    /// A segment of a request not executed before: runs the handler once the whole
+    /// message is in.
+    #[inline(never)]
+    fn on_segmented_request(
+        &mut self,
+        s: usize,
+        src: EndpointAddr,
+        hdr: &wire::Header,
+        r: &wire::Record<'_>,
+        slot: usize,
+    ) {
+        let seg = r.seg.expect("segmented");
+        let Some(i) = self.reassemble(s, wire::KIND_REQUEST, hdr.session, r, seg) else {
             return;
         };
+        // Borrow the buffer out of the pool (no allocation) while the handler runs.
+        self.reasm[i].active = false;
+        let whole = std::mem::take(&mut self.reasm[i].buf);
+        let total = self.reasm[i].total as usize;
+        let win = self.clients[s].as_deref_mut().expect("client_window first");
+        let sv = &mut win.slots[slot];
+        sv.seq = r.seq;
+        sv.resp.clear();
+        let info = RequestInfo {
+            src,
+            rtype: r.tag,
+            seq: r.seq,
+        };
+        sv.status = run_handler(
+            &mut self.handlers[r.tag as usize],
+            &mut self.stats,
+            &info,
+            &whole[..total],
+            &mut sv.resp,
+            self.max_message,
+        );
+        send_response(
+            &mut self.tx,
+            s,
+            hdr.session,
+            r.seq,
+            sv.status,
+            &sv.resp,
+            self.single_cap,
+            self.seg_payload,
+            self.cluster.mtu,
+            self.cfg.coalesce,
+        );
+        self.reasm[i].buf = whole;
+    }
+
+    /// A response record from destination `s` (its datagram's session is ours).
+    #[inline]
+    fn on_response(&mut self, s: usize, r: &wire::Record<'_>) {
+        let wmask = self.window - 1;
+        let dest = self.dests[s]
+            .as_deref_mut()
+            .expect("checked by on_datagram");
         if r.seq >= dest.next_seq {
             self.stats.rx_unknown_response += 1;
             return;
@@ -1155,28 +1287,34 @@ impl State {
         };
         match r.seg {
             None => {
-                let out = &mut self.cos[rec.co as usize].resps[rec.idx as usize];
-                out.clear();
-                out.extend_from_slice(r.payload);
+                let co = &mut self.cos[rec.co as usize];
+                let q = &mut co.reqs[rec.idx as usize];
+                q.roff = co.rarena.len() as u32;
+                q.rlen = r.payload.len() as u32;
+                co.rarena.extend_from_slice(r.payload);
             }
             Some(seg) => {
-                let Some(i) = self.reassemble(s, wire::KIND_RESPONSE, hdr.session, r, seg) else {
+                let session = self.session;
+                let Some(i) = self.reassemble(s, wire::KIND_RESPONSE, session, r, seg) else {
                     return;
                 };
                 let ra = &mut self.reasm[i];
                 ra.active = false;
-                let out = &mut self.cos[rec.co as usize].resps[rec.idx as usize];
-                out.clear();
-                out.extend_from_slice(&ra.buf[..ra.total as usize]);
+                let co = &mut self.cos[rec.co as usize];
+                let q = &mut co.reqs[rec.idx as usize];
+                q.roff = co.rarena.len() as u32;
+                q.rlen = ra.total;
+                co.rarena.extend_from_slice(&ra.buf[..ra.total as usize]);
             }
         }
-        let dest = self.dests[s].as_mut().expect("checked above");
+        let dest = self.dests[s].as_deref_mut().expect("checked above");
         dest.suspected = false;
         self.settle(s, r.seq, status);
     }
 
     /// Completes (or fails) the live request `seq` to destination `s`: frees its window
     /// entry and, with the last request of its datagram, the datagram's credits.
+    #[inline(always)]
     fn settle(&mut self, s: usize, seq: u64, status: ReqStatus) {
         let wmask = self.window - 1;
         let dest = self.dests[s]
@@ -1195,28 +1333,37 @@ impl State {
         if slot.remaining == 0 {
             dest.credits += slot.weight as u32;
             dest.dg_free.push(dg);
-            for k in 0..self.credit_waiters.len() {
-                let w = self.credit_waiters[k];
-                self.cos[w as usize].waiting_credit = false;
-                self.make_ready(w);
+            if !self.credit_waiters.is_empty() {
+                self.wake_credit_waiters();
             }
-            self.credit_waiters.clear();
         }
+        let co = &mut self.cos[co_id as usize];
         if status == ReqStatus::Failed {
             self.stats.rpcs_failed += 1;
+            co.failed += 1;
         } else {
             self.stats.rpcs_completed += 1;
         }
-        let co = &mut self.cos[co_id as usize];
-        co.status[idx as usize] = status;
+        co.reqs[idx as usize].status = status;
         co.pending -= 1;
         if co.pending == 0 {
             self.make_ready(co_id);
         }
     }
 
+    #[inline(never)]
+    fn wake_credit_waiters(&mut self) {
+        for k in 0..self.credit_waiters.len() {
+            let w = self.credit_waiters[k];
+            self.cos[w as usize].waiting_credit = false;
+            self.make_ready(w);
+        }
+        self.credit_waiters.clear();
+    }
+
     /// Retransmits requests past their deadline; fails them (and suspects their
     /// destination) once the retries are used up.
+    #[inline(never)]
     fn scan_timeouts(&mut self) {
         let now = self.now;
         self.next_scan = now + self.scan_period();
@@ -1425,7 +1572,36 @@ fn push_segments(
     }
 }
 
+/// Runs the handler of a request (if any) into `resp`; returns the response status.
+#[inline(always)]
+fn run_handler(
+    h: &mut Option<Handler>,
+    stats: &mut RpcStats,
+    info: &RequestInfo,
+    payload: &[u8],
+    resp: &mut Vec<u8>,
+    max_message: usize,
+) -> u8 {
+    match h.as_mut() {
+        Some(h) => {
+            stats.requests_served += 1;
+            h(info, payload, resp);
+            if resp.len() > max_message {
+                resp.clear();
+                wire::STATUS_TOO_LARGE
+            } else {
+                wire::STATUS_OK
+            }
+        }
+        None => {
+            stats.no_handler += 1;
+            wire::STATUS_NO_HANDLER
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn send_response(
     tx: &mut Tx,
     d: usize,
@@ -1502,15 +1678,15 @@ impl Ctx {
         let core = self.core.borrow();
         let st = &core.st;
         let co = &st.cos[self.id as usize];
-        let i = h.0 as usize;
-        match co.status.get(i) {
-            Some(ReqStatus::Ok) => Ok(f(&co.resps[i])),
-            Some(ReqStatus::NoHandler) => Err(RpcError::NoHandler {
-                rtype: co.reqs[i].rtype,
-            }),
-            Some(ReqStatus::TooLarge) => Err(RpcError::ResponseTooLarge),
-            Some(ReqStatus::Failed) => {
-                let d = co.reqs[i].dest as usize;
+        let Some(q) = co.reqs.get(h.0 as usize) else {
+            return Err(RpcError::NotReady);
+        };
+        match q.status {
+            ReqStatus::Ok => Ok(f(&co.rarena[q.roff as usize..(q.roff + q.rlen) as usize])),
+            ReqStatus::NoHandler => Err(RpcError::NoHandler { rtype: q.rtype }),
+            ReqStatus::TooLarge => Err(RpcError::ResponseTooLarge),
+            ReqStatus::Failed => {
+                let d = q.dest as usize;
                 Err(RpcError::Timeout {
                     dest: EndpointAddr::new((d / st.threads) as u16, (d % st.threads) as u16),
                 })
@@ -1554,9 +1730,7 @@ pub struct Flush<'a> {
 impl Future for Flush<'_> {
     type Output = Result<(), RpcError>;
     fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut core = self.ctx.core.borrow_mut();
-        let Core { ep, st } = &mut *core;
-        st.flush_poll(self.ctx.id, &mut **ep)
+        self.ctx.core.borrow_mut().st.flush_poll(self.ctx.id)
     }
 }
 

@@ -80,30 +80,39 @@ fn u64_at(b: &[u8], i: usize) -> Option<u64> {
 }
 
 /// Parses one record at the start of `b`; returns it and the rest.
+#[inline(always)]
 fn parse_record(b: &[u8]) -> Result<(Record<'_>, &[u8]), WireError> {
-    let seq = u64_at(b, 0).ok_or(WireError::Truncated)?;
-    let tag = *b.get(8).ok_or(WireError::Truncated)?;
-    let flags = *b.get(9).ok_or(WireError::Truncated)?;
-    let len = u16_at(b, 10).ok_or(WireError::Truncated)? as usize;
+    let Some((h, after)) = b.split_first_chunk::<REC_HDR>() else {
+        return Err(WireError::Truncated);
+    };
+    let seq = u64::from_le_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]]);
+    let tag = h[8];
+    let flags = h[9];
+    let len = u16::from_le_bytes([h[10], h[11]]) as usize;
     if seq == 0 {
         return Err(WireError::ZeroSeq);
     }
     if flags & !FLAG_SEG != 0 {
         return Err(WireError::BadFlags);
     }
-    let (seg, start) = if flags & FLAG_SEG != 0 {
-        let total = u32_at(b, 12).ok_or(WireError::Truncated)?;
-        let offset = u32_at(b, 16).ok_or(WireError::Truncated)?;
+    let (seg, body) = if flags & FLAG_SEG != 0 {
+        let Some((x, body)) = after.split_first_chunk::<SEG_EXT>() else {
+            return Err(WireError::Truncated);
+        };
+        let total = u32::from_le_bytes([x[0], x[1], x[2], x[3]]);
+        let offset = u32::from_le_bytes([x[4], x[5], x[6], x[7]]);
         // A segment is non-empty and lies within its message.
         if len == 0 || total > MAX_WIRE_MESSAGE || (offset as u64 + len as u64) > total as u64 {
             return Err(WireError::BadSegment);
         }
-        (Some(Seg { total, offset }), REC_HDR + SEG_EXT)
+        (Some(Seg { total, offset }), body)
     } else {
-        (None, REC_HDR)
+        (None, after)
     };
-    let end = start.checked_add(len).ok_or(WireError::Truncated)?;
-    let payload = b.get(start..end).ok_or(WireError::Truncated)?;
+    if body.len() < len {
+        return Err(WireError::Truncated);
+    }
+    let (payload, rest) = body.split_at(len);
     Ok((
         Record {
             seq,
@@ -111,12 +120,13 @@ fn parse_record(b: &[u8]) -> Result<(Record<'_>, &[u8]), WireError> {
             seg,
             payload,
         },
-        &b[end..],
+        rest,
     ))
 }
 
 /// Validates a whole datagram; on success returns its header and an iterator over its
 /// records (which then cannot fail).
+#[inline]
 pub fn decode(buf: &[u8]) -> Result<(Header, Records<'_>), WireError> {
     if buf.len() < DGRAM_HDR {
         return Err(WireError::TooShort);
@@ -164,6 +174,7 @@ pub struct Records<'a> {
 
 impl<'a> Iterator for Records<'a> {
     type Item = Record<'a>;
+    #[inline(always)]
     fn next(&mut self) -> Option<Record<'a>> {
         if self.left == 0 {
             return None;
@@ -177,13 +188,15 @@ impl<'a> Iterator for Records<'a> {
 }
 
 /// Appends a datagram header with no records; returns its start offset in `buf`.
+#[inline]
 pub fn begin(buf: &mut Vec<u8>, kind: u8, session: u32, ack: u64) -> usize {
     let start = buf.len();
-    buf.extend_from_slice(&MAGIC.to_le_bytes());
-    buf.push(kind);
-    buf.push(0);
-    buf.extend_from_slice(&session.to_le_bytes());
-    buf.extend_from_slice(&ack.to_le_bytes());
+    let mut h = [0u8; DGRAM_HDR];
+    h[0..2].copy_from_slice(&MAGIC.to_le_bytes());
+    h[2] = kind;
+    h[4..8].copy_from_slice(&session.to_le_bytes());
+    h[8..16].copy_from_slice(&ack.to_le_bytes());
+    buf.extend_from_slice(&h);
     start
 }
 
@@ -205,13 +218,73 @@ pub fn push_record(
 ) {
     debug_assert!(buf[start + 3] < MAX_RECORDS as u8);
     buf[start + 3] += 1;
-    buf.extend_from_slice(&seq.to_le_bytes());
-    buf.push(tag);
-    buf.push(if seg.is_some() { FLAG_SEG } else { 0 });
-    buf.extend_from_slice(&(payload.len() as u16).to_le_bytes());
-    if let Some(s) = seg {
-        buf.extend_from_slice(&s.total.to_le_bytes());
-        buf.extend_from_slice(&s.offset.to_le_bytes());
+    put_record(buf, seq, tag, seg, payload);
+}
+
+/// Writes a datagram header with no records at `buf[pos..pos + DGRAM_HDR]` (which the
+/// caller sized).
+#[inline(always)]
+pub(crate) fn write_header(buf: &mut [u8], pos: usize, kind: u8, session: u32, ack: u64) {
+    let h: &mut [u8; DGRAM_HDR] = (&mut buf[pos..pos + DGRAM_HDR]).try_into().unwrap();
+    h[0..2].copy_from_slice(&MAGIC.to_le_bytes());
+    h[2] = kind;
+    h[3] = 0;
+    h[4..8].copy_from_slice(&session.to_le_bytes());
+    h[8..16].copy_from_slice(&ack.to_le_bytes());
+}
+
+/// Writes a record at `buf[pos..]` (which the caller sized for
+/// `REC_HDR + SEG_EXT + payload.len()` bytes); returns the position after it. The
+/// record is not counted in its datagram's header.
+#[inline(always)]
+pub(crate) fn write_record(
+    buf: &mut [u8],
+    pos: usize,
+    seq: u64,
+    tag: u8,
+    seg: Option<Seg>,
+    payload: &[u8],
+) -> usize {
+    let h: &mut [u8; REC_HDR] = (&mut buf[pos..pos + REC_HDR]).try_into().unwrap();
+    h[0..8].copy_from_slice(&seq.to_le_bytes());
+    h[8] = tag;
+    h[10..12].copy_from_slice(&(payload.len() as u16).to_le_bytes());
+    let mut p = pos + REC_HDR;
+    match seg {
+        None => h[9] = 0,
+        Some(s) => {
+            h[9] = FLAG_SEG;
+            let x: &mut [u8; SEG_EXT] = (&mut buf[p..p + SEG_EXT]).try_into().unwrap();
+            x[0..4].copy_from_slice(&s.total.to_le_bytes());
+            x[4..8].copy_from_slice(&s.offset.to_le_bytes());
+            p += SEG_EXT;
+        }
+    }
+    let end = p + payload.len();
+    buf[p..end].copy_from_slice(payload);
+    end
+}
+
+/// Appends a record without counting it in its datagram's header (the runtime writes
+/// the count when it closes the datagram).
+#[inline(always)]
+pub(crate) fn put_record(buf: &mut Vec<u8>, seq: u64, tag: u8, seg: Option<Seg>, payload: &[u8]) {
+    let mut h = [0u8; REC_HDR + SEG_EXT];
+    h[0..8].copy_from_slice(&seq.to_le_bytes());
+    h[8] = tag;
+    h[10..12].copy_from_slice(&(payload.len() as u16).to_le_bytes());
+    match seg {
+        None => {
+            buf.reserve(REC_HDR + payload.len());
+            buf.extend_from_slice(&h[..REC_HDR]);
+        }
+        Some(s) => {
+            h[9] = FLAG_SEG;
+            h[12..16].copy_from_slice(&s.total.to_le_bytes());
+            h[16..20].copy_from_slice(&s.offset.to_le_bytes());
+            buf.reserve(REC_HDR + SEG_EXT + payload.len());
+            buf.extend_from_slice(&h);
+        }
     }
     buf.extend_from_slice(payload);
 }

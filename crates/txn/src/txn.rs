@@ -581,8 +581,14 @@ impl Drop for Txn<'_> {
 
 /// Takes a READ/LOCK answer into the item, or says why the transaction must abort.
 fn absorb(it: &mut Item, f: Fetched, val: Vec<u8>) -> Result<(), AbortReason> {
-    it.fetched = true;
-    it.version = f.version;
+    if !matches!(f.status, status::OK | status::ABSENT) {
+        // Nothing was read (locked, exists, full, malformed): the key stays unfetched so
+        // it is neither used nor recorded as a read.
+        it.fetched = false;
+    } else {
+        it.fetched = true;
+        it.version = f.version;
+    }
     match f.status {
         status::OK => {
             it.exists = true;
