@@ -8,6 +8,7 @@ use crate::onesided;
 use crate::region::{random_key, Mapping, Region, RegionMemory};
 use crate::ring::{self, RingProducer, RxBlock, RxConsumer};
 use crate::types::*;
+use crate::wait::Scope;
 use crate::{Endpoint, NodeTransport, SharedNode};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -161,6 +162,12 @@ impl NodeTransport for LocalNode {
             epoch: cfg.epoch,
             consumer: RxConsumer::new(st.rx[thread as usize].clone(), cfg.mtu),
             producers: (0..cfg.endpoints()).map(|_| None).collect(),
+            senders: (0..cfg.endpoints())
+                .map(|i| {
+                    let t = cfg.threads_per_node as usize;
+                    EndpointAddr::new((i / t) as NodeId, (i % t) as ThreadId)
+                })
+                .collect(),
             touched: Vec::new(),
             cq: VecDeque::new(),
             counters: Counters::default(),
@@ -178,6 +185,8 @@ struct LocalEndpoint {
     epoch: u32,
     consumer: RxConsumer,
     producers: Vec<Option<RingProducer>>,
+    /// Address of every sender index (avoids a division per received datagram).
+    senders: Vec<EndpointAddr>,
     touched: Vec<usize>,
     cq: VecDeque<Completion>,
     counters: Counters,
@@ -253,7 +262,7 @@ impl Endpoint for LocalEndpoint {
             let idx = self.touched[k];
             if let Some(p) = self.producers[idx].as_mut() {
                 if p.publish() {
-                    p.header().event.notify();
+                    p.header().event.notify(Scope::Process);
                 }
             }
         }
@@ -266,7 +275,7 @@ impl Endpoint for LocalEndpoint {
     }
 
     fn poll_recv(&mut self, max: usize, sink: &mut dyn FnMut(EndpointAddr, &[u8])) -> usize {
-        let t = self.fabric.config.threads_per_node as usize;
+        let senders = &self.senders;
         let epoch = self.epoch;
         let mut wrong_epoch = 0;
         let mut bytes = 0;
@@ -276,10 +285,7 @@ impl Endpoint for LocalEndpoint {
                 return;
             }
             bytes += payload.len() as u64;
-            sink(
-                EndpointAddr::new((s / t) as NodeId, (s % t) as ThreadId),
-                payload,
-            );
+            sink(senders[s], payload);
         });
         if n > 0 {
             // Only this endpoint writes these (senders add only drops).
@@ -354,7 +360,7 @@ impl Endpoint for LocalEndpoint {
         consumer
             .header()
             .event
-            .wait(ev, timeout, || consumer.has_pending());
+            .wait(ev, timeout, Scope::Process, || consumer.has_pending());
     }
 
     fn set_epoch(&mut self, epoch: u32) {

@@ -20,12 +20,13 @@ pub struct EventCount {
 }
 
 impl EventCount {
-    /// Called by a producer after publishing work with a `SeqCst` store.
+    /// Called by a producer after publishing work with a `SeqCst` store. `scope` must be
+    /// the one the sleeper waits with.
     #[inline]
-    pub fn notify(&self) {
+    pub fn notify(&self, scope: Scope) {
         if self.sleepers.load(Ordering::SeqCst) != 0 {
             self.count.fetch_add(1, Ordering::SeqCst);
-            futex_wake(&self.count);
+            futex_wake(&self.count, scope);
         }
     }
 
@@ -37,16 +38,39 @@ impl EventCount {
 
     /// Sleeps until the count differs from `observed` or `timeout` passes, unless
     /// `ready()` (re-checked after registering as a sleeper) says work is there.
-    pub fn wait(&self, observed: u32, timeout: Duration, ready: impl FnOnce() -> bool) {
+    pub fn wait(
+        &self,
+        observed: u32,
+        timeout: Duration,
+        scope: Scope,
+        ready: impl FnOnce() -> bool,
+    ) {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         if !ready() && self.count.load(Ordering::SeqCst) == observed {
-            futex_wait(&self.count, observed, timeout);
+            futex_wait(&self.count, observed, timeout, scope);
         }
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
-fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+/// Who may wait on or wake an event count: only this process's threads (cheaper: the
+/// kernel keys the futex by address) or any process mapping the shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    Process,
+    Shared,
+}
+
+impl Scope {
+    fn op(self, op: libc::c_int) -> libc::c_int {
+        match self {
+            Scope::Process => op | libc::FUTEX_PRIVATE_FLAG,
+            Scope::Shared => op,
+        }
+    }
+}
+
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration, scope: Scope) {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
@@ -56,20 +80,20 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
         libc::syscall(
             libc::SYS_futex,
             word as *const AtomicU32,
-            libc::FUTEX_WAIT,
+            scope.op(libc::FUTEX_WAIT),
             expected,
             &ts as *const libc::timespec,
         );
     }
 }
 
-fn futex_wake(word: &AtomicU32) {
+fn futex_wake(word: &AtomicU32, scope: Scope) {
     // SAFETY: word is a valid aligned u32.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
             word as *const AtomicU32,
-            libc::FUTEX_WAKE,
+            scope.op(libc::FUTEX_WAKE),
             i32::MAX,
         );
     }

@@ -906,7 +906,9 @@ impl Endpoint for ShmEndpoint {
             let idx = self.touched[k];
             if let Some(p) = self.producers[idx].as_mut() {
                 if p.publish() {
-                    p.header().event.notify();
+                    p.header()
+                        .event
+                        .notify(ambidex_transport::wait::Scope::Shared);
                 }
             }
         }
@@ -1006,7 +1008,9 @@ impl Endpoint for ShmEndpoint {
         consumer
             .header()
             .event
-            .wait(ev, timeout, || consumer.has_pending());
+            .wait(ev, timeout, ambidex_transport::wait::Scope::Shared, || {
+                consumer.has_pending()
+            });
     }
 
     fn set_epoch(&mut self, epoch: u32) {

@@ -187,7 +187,10 @@ impl RogueRing {
         let rb = self.cap as usize;
         // (A header scribbled over by another rogue refuses to attach: no doorbell then.)
         if let Ok(block) = RxBlock::attach(self.map.clone(), cfg.cluster_id, cfg.endpoints(), rb) {
-            block.header().event.notify();
+            block
+                .header()
+                .event
+                .notify(ambidex_transport::wait::Scope::Shared);
         }
     }
 }
