@@ -1,0 +1,143 @@
+//! SVG plots of a coroutine sweep (throughput vs. latency, FaSST Figure 10) and of the
+//! per-phase latency breakdown (DrTM+H Figure 15 style). SVG backend only and no font
+//! backend: plotters lays text out with its built-in estimate, so no system library
+//! (fontconfig, freetype) is needed.
+
+use crate::driver::SweepPoint;
+use plotters::prelude::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// What to draw.
+pub enum Plot<'a> {
+    /// Median and p99 latency (µs) against throughput (committed transactions/s).
+    Sweep(&'a [SweepPoint]),
+    /// Mean µs per protocol phase (`BenchReport::phase_means_us`).
+    Phases(&'a BTreeMap<String, f64>),
+}
+
+/// Draws `what` to the SVG file `path`.
+pub fn plot(what: Plot<'_>, title: &str, path: &Path) -> Result<(), String> {
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    match what {
+        Plot::Sweep(points) => sweep(&root, points, title),
+        Plot::Phases(phases) => phases_chart(&root, phases, title),
+    }
+    .map_err(|e| format!("plotting {}: {e}", path.display()))?;
+    root.present().map_err(|e| e.to_string())
+}
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+type PlotResult = Result<(), Box<dyn std::error::Error>>;
+
+fn sweep(root: &Area<'_>, points: &[SweepPoint], title: &str) -> PlotResult {
+    if points.is_empty() {
+        return Err("no points to plot".into());
+    }
+    let x_max = points.iter().map(|p| p.committed_per_s).fold(0.0, f64::max) * 1.1 + 1.0;
+    let y_max = points
+        .iter()
+        .map(|p| p.p99_us.max(p.p50_us))
+        .fold(0.0, f64::max)
+        * 1.1
+        + 1.0;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
+    chart
+        .configure_mesh()
+        .x_desc("committed transactions / s")
+        .y_desc("latency (µs)")
+        .draw()?;
+    for (name, color, get) in [
+        (
+            "median",
+            BLUE,
+            (|p: &SweepPoint| p.p50_us) as fn(&SweepPoint) -> f64,
+        ),
+        ("99th percentile", RED, |p: &SweepPoint| p.p99_us),
+    ] {
+        let series: Vec<(f64, f64)> = points.iter().map(|p| (p.committed_per_s, get(p))).collect();
+        chart
+            .draw_series(LineSeries::new(series.clone(), color.stroke_width(2)))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        chart.draw_series(
+            series
+                .iter()
+                .map(|&(x, y)| Circle::new((x, y), 4, color.filled())),
+        )?;
+    }
+    // Label each point with its coroutine count.
+    chart.draw_series(points.iter().map(|p| {
+        Text::new(
+            format!("{}", p.coroutines),
+            (p.committed_per_s, p.p50_us),
+            ("sans-serif", 12),
+        )
+    }))?;
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE)
+        .draw()?;
+    Ok(())
+}
+
+fn phases_chart(root: &Area<'_>, phases: &BTreeMap<String, f64>, title: &str) -> PlotResult {
+    if phases.is_empty() {
+        return Err("no phases to plot".into());
+    }
+    // Protocol order (execute, validate, log, commit backups, commit primaries), then
+    // any other key.
+    let order = |k: &str| {
+        ambidex_txn::stats::PHASE_NAMES
+            .iter()
+            .position(|p| *p == k)
+            .unwrap_or(usize::MAX)
+    };
+    let mut names: Vec<&String> = phases.keys().collect();
+    names.sort_by_key(|k| (order(k), (*k).clone()));
+    let y_max = phases.values().cloned().fold(0.0, f64::max) * 1.15 + 0.1;
+    let n = names.len();
+    // Bar i is centred on x = i, where its label goes.
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-0.5..n as f64 - 0.5, 0.0..y_max)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|x| {
+            let i = x.round();
+            if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n {
+                names[i as usize].clone()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("mean µs per transaction")
+        .draw()?;
+    chart.draw_series(names.iter().enumerate().map(|(i, k)| {
+        let v = phases[*k];
+        Rectangle::new(
+            [(i as f64 - 0.35, 0.0), (i as f64 + 0.35, v)],
+            BLUE.mix(0.7).filled(),
+        )
+    }))?;
+    chart.draw_series(names.iter().enumerate().map(|(i, k)| {
+        Text::new(
+            format!("{:.1}", phases[*k]),
+            (i as f64 - 0.1, phases[*k] * 1.04 + 0.01),
+            ("sans-serif", 12),
+        )
+    }))?;
+    Ok(())
+}

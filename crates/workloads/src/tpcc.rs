@@ -1,0 +1,1172 @@
+//! TPC-C (TPC-C spec v5.11; DrTM SOSP'15, DrTM+H §5) with the five transactions
+//! (NewOrder 45%, Payment 43%, OrderStatus 4%, Delivery 4%, StockLevel 4%), and `tpcc-no`,
+//! DrTM+H's variant: NewOrder only, every transaction distributed.
+//!
+//! **Partitioning.** One warehouse per worker thread at scale ≥ 1 (as DrTM; `scale`
+//! warehouses per thread above 1). Warehouse w belongs to one thread of one node, its
+//! *home*; that thread's coroutines run every transaction whose home warehouse is w, so
+//! all warehouse-partitioned rows of w are placed on w's home node. `Placement` has no
+//! partition-key hook, so keys carry a salt byte chosen to make the hash land on the home
+//! ([`crate::common::homed_key`]); remote accesses (1% of NewOrder items, 15% of Payment
+//! customers) are real remote transactions.
+//!
+//! **Ordered indexes.** The transaction layer has no range scans, so the two scans the
+//! mix needs run on the home node's `ambidex_store::OrderedIndex` (owner-local): NEW_ORDER
+//! by (w, d, o_id) (Delivery's oldest new order) and ORDER by (w, d, c_id, o_id)
+//! (OrderStatus's last order of a customer). Only home-warehouse transactions scan, and
+//! they run on the home node, so every scan is local. Index maintenance happens right
+//! after a transaction commits (NewOrder inserts, Delivery removes), in the same
+//! coroutine step, so a scan may miss a row whose transaction is still committing (the
+//! scanning transaction is then serialized before it) and may see an entry whose row is
+//! locked or gone (the transaction then aborts on that row). Rows themselves are read and
+//! written through the transaction (except StockLevel's, below). StockLevel needs no
+//! index: it reads D_NEXT_O_ID and the 20 orders below it by key. ORDER_LINE is keyed by
+//! (w, d, o, ol).
+//!
+//! **Deviations from the spec** (all stated here and in the report):
+//! - Vertical partitioning: the YTD columns and D_NEXT_O_ID live in their own tables
+//!   (WAREHOUSE_YTD, DISTRICT_YTD, DISTRICT_NEXT), so Payment's YTD updates do not
+//!   invalidate NewOrder's reads of W_TAX / D_TAX and NewOrder's D_NEXT_O_ID update does
+//!   not conflict with Payment. Semantics are unchanged.
+//! - Rows keep the fields the transactions read or write, at spec sizes (C_DATA 500 B,
+//!   S_DIST_xx 24 B, ...); unused address/phone fields are one opaque block per row.
+//! - ITEM is read-only and replicated per node (as DrTM): each node has its own copy,
+//!   keyed by (node, i_id) and placed on that node, so item reads are local.
+//! - The customer last-name index (Payment / OrderStatus by name) is static (names never
+//!   change), built once and shared by all nodes (equivalent to a replica per node);
+//!   a by-name transaction reads only the chosen (middle) customer's row, not every
+//!   customer of that name. With scaled-down customers a drawn last name may have no
+//!   customer; it is redrawn.
+//! - Items of one order are distinct (redrawn), so no stock row is updated twice.
+//! - The 1% NewOrder rollback (unused item id) is an application abort, counted as
+//!   aborted with reason `user`.
+//! - StockLevel runs at read committed (the spec requires only isolation Level 1 for
+//!   it): it reads committed rows directly from the home node's store, without the
+//!   transaction layer, and aborts only if a row stays locked while it yields 64 times.
+//!   As a serializable transaction of ~400 reads it aborted almost always beside
+//!   NewOrder's stock updates.
+//! - Delivery runs all ten districts in one transaction and skips districts without new
+//!   orders; aborted transactions are not retried (the worker draws a new one).
+//! - HISTORY has no primary key in the spec; rows get unique ids at the home warehouse.
+//! - Scale below 1 shrinks ITEM, customers per district and initial orders by the factor
+//!   (tests and quick runs); 1.0 is the spec population (100,000 items, 3,000 customers
+//!   and 3,000 orders per district, the last 900 of them new orders).
+//! - `tpcc-no`: NewOrder only; if no item drew a remote supply warehouse, one random
+//!   item is made remote, so every transaction is distributed (needs ≥ 2 warehouses).
+//!
+//! Consistency conditions 1–4 of the spec (§3.3.2) are checked after a run on the
+//! primaries' data, plus agreement of the NEW_ORDER index with the table.
+
+use crate::common::{
+    add_i64, get_i64, homed_key, nurand, per_node_capacity, primary_rows, put_i64, put_u32,
+    rand_str, urand, Loader, Outcome, Workload, LOGICAL_BITS,
+};
+use ambidex_store::OrderedIndex;
+use ambidex_txn::runner::WorkerCtx;
+use ambidex_txn::wire::status;
+use ambidex_txn::{AbortReason, NodeDb, Placement, TableSpec, Txn, WriteKind};
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound::Included;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub const WAREHOUSE: u32 = 30;
+pub const WAREHOUSE_YTD: u32 = 31;
+pub const DISTRICT: u32 = 32;
+pub const DISTRICT_NEXT: u32 = 33;
+pub const DISTRICT_YTD: u32 = 34;
+pub const CUSTOMER: u32 = 35;
+pub const HISTORY: u32 = 36;
+pub const NEW_ORDER: u32 = 37;
+pub const ORDER: u32 = 38;
+pub const ORDER_LINE: u32 = 39;
+pub const ITEM: u32 = 40;
+pub const STOCK: u32 = 41;
+
+pub const DISTRICTS: u64 = 10;
+pub const SPEC_ITEMS: u64 = 100_000;
+pub const SPEC_CUSTOMERS: u64 = 3_000;
+
+pub const TYPES: [&str; 5] = [
+    "new_order",
+    "payment",
+    "order_status",
+    "delivery",
+    "stock_level",
+];
+const MIX: [u32; 5] = [45, 88, 92, 96, 100];
+
+// NURand run-time constants C (any values in range satisfy the spec's C_LAST rule here,
+// since load and run use different draws of the same function).
+const C_LAST_LOAD: u64 = 157;
+const C_LAST_RUN: u64 = 223;
+const C_ID: u64 = 259;
+const C_ITEM: u64 = 7911;
+
+// ----- row layouts (byte offsets) -----
+const W_SIZE: usize = 96; // tax | name[10] | address
+const W_TAX: usize = 0;
+const W_NAME: usize = 8;
+const D_SIZE: usize = 96; // tax | name[10] | address
+const D_TAX: usize = 0;
+const D_NAME: usize = 8;
+const C_SIZE: usize = 672;
+const C_BALANCE: usize = 0;
+const C_YTD_PAYMENT: usize = 8;
+const C_PAYMENT_CNT: usize = 16;
+const C_DELIVERY_CNT: usize = 24;
+const C_DISCOUNT: usize = 32;
+const C_CREDIT_LIM: usize = 40;
+const C_CREDIT: usize = 48;
+const C_LAST: usize = 50;
+const C_FIRST: usize = 66;
+const C_MIDDLE: usize = 82;
+const C_SINCE: usize = 84;
+const C_DATA: usize = 172;
+const H_SIZE: usize = 64;
+const O_SIZE: usize = 40;
+const O_C_ID: usize = 0;
+const O_ENTRY_D: usize = 8;
+const O_CARRIER: usize = 16;
+const O_OL_CNT: usize = 24;
+const O_ALL_LOCAL: usize = 32;
+const OL_SIZE: usize = 64;
+const OL_I_ID: usize = 0;
+const OL_SUPPLY_W: usize = 8;
+const OL_DELIVERY_D: usize = 16;
+const OL_QUANTITY: usize = 24;
+const OL_AMOUNT: usize = 32;
+const OL_DIST_INFO: usize = 40;
+const I_SIZE: usize = 96;
+const I_PRICE: usize = 0;
+const I_IM_ID: usize = 8;
+const I_NAME: usize = 16;
+const I_DATA: usize = 40;
+const S_SIZE: usize = 320;
+const S_QUANTITY: usize = 0;
+const S_YTD: usize = 8;
+const S_ORDER_CNT: usize = 16;
+const S_REMOTE_CNT: usize = 24;
+const S_DIST: usize = 32;
+const S_DATA: usize = 272;
+
+// ----- logical keys (≤ 56 bits; salted onto the home node by `homed_key`) -----
+fn wd(w: u64, d: u64) -> u64 {
+    w << 4 | d
+}
+pub fn k_district(w: u64, d: u64) -> u64 {
+    wd(w, d)
+}
+pub fn k_customer(w: u64, d: u64, c: u64) -> u64 {
+    wd(w, d) << 12 | c
+}
+pub fn k_order(w: u64, d: u64, o: u64) -> u64 {
+    wd(w, d) << 32 | o
+}
+pub fn k_order_line(w: u64, d: u64, o: u64, ol: u64) -> u64 {
+    k_order(w, d, o) << 4 | ol
+}
+pub fn k_stock(w: u64, i: u64) -> u64 {
+    w << 20 | i
+}
+/// Index key of ORDER by customer: (w, d, c, o) in 60 bits.
+fn k_cust_order(w: u64, d: u64, c: u64, o: u64) -> u64 {
+    k_customer(w, d, c) << 32 | o
+}
+/// (w, d, o) of a NEW_ORDER / ORDER logical key.
+fn split_order(k: u64) -> (u64, u64, u64) {
+    (k >> 36, (k >> 32) & 0xf, k & 0xffff_ffff)
+}
+
+const SYLLABLES: [&str; 10] = [
+    "BAR", "OUGHT", "ABLE", "PRI", "PRES", "ESE", "ANTI", "CALLY", "ATION", "EING",
+];
+
+/// The spec's last name of number `n` (0..999), padded with zeros to 16 bytes.
+pub fn last_name(n: u64) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    let mut len = 0;
+    for digit in [n / 100, (n / 10) % 10, n % 10] {
+        for &b in SYLLABLES[digit as usize].as_bytes() {
+            out[len] = b;
+            len += 1;
+        }
+    }
+    out
+}
+
+/// Population and run parameters.
+#[derive(Clone, Debug)]
+pub struct TpccParams {
+    pub placement: Placement,
+    pub threads: u16,
+    pub warehouses_per_thread: u64,
+    pub warehouses: u64,
+    pub items: u64,
+    pub customers: u64,
+    /// Initial orders per district (= customers); the last 30% are new orders.
+    pub initial_orders: u64,
+    pub only_new_order: bool,
+    /// New orders per warehouse the tables must have room for during the run.
+    pub order_headroom: u64,
+    pub seed: u64,
+}
+
+impl TpccParams {
+    /// `seconds` (warmup + measured) sizes the room for orders inserted during the run.
+    pub fn new(
+        placement: Placement,
+        threads: u16,
+        scale: f64,
+        only_new_order: bool,
+        seconds: f64,
+    ) -> TpccParams {
+        let whpt = if scale >= 1.0 {
+            scale.round() as u64
+        } else {
+            1
+        };
+        let f = scale.min(1.0);
+        let customers = ((SPEC_CUSTOMERS as f64 * f) as u64).max(30);
+        TpccParams {
+            placement,
+            threads,
+            warehouses_per_thread: whpt,
+            warehouses: whpt * placement.nodes as u64 * threads as u64,
+            items: ((SPEC_ITEMS as f64 * f) as u64).max(200),
+            customers,
+            initial_orders: customers,
+            only_new_order,
+            // Generous: well above what this implementation commits per warehouse.
+            order_headroom: ((seconds.max(1.0) * 10_000.0) as u64).max(20_000),
+            seed: 0x7cc,
+        }
+    }
+}
+
+/// One node's ordered indexes.
+#[derive(Default)]
+struct NodeIndexes {
+    /// NEW_ORDER logical keys (w, d, o).
+    new_order: OrderedIndex<()>,
+    /// ORDER by customer: (w, d, c, o).
+    cust_order: OrderedIndex<()>,
+}
+
+pub struct Tpcc {
+    pub p: TpccParams,
+    idx: Vec<NodeIndexes>,
+    /// (w, d, last-name number) -> customer ids sorted by first name.
+    names: HashMap<u64, Vec<u16>>,
+    history_seq: AtomicU64,
+}
+
+fn name_key(w: u64, d: u64, last: u64) -> u64 {
+    wd(w, d) << 12 | last
+}
+
+impl Tpcc {
+    pub fn new(p: TpccParams) -> Tpcc {
+        let idx = (0..p.placement.nodes)
+            .map(|_| NodeIndexes::default())
+            .collect();
+        let mut names: HashMap<u64, Vec<(u64, [u8; 16])>> = HashMap::new();
+        for w in 1..=p.warehouses {
+            for d in 1..=DISTRICTS {
+                for c in 1..=p.customers {
+                    let (last, first) = Self::customer_name(&p, w, d, c);
+                    names
+                        .entry(name_key(w, d, last))
+                        .or_default()
+                        .push((c, first));
+                }
+            }
+        }
+        let names = names
+            .into_iter()
+            .map(|(k, mut v)| {
+                v.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
+                (k, v.into_iter().map(|(c, _)| c as u16).collect())
+            })
+            .collect();
+        Tpcc {
+            p,
+            idx,
+            names,
+            history_seq: AtomicU64::new(1),
+        }
+    }
+
+    /// The deterministic (last-name number, first name) of a customer: the first third of
+    /// a district's customers get names 0.., the rest NURand(255, 0, 999) (spec §4.3.2.3).
+    fn customer_name(p: &TpccParams, w: u64, d: u64, c: u64) -> (u64, [u8; 16]) {
+        let mut rng = SmallRng::seed_from_u64(
+            p.seed ^ k_customer(w, d, c).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        );
+        let last = if c <= p.customers / 3 && c <= 1000 {
+            c - 1
+        } else {
+            nurand(&mut rng, 255, 0, 999, C_LAST_LOAD)
+        };
+        let mut first = [0u8; 16];
+        let len = rng.gen_range(8..=16);
+        rand_str(&mut rng, &mut first[..len]);
+        (last, first)
+    }
+
+    /// Node of warehouse w (1-based): warehouses are dealt out per thread, threads per node.
+    pub fn home_of(&self, w: u64) -> u16 {
+        (((w - 1) / self.p.warehouses_per_thread) / self.p.threads as u64) as u16
+    }
+
+    fn key(&self, table: u32, logical: u64, w: u64) -> u64 {
+        homed_key(&self.p.placement, table, logical, self.home_of(w))
+    }
+
+    fn item_key(&self, node: u16, i: u64) -> u64 {
+        homed_key(&self.p.placement, ITEM, (node as u64) << 20 | i, node)
+    }
+
+    fn home_warehouse(&self, w: &WorkerCtx, rng: &mut SmallRng) -> u64 {
+        let g = w.node as u64 * self.p.threads as u64 + w.thread as u64;
+        g * self.p.warehouses_per_thread + 1 + rng.gen_range(0..self.p.warehouses_per_thread)
+    }
+
+    fn other_warehouse(&self, w: u64, rng: &mut SmallRng) -> u64 {
+        let o = rng.gen_range(1..self.p.warehouses);
+        if o >= w {
+            o + 1
+        } else {
+            o
+        }
+    }
+
+    fn customer_id(&self, rng: &mut SmallRng) -> u64 {
+        nurand(rng, 1023, 1, self.p.customers, C_ID)
+    }
+
+    /// 60%: by last name (the middle customer of that name), else by id.
+    fn pick_customer(&self, w: u64, d: u64, rng: &mut SmallRng) -> u64 {
+        if urand(rng, 1, 100) <= 60 {
+            for _ in 0..100 {
+                let last = nurand(rng, 255, 0, 999, C_LAST_RUN);
+                if let Some(ids) = self.names.get(&name_key(w, d, last)) {
+                    return ids[ids.len().div_ceil(2) - 1] as u64;
+                }
+            }
+        }
+        self.customer_id(rng)
+    }
+
+    async fn new_order(&self, w: &WorkerCtx, rng: &mut SmallRng) -> Outcome {
+        let wid = self.home_warehouse(w, rng);
+        let d = urand(rng, 1, DISTRICTS);
+        let c = self.customer_id(rng);
+        let ol_cnt = urand(rng, 5, 15) as usize;
+        let rollback = urand(rng, 1, 100) == 1;
+        let mut lines = [(0u64, 0u64, 0u64); 15];
+        for l in 0..ol_cnt {
+            let i = loop {
+                let i = nurand(rng, 8191, 1, self.p.items, C_ITEM);
+                if !lines[..l].iter().any(|x| x.0 == i) {
+                    break i;
+                }
+            };
+            let supply = if self.p.warehouses > 1 && urand(rng, 1, 100) == 1 {
+                self.other_warehouse(wid, rng)
+            } else {
+                wid
+            };
+            lines[l] = (i, supply, urand(rng, 1, 10));
+        }
+        if self.p.only_new_order
+            && self.p.warehouses > 1
+            && lines[..ol_cnt].iter().all(|l| l.1 == wid)
+        {
+            let l = rng.gen_range(0..ol_cnt);
+            lines[l].1 = self.other_warehouse(wid, rng);
+        }
+        if rollback {
+            lines[ol_cnt - 1].0 = self.p.items + 1; // an unused item id
+        }
+        let all_local = lines[..ol_cnt].iter().all(|l| l.1 == wid);
+
+        let mut t = Txn::begin(&w.ctx, &w.th);
+        let wh = t.read(WAREHOUSE, self.key(WAREHOUSE, wid, wid));
+        let dist = t.read(DISTRICT, self.key(DISTRICT, k_district(wid, d), wid));
+        let next = t.write(
+            DISTRICT_NEXT,
+            self.key(DISTRICT_NEXT, k_district(wid, d), wid),
+            WriteKind::Update,
+        );
+        let cust = t.read(CUSTOMER, self.key(CUSTOMER, k_customer(wid, d, c), wid));
+        let mut items = [0usize; 15];
+        let mut stocks = [0usize; 15];
+        for (l, &(i, supply, _)) in lines[..ol_cnt].iter().enumerate() {
+            items[l] = t.read(ITEM, self.item_key(w.node, i));
+            if i <= self.p.items {
+                stocks[l] = t.write(
+                    STOCK,
+                    self.key(STOCK, k_stock(supply, i), supply),
+                    WriteKind::Update,
+                );
+            }
+        }
+        if let Err(r) = t.execute().await {
+            return Outcome::Aborted(r);
+        }
+        if rollback {
+            debug_assert!(t.get(items[ol_cnt - 1]).is_none());
+            t.abort().await;
+            return Outcome::Aborted(AbortReason::User);
+        }
+        let (Some(wv), Some(dv), Some(nv), Some(cv)) =
+            (t.get(wh), t.get(dist), t.get(next), t.get(cust))
+        else {
+            t.abort().await;
+            return Outcome::Aborted(AbortReason::MissingKey);
+        };
+        let w_tax = get_i64(wv, W_TAX);
+        let d_tax = get_i64(dv, D_TAX);
+        let o_id = get_i64(nv, 0) as u64;
+        let discount = get_i64(cv, C_DISCOUNT);
+        t.set(next, &((o_id + 1) as i64).to_le_bytes());
+        let now = w.ctx.now_ns() as i64;
+        let mut total = 0i64;
+        let mut ol_rows = [[0u8; OL_SIZE]; 15];
+        for (l, &(i, supply, qty)) in lines[..ol_cnt].iter().enumerate() {
+            let Some(iv) = t.get(items[l]) else {
+                t.abort().await;
+                return Outcome::Aborted(AbortReason::MissingKey);
+            };
+            let price = get_i64(iv, I_PRICE);
+            let mut s = [0u8; S_SIZE];
+            s.copy_from_slice(t.get(stocks[l]).expect("locked stock row"));
+            let q = get_i64(&s, S_QUANTITY);
+            let qty = qty as i64;
+            put_i64(
+                &mut s,
+                S_QUANTITY,
+                if q >= qty + 10 { q - qty } else { q - qty + 91 },
+            );
+            add_i64(&mut s, S_YTD, qty);
+            add_i64(&mut s, S_ORDER_CNT, 1);
+            if supply != wid {
+                add_i64(&mut s, S_REMOTE_CNT, 1);
+            }
+            let amount = qty * price;
+            total += amount;
+            let row = &mut ol_rows[l];
+            put_i64(row, OL_I_ID, i as i64);
+            put_i64(row, OL_SUPPLY_W, supply as i64);
+            put_i64(row, OL_QUANTITY, qty);
+            put_i64(row, OL_AMOUNT, amount);
+            let dist_off = S_DIST + (d as usize - 1) * 24;
+            row[OL_DIST_INFO..OL_DIST_INFO + 24].copy_from_slice(&s[dist_off..dist_off + 24]);
+            t.set(stocks[l], &s);
+        }
+        // The order's total is an output of the transaction only (spec §2.4.3.5).
+        let _total = total * (10_000 - discount) * (10_000 + w_tax + d_tax) / 100_000_000;
+        let mut o = [0u8; O_SIZE];
+        put_i64(&mut o, O_C_ID, c as i64);
+        put_i64(&mut o, O_ENTRY_D, now);
+        put_i64(&mut o, O_OL_CNT, ol_cnt as i64);
+        put_i64(&mut o, O_ALL_LOCAL, all_local as i64);
+        let oi = t.write(
+            ORDER,
+            self.key(ORDER, k_order(wid, d, o_id), wid),
+            WriteKind::Insert,
+        );
+        t.set(oi, &o);
+        let ni = t.write(
+            NEW_ORDER,
+            self.key(NEW_ORDER, k_order(wid, d, o_id), wid),
+            WriteKind::Insert,
+        );
+        t.set(ni, &(o_id as i64).to_le_bytes());
+        for (l, row) in ol_rows[..ol_cnt].iter().enumerate() {
+            let k = self.key(ORDER_LINE, k_order_line(wid, d, o_id, l as u64 + 1), wid);
+            let it = t.write(ORDER_LINE, k, WriteKind::Insert);
+            t.set(it, row);
+        }
+        match t.commit().await {
+            Ok(_) => {
+                let ix = &self.idx[w.node as usize];
+                ix.new_order.insert(k_order(wid, d, o_id), ());
+                ix.cust_order.insert(k_cust_order(wid, d, c, o_id), ());
+                Outcome::FOUND
+            }
+            Err(r) => Outcome::Aborted(r),
+        }
+    }
+
+    async fn payment(&self, w: &WorkerCtx, rng: &mut SmallRng) -> Outcome {
+        let wid = self.home_warehouse(w, rng);
+        let d = urand(rng, 1, DISTRICTS);
+        let (cw, cd) = if self.p.warehouses > 1 && urand(rng, 1, 100) <= 15 {
+            (self.other_warehouse(wid, rng), urand(rng, 1, DISTRICTS))
+        } else {
+            (wid, d)
+        };
+        let c = self.pick_customer(cw, cd, rng);
+        let amount = urand(rng, 100, 500_000) as i64;
+        let mut t = Txn::begin(&w.ctx, &w.th);
+        let wh = t.read(WAREHOUSE, self.key(WAREHOUSE, wid, wid));
+        let wy = t.write(
+            WAREHOUSE_YTD,
+            self.key(WAREHOUSE_YTD, wid, wid),
+            WriteKind::Update,
+        );
+        let dist = t.read(DISTRICT, self.key(DISTRICT, k_district(wid, d), wid));
+        let dy = t.write(
+            DISTRICT_YTD,
+            self.key(DISTRICT_YTD, k_district(wid, d), wid),
+            WriteKind::Update,
+        );
+        let cust = t.write(
+            CUSTOMER,
+            self.key(CUSTOMER, k_customer(cw, cd, c), cw),
+            WriteKind::Update,
+        );
+        let hk = wid << 40 | self.history_seq.fetch_add(1, Ordering::Relaxed);
+        let hist = t.write(HISTORY, self.key(HISTORY, hk, wid), WriteKind::Insert);
+        if let Err(r) = t.execute().await {
+            return Outcome::Aborted(r);
+        }
+        let (Some(wv), Some(wyv), Some(dv), Some(dyv), Some(cv)) =
+            (t.get(wh), t.get(wy), t.get(dist), t.get(dy), t.get(cust))
+        else {
+            t.abort().await;
+            return Outcome::Aborted(AbortReason::MissingKey);
+        };
+        let mut h = [0u8; H_SIZE];
+        put_u32(&mut h, 0, c as u32);
+        put_u32(&mut h, 4, cd as u32);
+        put_u32(&mut h, 8, cw as u32);
+        put_u32(&mut h, 12, d as u32);
+        put_u32(&mut h, 16, wid as u32);
+        put_i64(&mut h, 24, w.ctx.now_ns() as i64);
+        put_i64(&mut h, 32, amount);
+        h[40..50].copy_from_slice(&wv[W_NAME..W_NAME + 10]);
+        h[54..64].copy_from_slice(&dv[D_NAME..D_NAME + 10]);
+        let w_ytd = (get_i64(wyv, 0) + amount).to_le_bytes();
+        let d_ytd = (get_i64(dyv, 0) + amount).to_le_bytes();
+        let mut cr = [0u8; C_SIZE];
+        cr.copy_from_slice(cv);
+        add_i64(&mut cr, C_BALANCE, -amount);
+        add_i64(&mut cr, C_YTD_PAYMENT, amount);
+        add_i64(&mut cr, C_PAYMENT_CNT, 1);
+        if &cr[C_CREDIT..C_CREDIT + 2] == b"BC" {
+            // New C_DATA: the payment's ids and amount, then the old data, cut to 500 B.
+            let entry = format!("{c} {cd} {cw} {d} {wid} {amount} ");
+            let mut data = Vec::with_capacity(500 + entry.len());
+            data.extend_from_slice(entry.as_bytes());
+            data.extend_from_slice(&cr[C_DATA..C_DATA + 500]);
+            cr[C_DATA..C_DATA + 500].copy_from_slice(&data[..500]);
+        }
+        t.set(wy, &w_ytd);
+        t.set(dy, &d_ytd);
+        t.set(cust, &cr);
+        t.set(hist, &h);
+        match t.commit().await {
+            Ok(_) => Outcome::FOUND,
+            Err(r) => Outcome::Aborted(r),
+        }
+    }
+
+    async fn order_status(&self, w: &WorkerCtx, rng: &mut SmallRng) -> Outcome {
+        let wid = self.home_warehouse(w, rng);
+        let d = urand(rng, 1, DISTRICTS);
+        let c = self.pick_customer(wid, d, rng);
+        let mut t = Txn::begin(&w.ctx, &w.th);
+        let cust = t.read(CUSTOMER, self.key(CUSTOMER, k_customer(wid, d, c), wid));
+        let last = self.idx[w.node as usize].cust_order.range_rev(
+            Included(k_cust_order(wid, d, c, 0)),
+            Included(k_cust_order(wid, d, c, 0xffff_ffff)),
+            1,
+        );
+        let order = last.first().map(|&(k, ())| {
+            let o = k & 0xffff_ffff;
+            (o, t.read(ORDER, self.key(ORDER, k_order(wid, d, o), wid)))
+        });
+        if let Err(r) = t.execute().await {
+            return Outcome::Aborted(r);
+        }
+        let mut found = t.get(cust).is_some();
+        match order.and_then(|(o, oi)| t.get(oi).map(|v| (o, get_i64(v, O_OL_CNT) as u64))) {
+            Some((o, ol_cnt)) => {
+                for ol in 1..=ol_cnt {
+                    t.read(
+                        ORDER_LINE,
+                        self.key(ORDER_LINE, k_order_line(wid, d, o, ol), wid),
+                    );
+                }
+                if let Err(r) = t.execute().await {
+                    return Outcome::Aborted(r);
+                }
+            }
+            None => found = false,
+        }
+        match t.commit().await {
+            Ok(_) => Outcome::Committed { found },
+            Err(r) => Outcome::Aborted(r),
+        }
+    }
+
+    async fn delivery(&self, w: &WorkerCtx, rng: &mut SmallRng) -> Outcome {
+        let wid = self.home_warehouse(w, rng);
+        let carrier = urand(rng, 1, 10) as i64;
+        let ix = &self.idx[w.node as usize];
+        let mut t = Txn::begin(&w.ctx, &w.th);
+        // Per district with a new order: (d, o, NEW_ORDER item, ORDER item).
+        let mut picks = Vec::with_capacity(DISTRICTS as usize);
+        for d in 1..=DISTRICTS {
+            let oldest = ix.new_order.range(
+                Included(k_order(wid, d, 0)),
+                Included(k_order(wid, d, 0xffff_ffff)),
+                1,
+            );
+            if let Some(&(k, ())) = oldest.first() {
+                let o = k & 0xffff_ffff;
+                let no = t.write(NEW_ORDER, self.key(NEW_ORDER, k, wid), WriteKind::Delete);
+                let oi = t.write(ORDER, self.key(ORDER, k, wid), WriteKind::Update);
+                picks.push((d, o, no, oi));
+            }
+        }
+        if let Err(r) = t.execute().await {
+            return Outcome::Aborted(r);
+        }
+        // Per pick: (ORDER_LINE items, CUSTOMER item).
+        let mut lines = Vec::with_capacity(picks.len());
+        for &(d, o, _, oi) in &picks {
+            let ov = t.get(oi).expect("locked order");
+            let (c, ol_cnt) = (get_i64(ov, O_C_ID) as u64, get_i64(ov, O_OL_CNT) as u64);
+            let ols: Vec<usize> = (1..=ol_cnt)
+                .map(|ol| {
+                    t.write(
+                        ORDER_LINE,
+                        self.key(ORDER_LINE, k_order_line(wid, d, o, ol), wid),
+                        WriteKind::Update,
+                    )
+                })
+                .collect();
+            let ci = t.write(
+                CUSTOMER,
+                self.key(CUSTOMER, k_customer(wid, d, c), wid),
+                WriteKind::Update,
+            );
+            lines.push((ols, ci));
+        }
+        if let Err(r) = t.execute().await {
+            return Outcome::Aborted(r);
+        }
+        let now = w.ctx.now_ns() as i64;
+        for (&(_, _, _, oi), (ols, ci)) in picks.iter().zip(&lines) {
+            let mut o = [0u8; O_SIZE];
+            o.copy_from_slice(t.get(oi).expect("locked order"));
+            put_i64(&mut o, O_CARRIER, carrier);
+            t.set(oi, &o);
+            let mut sum = 0;
+            for &li in ols {
+                let mut l = [0u8; OL_SIZE];
+                l.copy_from_slice(t.get(li).expect("locked order line"));
+                sum += get_i64(&l, OL_AMOUNT);
+                put_i64(&mut l, OL_DELIVERY_D, now);
+                t.set(li, &l);
+            }
+            let mut c = [0u8; C_SIZE];
+            c.copy_from_slice(t.get(*ci).expect("locked customer"));
+            add_i64(&mut c, C_BALANCE, sum);
+            add_i64(&mut c, C_DELIVERY_CNT, 1);
+            t.set(*ci, &c);
+        }
+        let found = !picks.is_empty();
+        match t.commit().await {
+            Ok(_) => {
+                for &(d, o, _, _) in &picks {
+                    ix.new_order.remove(k_order(wid, d, o));
+                }
+                Outcome::Committed { found }
+            }
+            Err(r) => Outcome::Aborted(r),
+        }
+    }
+
+    /// StockLevel at read-committed isolation, which the spec allows for it (§3.4.0.1,
+    /// Table 3-1: Stock-Level needs only Level 1, no dirty reads). Every row it reads is
+    /// of the home warehouse, hence at this node's store: it reads committed values
+    /// directly there (yielding to the lock holder while a row is locked), with no
+    /// validation, so it cannot be aborted by the NewOrders it runs beside. It is not
+    /// seen by the transaction layer's counters.
+    async fn stock_level(&self, w: &WorkerCtx, rng: &mut SmallRng) -> Outcome {
+        let wid = self.home_warehouse(w, rng);
+        let d = urand(rng, 1, DISTRICTS);
+        let threshold = urand(rng, 10, 20) as i64;
+        let db = &w.th.db;
+        let mut buf = Vec::with_capacity(S_SIZE);
+        macro_rules! read {
+            ($table:expr, $logical:expr) => {{
+                match self
+                    .read_committed(w, db, $table, self.key($table, $logical, wid), &mut buf)
+                    .await
+                {
+                    Ok(found) => found.then(|| &buf[..]),
+                    Err(r) => return Outcome::Aborted(r),
+                }
+            }};
+        }
+        let Some(next) = read!(DISTRICT_NEXT, k_district(wid, d)).map(|v| get_i64(v, 0) as u64)
+        else {
+            return Outcome::Aborted(AbortReason::MissingKey);
+        };
+        let mut item_ids = Vec::with_capacity(300);
+        for o in next.saturating_sub(20).max(1)..next {
+            let cnt = read!(ORDER, k_order(wid, d, o))
+                .map(|v| get_i64(v, O_OL_CNT) as u64)
+                .unwrap_or(0);
+            for ol in 1..=cnt {
+                if let Some(v) = read!(ORDER_LINE, k_order_line(wid, d, o, ol)) {
+                    item_ids.push(get_i64(v, OL_I_ID) as u64);
+                }
+            }
+        }
+        item_ids.sort_unstable();
+        item_ids.dedup();
+        let mut _low = 0;
+        for &i in &item_ids {
+            if read!(STOCK, k_stock(wid, i)).is_some_and(|v| get_i64(v, S_QUANTITY) < threshold) {
+                _low += 1;
+            }
+        }
+        Outcome::FOUND
+    }
+
+    /// Reads the committed value of a key whose primary is this node into `buf`; true if
+    /// it exists. A locked key is retried after yielding (its holder may be a coroutine
+    /// of this thread) a few times; then the read gives up (busy-waiting longer takes the
+    /// CPU from the lock holders on an oversubscribed machine).
+    async fn read_committed(
+        &self,
+        w: &WorkerCtx,
+        db: &NodeDb,
+        table: u32,
+        key: u64,
+        buf: &mut Vec<u8>,
+    ) -> Result<bool, AbortReason> {
+        debug_assert_eq!(db.placement.primary(table, key), db.node);
+        for _ in 0..64 {
+            buf.clear();
+            match db.read(table, key, buf).status {
+                status::OK => return Ok(true),
+                status::ABSENT => return Ok(false),
+                status::LOCKED => w.ctx.yield_now().await,
+                _ => return Err(AbortReason::BadResponse),
+            }
+        }
+        Err(AbortReason::LockedAtExecute)
+    }
+
+    /// TPC-C consistency conditions 1–4 (spec §3.3.2.1–4) on the primaries' rows, and
+    /// the NEW_ORDER index against the table. Returns per-condition counts checked.
+    pub fn check_consistency(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
+        let mask = (1u64 << LOGICAL_BITS) - 1;
+        let logical = |table| -> Vec<(u64, Vec<u8>)> {
+            primary_rows(dbs, table)
+                .into_iter()
+                .map(|(k, v)| (k & mask, v))
+                .collect()
+        };
+        let w_ytd: BTreeMap<u64, i64> = logical(WAREHOUSE_YTD)
+            .into_iter()
+            .map(|(k, v)| (k, get_i64(&v, 0)))
+            .collect();
+        let d_ytd: BTreeMap<u64, i64> = logical(DISTRICT_YTD)
+            .into_iter()
+            .map(|(k, v)| (k, get_i64(&v, 0)))
+            .collect();
+        let d_next: BTreeMap<u64, u64> = logical(DISTRICT_NEXT)
+            .into_iter()
+            .map(|(k, v)| (k, get_i64(&v, 0) as u64))
+            .collect();
+        if w_ytd.len() as u64 != self.p.warehouses
+            || d_next.len() as u64 != self.p.warehouses * DISTRICTS
+        {
+            return Err(format!(
+                "{} warehouses and {} districts found",
+                w_ytd.len(),
+                d_next.len()
+            ));
+        }
+        // Condition 1: W_YTD = Σ D_YTD.
+        for (&w, &ytd) in &w_ytd {
+            let sum: i64 = (1..=DISTRICTS)
+                .map(|d| d_ytd.get(&wd(w, d)).copied().unwrap_or(0))
+                .sum();
+            if sum != ytd {
+                return Err(format!(
+                    "condition 1: warehouse {w}: W_YTD {ytd} != sum(D_YTD) {sum}"
+                ));
+            }
+        }
+        // Per district: max O_ID, Σ O_OL_CNT; NEW_ORDER min, max, count; ORDER_LINE count.
+        #[derive(Default)]
+        struct Dist {
+            max_o: u64,
+            ol_cnt_sum: u64,
+            no_min: u64,
+            no_max: u64,
+            no_count: u64,
+            ol_rows: u64,
+        }
+        let mut dist: BTreeMap<u64, Dist> = BTreeMap::new();
+        for (k, v) in logical(ORDER) {
+            let (w, d, o) = split_order(k);
+            let e = dist.entry(wd(w, d)).or_default();
+            e.max_o = e.max_o.max(o);
+            e.ol_cnt_sum += get_i64(&v, O_OL_CNT) as u64;
+        }
+        let new_orders = logical(NEW_ORDER);
+        for (k, _) in &new_orders {
+            let (w, d, o) = split_order(*k);
+            let e = dist.entry(wd(w, d)).or_default();
+            e.no_min = if e.no_count == 0 { o } else { e.no_min.min(o) };
+            e.no_max = e.no_max.max(o);
+            e.no_count += 1;
+        }
+        let mut ol_total = 0u64;
+        for (k, _) in logical(ORDER_LINE) {
+            let (w, d, _) = split_order(k >> 4);
+            dist.entry(wd(w, d)).or_default().ol_rows += 1;
+            ol_total += 1;
+        }
+        for (&key, &next) in &d_next {
+            let (w, d) = (key >> 4, key & 0xf);
+            let e = dist
+                .get(&key)
+                .ok_or_else(|| format!("district ({w}, {d}) has no orders"))?;
+            // Condition 2: D_NEXT_O_ID − 1 = max(O_ID) = max(NO_O_ID).
+            if next - 1 != e.max_o || (e.no_count > 0 && e.no_max != e.max_o) {
+                return Err(format!(
+                    "condition 2: district ({w}, {d}): D_NEXT_O_ID - 1 = {}, max(O_ID) = {}, max(NO_O_ID) = {}",
+                    next - 1,
+                    e.max_o,
+                    e.no_max
+                ));
+            }
+            // Condition 3: max(NO_O_ID) − min(NO_O_ID) + 1 = rows in NEW_ORDER.
+            if e.no_count > 0 && e.no_max - e.no_min + 1 != e.no_count {
+                return Err(format!(
+                    "condition 3: district ({w}, {d}): new orders {}..={} but {} rows",
+                    e.no_min, e.no_max, e.no_count
+                ));
+            }
+            // Condition 4: Σ O_OL_CNT = rows in ORDER_LINE.
+            if e.ol_cnt_sum != e.ol_rows {
+                return Err(format!(
+                    "condition 4: district ({w}, {d}): sum(O_OL_CNT) = {} but {} order lines",
+                    e.ol_cnt_sum, e.ol_rows
+                ));
+            }
+        }
+        // The ordered index agrees with the table.
+        let mut indexed = Vec::new();
+        for ix in &self.idx {
+            ix.new_order.scan(
+                std::ops::Bound::Unbounded,
+                std::ops::Bound::Unbounded,
+                |k, _| {
+                    indexed.push(k);
+                    true
+                },
+            );
+        }
+        indexed.sort_unstable();
+        let mut table: Vec<u64> = new_orders.iter().map(|e| e.0).collect();
+        table.sort_unstable();
+        if indexed != table {
+            let diff = indexed
+                .iter()
+                .zip(&table)
+                .position(|(a, b)| a != b)
+                .unwrap_or(indexed.len().min(table.len()));
+            return Err(format!(
+                "NEW_ORDER index has {} entries, table {} rows; first difference at position {diff}",
+                indexed.len(),
+                table.len()
+            ));
+        }
+        Ok(serde_json::json!({
+            "warehouses": w_ytd.len(),
+            "districts": d_next.len(),
+            "orders": dist.values().map(|d| d.max_o).sum::<u64>(),
+            "new_orders": new_orders.len(),
+            "order_lines": ol_total,
+        }))
+    }
+
+    fn load_district(
+        &self,
+        w: u64,
+        d: u64,
+        rng: &mut SmallRng,
+        out: &Loader<'_>,
+    ) -> Result<(), String> {
+        let p = &self.p;
+        // The home node's indexes are filled by the loader thread that owns that node.
+        let ix = out
+            .owns(self.home_of(w))
+            .then(|| &self.idx[self.home_of(w) as usize]);
+        let mut dv = [0u8; D_SIZE];
+        put_i64(&mut dv, D_TAX, rng.gen_range(0..=2000));
+        rand_str(rng, &mut dv[D_NAME..D_NAME + 10]);
+        rand_str(rng, &mut dv[18..]);
+        out.put(DISTRICT, self.key(DISTRICT, k_district(w, d), w), &dv)?;
+        out.put(
+            DISTRICT_NEXT,
+            self.key(DISTRICT_NEXT, k_district(w, d), w),
+            &((p.initial_orders + 1) as i64).to_le_bytes(),
+        )?;
+        out.put(
+            DISTRICT_YTD,
+            self.key(DISTRICT_YTD, k_district(w, d), w),
+            &3_000_000i64.to_le_bytes(),
+        )?;
+        for c in 1..=p.customers {
+            let (last, first) = Self::customer_name(p, w, d, c);
+            let mut cv = vec![0u8; C_SIZE];
+            put_i64(&mut cv, C_BALANCE, -1000);
+            put_i64(&mut cv, C_YTD_PAYMENT, 1000);
+            put_i64(&mut cv, C_PAYMENT_CNT, 1);
+            put_i64(&mut cv, C_DISCOUNT, rng.gen_range(0..=5000));
+            put_i64(&mut cv, C_CREDIT_LIM, 5_000_000);
+            cv[C_CREDIT..C_CREDIT + 2].copy_from_slice(if rng.gen_range(0..10) == 0 {
+                b"BC"
+            } else {
+                b"GC"
+            });
+            cv[C_LAST..C_LAST + 16].copy_from_slice(&last_name(last));
+            cv[C_FIRST..C_FIRST + 16].copy_from_slice(&first);
+            cv[C_MIDDLE..C_MIDDLE + 2].copy_from_slice(b"OE");
+            put_i64(&mut cv, C_SINCE, 1);
+            rand_str(rng, &mut cv[C_SINCE + 8..C_DATA]);
+            let dl = rng.gen_range(300..=500);
+            rand_str(rng, &mut cv[C_DATA..C_DATA + dl]);
+            out.put(CUSTOMER, self.key(CUSTOMER, k_customer(w, d, c), w), &cv)?;
+            let mut h = [0u8; H_SIZE];
+            put_u32(&mut h, 0, c as u32);
+            put_u32(&mut h, 4, d as u32);
+            put_u32(&mut h, 8, w as u32);
+            put_u32(&mut h, 12, d as u32);
+            put_u32(&mut h, 16, w as u32);
+            put_i64(&mut h, 32, 1000);
+            // Load-time history ids sit above any run-time id of this warehouse.
+            let hk = w << 40 | 1 << 39 | k_customer(0, d, c);
+            out.put(HISTORY, self.key(HISTORY, hk, w), &h)?;
+        }
+        // Orders: one per customer in a random permutation; the last 30% are new orders.
+        let mut cids: Vec<u64> = (1..=p.customers).collect();
+        cids.shuffle(rng);
+        let first_new = p.initial_orders - p.initial_orders * 3 / 10 + 1;
+        for o in 1..=p.initial_orders {
+            let c = cids[(o - 1) as usize];
+            let delivered = o < first_new;
+            let ol_cnt = urand(rng, 5, 15);
+            let mut ov = [0u8; O_SIZE];
+            put_i64(&mut ov, O_C_ID, c as i64);
+            put_i64(&mut ov, O_ENTRY_D, 1);
+            put_i64(
+                &mut ov,
+                O_CARRIER,
+                if delivered {
+                    urand(rng, 1, 10) as i64
+                } else {
+                    0
+                },
+            );
+            put_i64(&mut ov, O_OL_CNT, ol_cnt as i64);
+            put_i64(&mut ov, O_ALL_LOCAL, 1);
+            out.put(ORDER, self.key(ORDER, k_order(w, d, o), w), &ov)?;
+            if let Some(ix) = ix {
+                ix.cust_order.insert(k_cust_order(w, d, c, o), ());
+            }
+            for ol in 1..=ol_cnt {
+                let mut lv = [0u8; OL_SIZE];
+                put_i64(&mut lv, OL_I_ID, urand(rng, 1, p.items) as i64);
+                put_i64(&mut lv, OL_SUPPLY_W, w as i64);
+                put_i64(&mut lv, OL_DELIVERY_D, if delivered { 1 } else { 0 });
+                put_i64(&mut lv, OL_QUANTITY, 5);
+                put_i64(
+                    &mut lv,
+                    OL_AMOUNT,
+                    if delivered {
+                        0
+                    } else {
+                        urand(rng, 1, 999_999) as i64
+                    },
+                );
+                rand_str(rng, &mut lv[OL_DIST_INFO..OL_DIST_INFO + 24]);
+                out.put(
+                    ORDER_LINE,
+                    self.key(ORDER_LINE, k_order_line(w, d, o, ol), w),
+                    &lv,
+                )?;
+            }
+            if !delivered {
+                out.put(
+                    NEW_ORDER,
+                    self.key(NEW_ORDER, k_order(w, d, o), w),
+                    &(o as i64).to_le_bytes(),
+                )?;
+                if let Some(ix) = ix {
+                    ix.new_order.insert(k_order(w, d, o), ());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn item_row(rng: &mut SmallRng) -> [u8; I_SIZE] {
+        let mut v = [0u8; I_SIZE];
+        put_i64(&mut v, I_PRICE, rng.gen_range(100..=10_000));
+        put_i64(&mut v, I_IM_ID, rng.gen_range(1..=10_000));
+        rand_str(rng, &mut v[I_NAME..I_NAME + 24]);
+        rand_str(rng, &mut v[I_DATA..I_DATA + 50]);
+        v
+    }
+
+    fn stock_chunks(&self) -> u64 {
+        self.p.items.div_ceil(STOCK_CHUNK)
+    }
+}
+
+/// Stock / item rows per load unit.
+const STOCK_CHUNK: u64 = 2048;
+
+impl Workload for Tpcc {
+    type Local = ();
+
+    fn name(&self) -> &'static str {
+        if self.p.only_new_order {
+            "tpcc-no"
+        } else {
+            "tpcc"
+        }
+    }
+
+    fn tables(&self) -> Vec<TableSpec> {
+        let p = &self.p;
+        let wh = p.warehouses;
+        let dists = wh * DISTRICTS;
+        let orders = dists * p.initial_orders + wh * p.order_headroom;
+        let cap = |rows: u64| per_node_capacity(rows, &p.placement);
+        let t = |id, name: &str, size, rows| TableSpec {
+            id,
+            name: name.into(),
+            value_size: size,
+            capacity_per_node: cap(rows),
+        };
+        vec![
+            t(WAREHOUSE, "warehouse", W_SIZE, wh),
+            t(WAREHOUSE_YTD, "warehouse_ytd", 8, wh),
+            t(DISTRICT, "district", D_SIZE, dists),
+            t(DISTRICT_NEXT, "district_next", 8, dists),
+            t(DISTRICT_YTD, "district_ytd", 8, dists),
+            t(CUSTOMER, "customer", C_SIZE, dists * p.customers),
+            t(
+                HISTORY,
+                "history",
+                H_SIZE,
+                dists * p.customers + wh * p.order_headroom * 2,
+            ),
+            t(
+                NEW_ORDER,
+                "new_order",
+                8,
+                dists * p.initial_orders + wh * p.order_headroom,
+            ),
+            t(ORDER, "order", O_SIZE, orders),
+            t(ORDER_LINE, "order_line", OL_SIZE, orders * 15),
+            // A copy per node, placed on that node: each node holds R copies' worth.
+            t(ITEM, "item", I_SIZE, p.items * p.placement.nodes as u64),
+            t(STOCK, "stock", S_SIZE, wh * p.items),
+        ]
+    }
+
+    fn txn_types(&self) -> &'static [&'static str] {
+        &TYPES
+    }
+
+    /// Districts first, then (warehouse, stock chunk), then (node, item chunk).
+    fn load_units(&self) -> u64 {
+        let p = &self.p;
+        p.warehouses * DISTRICTS
+            + p.warehouses * self.stock_chunks()
+            + p.placement.nodes as u64 * self.stock_chunks()
+    }
+
+    fn load_unit(&self, unit: u64, rng: &mut SmallRng, out: &Loader<'_>) -> Result<(), String> {
+        let p = &self.p;
+        let dist_units = p.warehouses * DISTRICTS;
+        let chunks = self.stock_chunks();
+        if unit < dist_units {
+            return self.load_district(unit / DISTRICTS + 1, unit % DISTRICTS + 1, rng, out);
+        }
+        let u = unit - dist_units;
+        if u < p.warehouses * chunks {
+            let (w, chunk) = (u / chunks + 1, u % chunks);
+            if chunk == 0 {
+                let mut wv = [0u8; W_SIZE];
+                put_i64(&mut wv, W_TAX, rng.gen_range(0..=2000));
+                rand_str(rng, &mut wv[W_NAME..W_NAME + 10]);
+                rand_str(rng, &mut wv[18..]);
+                out.put(WAREHOUSE, self.key(WAREHOUSE, w, w), &wv)?;
+                out.put(
+                    WAREHOUSE_YTD,
+                    self.key(WAREHOUSE_YTD, w, w),
+                    &30_000_000i64.to_le_bytes(),
+                )?;
+            }
+            for i in chunk * STOCK_CHUNK + 1..=((chunk + 1) * STOCK_CHUNK).min(p.items) {
+                let mut s = [0u8; S_SIZE];
+                put_i64(&mut s, S_QUANTITY, rng.gen_range(10..=100));
+                rand_str(rng, &mut s[S_DIST..S_DATA]);
+                let dl = rng.gen_range(26..=48);
+                rand_str(rng, &mut s[S_DATA..S_DATA + dl]);
+                out.put(STOCK, self.key(STOCK, k_stock(w, i), w), &s)?;
+            }
+            return Ok(());
+        }
+        let u = u - p.warehouses * chunks;
+        let (node, chunk) = ((u / chunks) as u16, u % chunks);
+        for i in chunk * STOCK_CHUNK + 1..=((chunk + 1) * STOCK_CHUNK).min(p.items) {
+            // Every node's copy has the same content: the row's stream depends on i only.
+            let mut irng = SmallRng::seed_from_u64(p.seed ^ i.wrapping_mul(0xA24B_AED4_963E_E407));
+            out.put(ITEM, self.item_key(node, i), &Self::item_row(&mut irng))?;
+        }
+        Ok(())
+    }
+
+    async fn run_one(&self, w: &WorkerCtx, rng: &mut SmallRng, _: &mut ()) -> (usize, Outcome) {
+        let ty = if self.p.only_new_order {
+            0
+        } else {
+            let x = rng.gen_range(0..100);
+            MIX.iter().position(|&m| x < m).expect("mix sums to 100")
+        };
+        let out = match ty {
+            0 => self.new_order(w, rng).await,
+            1 => self.payment(w, rng).await,
+            2 => self.order_status(w, rng).await,
+            3 => self.delivery(w, rng).await,
+            _ => self.stock_level(w, rng).await,
+        };
+        (ty, out)
+    }
+
+    fn check(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
+        self.check_consistency(dbs)
+    }
+}

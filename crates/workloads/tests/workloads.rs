@@ -1,0 +1,195 @@
+//! End-to-end runs of every workload on small in-process clusters: invariants, TATP's
+//! population and found rates, TPC-C consistency, and the report's shape.
+
+use ambidex_txn::Placement;
+use ambidex_workloads::common::primary_rows;
+use ambidex_workloads::tatp::{self, Tatp};
+use ambidex_workloads::{
+    run_bench, sweep_coroutines, BenchConfig, ObjStoreParams, TransportKind, WorkloadKind,
+};
+use std::collections::HashMap;
+
+fn cfg(workload: WorkloadKind, scale: f64, duration_s: f64) -> BenchConfig {
+    BenchConfig {
+        workload,
+        nodes: 3,
+        threads: 1,
+        coroutines: 4,
+        replication: 3,
+        duration_s,
+        warmup_s: 0.2,
+        scale: Some(scale),
+        seed: 7,
+        transport: TransportKind::Local,
+        objstore: ObjStoreParams::default(),
+        progress: false,
+    }
+}
+
+#[test]
+fn smallbank_invariant_holds_after_a_concurrent_run() {
+    // Few accounts (hot set of 2 per... 4% of 600) so transactions really conflict.
+    let r = run_bench(&BenchConfig {
+        threads: 2,
+        ..cfg(WorkloadKind::SmallBank, 0.001, 1.0)
+    })
+    .unwrap();
+    assert_eq!(r.invariant_ok, Some(true), "{}", r.check);
+    assert!(r.committed > 1_000, "{} committed", r.committed);
+    assert_eq!(r.stuck_workers, 0);
+    assert!(r.aborted > 0, "a contended run should see aborts");
+    let delta = r.check["committed_delta_cents"].as_i64().unwrap();
+    assert_ne!(delta, 0, "deltas must be counted");
+    // Every type ran.
+    for (name, t) in &r.per_type {
+        assert!(t.committed > 0, "{name} never committed");
+    }
+    assert!(r.latency_us.p50 > 0.0 && r.latency_us.p99 >= r.latency_us.p50);
+}
+
+#[test]
+fn smallbank_on_shm() {
+    let r = run_bench(&BenchConfig {
+        transport: TransportKind::Shm,
+        ..cfg(WorkloadKind::SmallBank, 0.01, 0.5)
+    })
+    .unwrap();
+    assert_eq!(r.invariant_ok, Some(true), "{}", r.check);
+    assert!(r.committed > 100);
+    assert_eq!(r.transport, "shm");
+}
+
+#[test]
+fn tatp_population_has_the_spec_shape() {
+    let p = Placement::new(3, 2).unwrap();
+    let t = Tatp::new(p, 0.01); // 10,000 subscribers per node
+    let dbs = ambidex_workloads::build_and_load(&t, p, 3, false).unwrap();
+    let n = t.subscribers as usize;
+    assert_eq!(n, 30_000);
+    assert_eq!(primary_rows(&dbs, tatp::SUBSCRIBER).len(), n);
+    let per_sub = |table| {
+        let mut m: HashMap<u64, u32> = HashMap::new();
+        for (k, _) in primary_rows(&dbs, table) {
+            *m.entry(k >> 2).or_default() += 1;
+        }
+        m
+    };
+    for table in [tatp::ACCESS_INFO, tatp::SPECIAL_FACILITY] {
+        let m = per_sub(table);
+        assert_eq!(m.len(), n, "every subscriber has rows in table {table}");
+        assert!(m.values().all(|&c| (1..=4).contains(&c)));
+        let mean = m.values().sum::<u32>() as f64 / n as f64;
+        assert!(
+            (mean - 2.5).abs() < 0.03,
+            "table {table}: {mean} rows per subscriber"
+        );
+    }
+    let sf = primary_rows(&dbs, tatp::SPECIAL_FACILITY);
+    let active = sf.iter().filter(|(_, v)| v[0] == 1).count() as f64 / sf.len() as f64;
+    assert!((active - 0.85).abs() < 0.01, "is_active rate {active}");
+    // CALL_FORWARDING: each (SF row, start time) with probability 0.5, only under SF rows.
+    let sf_keys: std::collections::HashSet<u64> = sf.iter().map(|e| e.0).collect();
+    let cf = primary_rows(&dbs, tatp::CALL_FORWARDING);
+    assert!(cf.iter().all(|(k, v)| {
+        let (s, ty, st) = (k >> 4, (k >> 2) & 3, (k & 3) * 8);
+        sf_keys.contains(&(s << 2 | ty)) && v[0] as u64 > st && v[0] as u64 <= st + 8
+    }));
+    let ratio = cf.len() as f64 / (3.0 * sf.len() as f64);
+    assert!((ratio - 0.5).abs() < 0.01, "CALL_FORWARDING fill {ratio}");
+}
+
+#[test]
+fn tatp_found_rates_match_the_expected_rates() {
+    let r = run_bench(&cfg(WorkloadKind::Tatp, 0.005, 2.0)).unwrap();
+    assert!(r.committed > 5_000, "{} committed", r.committed);
+    assert_eq!(r.stuck_workers, 0);
+    for (name, t) in &r.per_type {
+        let expected = t.expected_found_rate.unwrap();
+        // A tolerance of ~4 standard deviations of the measured rate, at least 1%.
+        let sd = (expected * (1.0 - expected) / t.committed.max(1) as f64).sqrt();
+        let tol = (4.0 * sd).max(0.01);
+        assert!(t.committed > 50, "{name}: only {} committed", t.committed);
+        assert!(
+            (t.found_rate - expected).abs() < tol,
+            "{name}: found {:.4}, expected {expected:.4} ± {tol:.4} ({} committed)",
+            t.found_rate,
+            t.committed
+        );
+    }
+    // The mix: GET_SUBSCRIBER_DATA 35%, UPDATE_LOCATION 14%.
+    let total = (r.committed + r.aborted) as f64;
+    let share = |n: &str| (r.per_type[n].committed + r.per_type[n].aborted) as f64 / total;
+    assert!((share("get_subscriber_data") - 0.35).abs() < 0.02);
+    assert!((share("update_location") - 0.14).abs() < 0.02);
+}
+
+#[test]
+fn tpcc_consistency_holds_after_a_run() {
+    let r = run_bench(&BenchConfig {
+        coroutines: 6,
+        ..cfg(WorkloadKind::Tpcc, 0.01, 1.5)
+    })
+    .unwrap();
+    assert_eq!(r.consistency_ok, Some(true), "{}", r.check);
+    assert_eq!(r.stuck_workers, 0);
+    for (name, t) in &r.per_type {
+        assert!(t.committed > 0, "{name} never committed: {:?}", r.per_type);
+    }
+    // NewOrder's 1% rollbacks are application aborts.
+    assert!(
+        r.aborts_by_reason.get("user").copied().unwrap_or(0) > 0,
+        "{:?}",
+        r.aborts_by_reason
+    );
+    let orders_loaded = 3 * 10 * 30;
+    assert!(r.check["orders"].as_u64().unwrap() > orders_loaded);
+}
+
+#[test]
+fn tpcc_new_order_only_is_consistent() {
+    let r = run_bench(&cfg(WorkloadKind::TpccNo, 0.01, 1.0)).unwrap();
+    assert_eq!(r.consistency_ok, Some(true), "{}", r.check);
+    assert_eq!(r.per_type.values().filter(|t| t.committed > 0).count(), 1);
+    assert!(r.per_type["new_order"].committed > 100);
+}
+
+#[test]
+fn object_store_runs_and_sweeps() {
+    let base = BenchConfig {
+        objstore: ObjStoreParams {
+            reads: 3,
+            writes: 1,
+            same_node: false,
+        },
+        warmup_s: 0.1,
+        ..cfg(WorkloadKind::ObjectStore, 0.01, 0.4)
+    };
+    let (points, reports) = sweep_coroutines(&base, &[1, 4]).unwrap();
+    assert_eq!(points.len(), 2);
+    assert_eq!((points[0].coroutines, points[1].coroutines), (1, 4));
+    for r in &reports {
+        assert!(r.committed > 100, "{} committed", r.committed);
+        // Every transaction wrote one key: the layer saw no read-only commits.
+        assert_eq!(r.txn_layer.read_only_committed, 0);
+    }
+    let dir = std::env::temp_dir().join(format!("ambidex-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("sweep.svg");
+    ambidex_workloads::plot::plot(
+        ambidex_workloads::plot::Plot::Sweep(&points),
+        "O(3,1)",
+        &svg,
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("<svg") && text.contains("polyline"));
+    let svg2 = dir.join("phases.svg");
+    ambidex_workloads::plot::plot(
+        ambidex_workloads::plot::Plot::Phases(&reports[1].phase_means_us),
+        "phases",
+        &svg2,
+    )
+    .unwrap();
+    assert!(std::fs::read_to_string(&svg2).unwrap().contains("execute"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
