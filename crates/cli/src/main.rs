@@ -24,6 +24,15 @@ enum Command {
         #[command(subcommand)]
         what: Option<BenchCommand>,
     },
+    /// Check a recorded history (`bench ... --history FILE`) for serializability.
+    CheckHistory {
+        file: std::path::PathBuf,
+        /// Also run the external Elle-style checker `adya` on an export of the history.
+        #[arg(long)]
+        adya: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run one node of a benchmark cluster (started by `bench`; not for direct use).
     #[command(hide = true)]
     Peer {
@@ -45,15 +54,35 @@ enum BenchCommand {
     Rpc(bench::rpc::Args),
     /// The store's hash table against std's HashMap, and memory per item.
     Store(bench::store::Args),
+    /// SmallBank (FaSST §6.3): transfers over hot accounts; checks the total balance.
+    Smallbank(bench::workload::Args),
+    /// TATP (FaSST §6.2): the telecom read-mostly workload, all 7 transactions.
+    Tatp(bench::workload::Args),
+    /// TPC-C: the full five-transaction mix; checks consistency conditions 1-4.
+    Tpcc(bench::workload::Args),
+    /// TPC-C NewOrder only, always distributed (DrTM+H's tpcc-no).
+    #[command(name = "tpcc-no")]
+    TpccNo(bench::workload::Args),
+    /// The object store O(r, w) of FaSST §6.1 (`--r`, `--w`).
+    #[command(name = "object-store")]
+    ObjectStore(bench::workload::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench { what } => match what.unwrap_or_else(default_bench) {
+            BenchCommand::Smallbank(a) => workload("smallbank", &a),
+            BenchCommand::Tatp(a) => workload("tatp", &a),
+            BenchCommand::Tpcc(a) => workload("tpcc", &a),
+            BenchCommand::TpccNo(a) => workload("tpcc-no", &a),
+            BenchCommand::ObjectStore(a) => workload("object-store", &a),
             BenchCommand::Store(args) => bench::store::run(&args).map(|r| {
                 if args.json {
-                    println!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&r).expect("report serializes")
+                    );
                 } else {
                     bench::store::print_summary(&r);
                 }
@@ -80,6 +109,7 @@ fn main() -> ExitCode {
             }),
         },
         Command::Peer { role, node, spec } => run_peer(&role, node, &spec),
+        Command::CheckHistory { file, adya, json } => check_history(&file, adya, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -90,15 +120,69 @@ fn main() -> ExitCode {
     }
 }
 
-/// The benchmark `ambidex bench` runs with no subcommand.
+/// The benchmark `ambidex bench` runs with no subcommand: SmallBank on a local 3-node
+/// cluster, one thread per node, R = 3.
 fn default_bench() -> BenchCommand {
-    BenchCommand::Transport(defaults())
+    BenchCommand::Smallbank(defaults())
+}
+
+fn workload(name: &str, a: &bench::workload::Args) -> Result<(), String> {
+    let out = bench::workload::run(name, a)?;
+    if a.json {
+        let json = match &out {
+            bench::workload::Outcome::One(r) => serde_json::to_string_pretty(r),
+            bench::workload::Outcome::Sweep(s) => serde_json::to_string_pretty(s),
+        };
+        println!("{}", json.map_err(|e| e.to_string())?);
+    } else {
+        bench::workload::print(a, &out);
+    }
+    // A violated invariant is a failed run, not just a line in the report.
+    if let bench::workload::Outcome::One(r) = &out {
+        if r.invariant_ok == Some(false) || r.consistency_ok == Some(false) {
+            return Err(format!(
+                "{name}: the workload's consistency check failed (see the report)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The value of an argument group with every option at its default.
 fn defaults<A: clap::Args + FromArgMatches>() -> A {
     let m = A::augment_args(clap::Command::new("defaults")).get_matches_from(["defaults"]);
     A::from_arg_matches(&m).expect("defaults parse")
+}
+
+fn check_history(file: &std::path::Path, adya: bool, json: bool) -> Result<(), String> {
+    let recs = ambidex_history::parse_file(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let report = ambidex_history::check(&recs);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!("{}", report.summary());
+    }
+    let mut ok = report.valid;
+    if adya {
+        let export = file.with_extension("elle.jsonl");
+        ambidex_history::export_elle_file(&recs, &export).map_err(|e| e.to_string())?;
+        let v = ambidex_history::run_adya(&export)?;
+        println!(
+            "adya ({}): valid={:?} {:?}",
+            export.display(),
+            v.valid,
+            v.anomaly_types
+        );
+        ok &= v.valid != Some(false);
+    }
+    if ok {
+        Ok(())
+    } else {
+        Err("the history is not serializable".into())
+    }
 }
 
 fn run_peer(role: &str, node: u16, spec: &str) -> Result<(), String> {

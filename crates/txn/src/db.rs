@@ -170,8 +170,9 @@ impl NodeDb {
         })
     }
 
-    /// Locks `key` for a write of `kind` and reads it under the lock. On `OK` the caller
-    /// holds the lock (the token releases it); on any other status nothing is held.
+    /// Locks `key` for a write of `kind` and reads it under the lock. On `OK` (present)
+    /// and `ABSENT_LOCKED` (an insert of an absent key) the caller holds the lock (the
+    /// token releases it); on any other status nothing is held.
     pub fn lock(&self, table: u32, key: u64, kind: WriteKind, out: &mut Vec<u8>) -> Fetched {
         let Some((spec, t)) = self.table(table) else {
             return Fetched::just(status::BAD_REQUEST);
@@ -202,11 +203,11 @@ impl NodeDb {
             let live = meta & TOMBSTONE == 0;
             let st = match (kind, live) {
                 (WriteKind::Insert, true) => status::EXISTS,
-                (WriteKind::Insert, false) => status::OK,
+                (WriteKind::Insert, false) => status::ABSENT_LOCKED,
                 (_, true) => status::OK,
                 (_, false) => status::ABSENT,
             };
-            if st != status::OK {
+            if st != status::OK && st != status::ABSENT_LOCKED {
                 t.unlock(lk, false);
             } else if live {
                 out.extend_from_slice(val);

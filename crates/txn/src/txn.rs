@@ -581,7 +581,10 @@ impl Drop for Txn<'_> {
 
 /// Takes a READ/LOCK answer into the item, or says why the transaction must abort.
 fn absorb(it: &mut Item, f: Fetched, val: Vec<u8>) -> Result<(), AbortReason> {
-    if !matches!(f.status, status::OK | status::ABSENT) {
+    if !matches!(
+        f.status,
+        status::OK | status::ABSENT | status::ABSENT_LOCKED
+    ) {
         // Nothing was read (locked, exists, full, malformed): the key stays unfetched so
         // it is neither used nor recorded as a read.
         it.fetched = false;
@@ -601,15 +604,18 @@ fn absorb(it: &mut Item, f: Fetched, val: Vec<u8>) -> Result<(), AbortReason> {
         status::ABSENT => {
             it.exists = false;
             it.value.clear();
-            match it.write {
-                None => Ok(()),
-                // An insert locks an absent key; update/delete of one fails.
-                Some(WriteKind::Insert) => {
-                    it.lock = Some(f.token);
-                    Ok(())
-                }
-                Some(_) => Err(AbortReason::MissingKey),
+            // Update or delete of an absent key fails; a read of one is fine.
+            if it.write.is_some() {
+                Err(AbortReason::MissingKey)
+            } else {
+                Ok(())
             }
+        }
+        status::ABSENT_LOCKED if it.write == Some(WriteKind::Insert) => {
+            it.exists = false;
+            it.value.clear();
+            it.lock = Some(f.token);
+            Ok(())
         }
         status::LOCKED => Err(AbortReason::LockedAtExecute),
         status::EXISTS => Err(AbortReason::InsertExists),

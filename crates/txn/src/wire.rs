@@ -28,6 +28,8 @@ pub mod status {
     pub const BAD_REQUEST: u8 = 4;
     /// The table is full.
     pub const FULL: u8 = 5;
+    /// LOCK for an insert: the key is absent and its lock is now held.
+    pub const ABSENT_LOCKED: u8 = 6;
 }
 
 /// Write modes of a write-set key.

@@ -153,6 +153,8 @@ fn inserts_and_deletes_replicate() {
                     Err(_) => continue,
                 }
                 if insert {
+                    // An insert that got its lock found the key absent.
+                    assert!(t.get(i).is_none(), "insert of key {key} reads as present");
                     t.set(i, &key.to_le_bytes());
                 }
                 if t.commit().await.is_ok() {

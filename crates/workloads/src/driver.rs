@@ -143,6 +143,9 @@ pub struct BenchConfig {
     pub objstore: ObjStoreParams,
     /// Show a progress bar on stderr while loading.
     pub progress: bool,
+    /// Record every transaction's reads and writes to this JSON-lines file
+    /// (`docs/history-format.md`); off by default.
+    pub history: Option<std::path::PathBuf>,
 }
 
 impl Default for BenchConfig {
@@ -160,6 +163,7 @@ impl Default for BenchConfig {
             transport: TransportKind::Local,
             objstore: ObjStoreParams::default(),
             progress: true,
+            history: None,
         }
     }
 }
@@ -589,15 +593,31 @@ fn run_once<W: Workload>(
             )
         })
     };
+    let recorder = match &cfg.history {
+        Some(path) => Some(
+            ambidex_history::Recorder::create(path)
+                .map_err(|e| format!("cannot create history file {}: {e}", path.display()))?,
+        ),
+        None => None,
+    };
+    let history: Option<ambidex_txn::runner::SinkFactory> = recorder.clone().map(|rec| {
+        let f: ambidex_txn::runner::SinkFactory =
+            Arc::new(move |_, _| Box::new(ambidex_txn::history::RecorderSink(rec.thread())));
+        f
+    });
     let spec = RunSpec {
         coroutines,
         rpc: RuntimeConfig::default(),
         txn: TxnConfig::default(),
         // A backstop only: workers stop on the timer's STOP.
         duration: Some(warmup + duration + Duration::from_secs(30)),
-        history: None,
+        history,
     };
     let res = runner::run(nodes, dbs, &spec, worker);
+    if let Some(rec) = &recorder {
+        rec.flush()
+            .map_err(|e| format!("writing the history: {e}"))?;
+    }
     let (cpu, elapsed) = timer
         .join()
         .map_err(|_| "timer thread panicked".to_string())?;

@@ -23,18 +23,29 @@ fn cfg(workload: WorkloadKind, scale: f64, duration_s: f64) -> BenchConfig {
         transport: TransportKind::Local,
         objstore: ObjStoreParams::default(),
         progress: false,
+        history: None,
     }
 }
 
 #[test]
 fn smallbank_invariant_holds_after_a_concurrent_run() {
     // Few accounts (hot set of 2 per... 4% of 600) so transactions really conflict.
+    let history = std::env::temp_dir().join(format!("ambidex-sb-{}.jsonl", std::process::id()));
     let r = run_bench(&BenchConfig {
         threads: 2,
+        history: Some(history.clone()),
         ..cfg(WorkloadKind::SmallBank, 0.001, 1.0)
     })
     .unwrap();
     assert_eq!(r.invariant_ok, Some(true), "{}", r.check);
+    // The recorded history of the whole run is serializable.
+    let report = ambidex_history::check_file(&history).unwrap();
+    let _ = std::fs::remove_file(&history);
+    assert!(report.valid, "{}", report.summary());
+    assert!(
+        report.committed >= r.committed,
+        "history misses transactions"
+    );
     assert!(r.committed > 1_000, "{} committed", r.committed);
     assert_eq!(r.stuck_workers, 0);
     assert!(r.aborted > 0, "a contended run should see aborts");

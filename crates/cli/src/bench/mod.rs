@@ -1,4 +1,5 @@
 //! The `ambidex bench` subcommands.
 pub mod rpc;
-pub mod transport;
 pub mod store;
+pub mod transport;
+pub mod workload;

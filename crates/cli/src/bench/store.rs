@@ -28,7 +28,12 @@ pub fn run(a: &Args) -> Result<StoreBenchReport, String> {
     if !(a.duration > 0.0 && a.duration <= 600.0) {
         return Err("--duration must be between 0 and 600 seconds".into());
     }
-    let mut cfg = StoreBenchConfig { items: a.items, seconds: a.duration, seed: a.seed, ..Default::default() };
+    let mut cfg = StoreBenchConfig {
+        items: a.items,
+        seconds: a.duration,
+        seed: a.seed,
+        ..Default::default()
+    };
     if let Some(t) = a.threads {
         if t == 0 {
             return Err("--threads must be at least 1".into());
@@ -39,7 +44,10 @@ pub fn run(a: &Args) -> Result<StoreBenchReport, String> {
 }
 
 pub fn print_summary(r: &StoreBenchReport) {
-    println!("ambidex store benchmark: {} items, 8-byte keys, {}-byte values", r.items, r.value_size);
+    println!(
+        "ambidex store benchmark: {} items, 8-byte keys, {}-byte values",
+        r.items, r.value_size
+    );
     println!(
         "  lookups, 1 thread:   {:>12.0}/s   HashMap {:>12.0}/s   ratio {:.2}",
         r.lookups_per_s, r.hashmap_lookups_per_s, r.lookup_ratio
@@ -50,7 +58,10 @@ pub fn print_summary(r: &StoreBenchReport) {
     );
     println!(
         "  lookups, {} threads: {:>12.0}/s   HashMap {:>12.0}/s   ratio {:.2}",
-        r.threads, r.all_threads_lookups_per_s, r.all_threads_hashmap_lookups_per_s, r.all_threads_lookup_ratio
+        r.threads,
+        r.all_threads_lookups_per_s,
+        r.all_threads_hashmap_lookups_per_s,
+        r.all_threads_lookup_ratio
     );
     println!(
         "  memory: {:.1} B/item for 8/40 at {:.0}% occupancy; {:.1} B/item for 8/8 at 90% (raw {:.0} B)",
