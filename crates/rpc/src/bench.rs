@@ -14,6 +14,8 @@
 //! (one datagram per request). The raw phase keeps the same number of datagrams
 //! outstanding (`coroutines * batch` per thread), sends them in doorbells of `batch` to
 //! the same destinations and echoes every ping, batching the echoes of one poll.
+//! Both phases idle alike: `RuntimeConfig::spin_polls` empty polls, then a park in
+//! `Endpoint::wait` of at most `RuntimeConfig::max_wait`.
 
 use crate::{RpcStats, Runtime, RuntimeConfig};
 use ambidex_transport::cputime::process_cpu_seconds;
@@ -132,6 +134,8 @@ pub fn run_bench(
     if cfg.coroutines == 0 || cfg.batch == 0 || cfg.duration_s <= 0.0 {
         return Err("coroutines, batch and duration must be positive".into());
     }
+    // Both phases idle the same way: the raw phase uses this config's spin_polls and
+    // max_wait too (see `raw_phase`).
     let rt_cfg = RuntimeConfig {
         coalesce: !cfg.no_coalescing,
         ..Default::default()
@@ -175,7 +179,7 @@ pub fn run_bench(
         );
         handles.push(std::thread::spawn(
             move || -> (u64, u64, RpcStats, CounterSnapshot, u32) {
-                let raw_count = raw_phase(&mut *ep, &cfg, &raw);
+                let raw_count = raw_phase(&mut *ep, &cfg, &raw, &rt_cfg);
                 let mut rt = match Runtime::new(ep, rt_cfg) {
                     Ok(rt) => rt,
                     Err(e) => {
@@ -325,7 +329,12 @@ const PING: u8 = 1;
 const PONG: u8 = 2;
 
 /// Raw datagram ping-pong on one endpoint; returns datagrams received while measured.
-fn raw_phase(ep: &mut dyn Endpoint, cfg: &RpcBenchConfig, sync: &PhaseSync) -> u64 {
+fn raw_phase(
+    ep: &mut dyn Endpoint,
+    cfg: &RpcBenchConfig,
+    sync: &PhaseSync,
+    idle_policy: &RuntimeConfig,
+) -> u64 {
     let me = ep.addr();
     let window = cfg.coroutines as usize * cfg.batch as usize;
     let mut ping = vec![0u8; cfg.size.max(1)];
@@ -367,10 +376,11 @@ fn raw_phase(ep: &mut dyn Endpoint, cfg: &RpcBenchConfig, sync: &PhaseSync) -> u
             let _ = ep.send(&out);
         }
         if n == 0 {
+            // The same idle policy as `Runtime::run_until`: spin, then park.
             idle += 1;
-            if idle > 256 {
+            if idle >= idle_policy.spin_polls {
                 idle = 0;
-                ep.wait(Duration::from_millis(1));
+                ep.wait(idle_policy.max_wait);
             }
         } else {
             idle = 0;

@@ -37,7 +37,9 @@ pub struct RuntimeConfig {
     pub max_message: usize,
     /// Datagrams taken from the receive queue per master poll.
     pub poll_batch: usize,
-    /// Empty polls before `run*` parks the thread in `Endpoint::wait`.
+    /// Empty polls before `run*` parks the thread in `Endpoint::wait`. Short: a master
+    /// step of the peer takes far longer than a few empty polls, so spinning longer mostly
+    /// burns CPU (and, on an oversubscribed machine, the peer's time slice).
     pub spin_polls: u32,
     /// Longest park in `Endpoint::wait`.
     pub max_wait: Duration,
@@ -59,7 +61,7 @@ impl Default for RuntimeConfig {
             window: 256,
             max_message: DEFAULT_MAX_MESSAGE,
             poll_batch: 64,
-            spin_polls: 256,
+            spin_polls: 16,
             max_wait: Duration::from_millis(1),
             session: None,
             reassembly_slots: 8,

@@ -142,6 +142,11 @@ struct Co {
     phase: Phase,
     in_ready: bool,
     waiting_credit: bool,
+    /// Destination of the batch's first request; `multi` once another one joins.
+    dest0: u32,
+    multi: bool,
+    /// Some request of the batch needs segments.
+    big: bool,
 }
 
 impl Co {
@@ -155,7 +160,39 @@ impl Co {
             phase: Phase::Building,
             in_ready: false,
             waiting_credit: false,
+            dest0: 0,
+            multi: false,
+            big: false,
         }
+    }
+}
+
+/// A fixed power-of-two array indexed by sequence number (seq mod length), so indexing
+/// needs no bounds check.
+struct SeqArray<T> {
+    items: Box<[T]>,
+    mask: usize,
+}
+
+impl<T> SeqArray<T> {
+    fn new(n: usize, f: impl FnMut(usize) -> T) -> SeqArray<T> {
+        assert!(n.is_power_of_two());
+        SeqArray {
+            items: (0..n).map(f).collect(),
+            mask: n - 1,
+        }
+    }
+
+    #[inline(always)]
+    fn at(&self, seq: u64) -> &T {
+        // SAFETY: `items` has mask + 1 entries (a power of two), so the index is in range.
+        unsafe { self.items.get_unchecked(seq as usize & self.mask) }
+    }
+
+    #[inline(always)]
+    fn at_mut(&mut self, seq: u64) -> &mut T {
+        // SAFETY: as in `at`.
+        unsafe { self.items.get_unchecked_mut(seq as usize & self.mask) }
     }
 }
 
@@ -185,7 +222,7 @@ struct Dest {
     next_seq: u64,
     /// Every seq below is settled (sent in request headers as `ack`).
     ack: u64,
-    win: Vec<ReqRec>,
+    win: SeqArray<ReqRec>,
     inflight: u32,
     suspected: bool,
 }
@@ -198,7 +235,7 @@ impl Dest {
             dg: vec![DgSlot::default(); credits as usize],
             next_seq: 1,
             ack: 1,
-            win: vec![ReqRec::default(); window],
+            win: SeqArray::new(window, |_| ReqRec::default()),
             inflight: 0,
             suspected: false,
         }
@@ -222,7 +259,7 @@ impl Dest {
 struct ClientWin {
     session: u32,
     base: u64,
-    slots: Vec<Served>,
+    slots: SeqArray<Served>,
 }
 
 struct Served {
@@ -230,6 +267,15 @@ struct Served {
     status: u8,
     resp: Vec<u8>,
 }
+
+/// What a datagram may be coalesced with: its kind and session (never NO_KEY).
+#[inline(always)]
+fn open_key(kind: u8, session: u32) -> u64 {
+    (kind as u64) << 32 | session as u64
+}
+
+/// `DestTx::open_key` when no datagram is open.
+const NO_KEY: u64 = u64::MAX;
 
 /// No open datagram (`DestTx::open`).
 const NO_DG: usize = usize::MAX;
@@ -244,8 +290,8 @@ struct DestTx {
     len: usize,
     bounds: Vec<(u32, u32)>,
     open: usize,
-    open_kind: u8,
-    open_session: u32,
+    /// `open_key(kind, session)` of the open datagram; NO_KEY if none is open.
+    open_key: u64,
     open_count: usize,
     /// Credit slot of the open request datagram (NO_SLOT if it has none).
     cur_dg: u16,
@@ -259,8 +305,7 @@ impl Default for DestTx {
             len: 0,
             bounds: Vec::new(),
             open: NO_DG,
-            open_kind: 0,
-            open_session: 0,
+            open_key: NO_KEY,
             open_count: 0,
             cur_dg: NO_SLOT,
             touched: false,
@@ -275,6 +320,7 @@ impl DestTx {
             self.buf[self.open + 3] = self.open_count as u8;
             self.bounds.push((self.open as u32, self.len as u32));
             self.open = NO_DG;
+            self.open_key = NO_KEY;
         }
     }
 
@@ -295,6 +341,8 @@ impl DestTx {
 
 #[derive(Default)]
 struct Tx {
+    /// Every datagram opened gets room for this many bytes up front.
+    mtu: usize,
     per: Vec<DestTx>,
     touched: Vec<u32>,
     list: Vec<Datagram<'static>>,
@@ -323,11 +371,9 @@ impl Tx {
         alone: bool,
     ) -> bool {
         let t = &self.per[d];
-        if t.open != NO_DG
+        if t.open_key == open_key(kind, session)
             && coalesce
             && !alone
-            && t.open_kind == kind
-            && t.open_session == session
             && t.open_count < wire::MAX_RECORDS
             && t.len - t.open + rec_len <= mtu
         {
@@ -345,12 +391,12 @@ impl Tx {
             t.touched = true;
             self.touched.push(d as u32);
         }
-        t.room(wire::DGRAM_HDR);
+        // Room for a whole datagram: records pushed into it need no check of their own.
+        t.room(self.mtu);
         t.open = t.len;
         wire::write_header(&mut t.buf, t.len, kind, session, ack);
         t.len += wire::DGRAM_HDR;
-        t.open_kind = kind;
-        t.open_session = session;
+        t.open_key = open_key(kind, session);
         t.open_count = 0;
         t.cur_dg = NO_SLOT;
     }
@@ -359,7 +405,9 @@ impl Tx {
     fn push(&mut self, d: usize, seq: u64, tag: u8, seg: Option<Seg>, payload: &[u8]) {
         let t = &mut self.per[d];
         debug_assert!(t.open != NO_DG, "ensure before push");
-        t.room(wire::REC_HDR + wire::SEG_EXT + payload.len());
+        // `ensure` checked that the record fits the datagram, which `open_new` sized (and
+        // the slicing in `write_record` checks it again).
+        debug_assert!(t.len + wire::record_len(payload.len(), seg.is_some()) <= t.buf.len());
         t.len = wire::write_record(&mut t.buf, t.len, seq, tag, seg, payload);
         t.open_count += 1;
     }
@@ -437,6 +485,8 @@ pub(crate) struct State {
     cfg: RuntimeConfig,
     cluster: ClusterConfig,
     threads: usize,
+    /// Destination thread of `Ctx::queue` (from the thread map).
+    queue_thread: u16,
     clock: Arc<dyn Clock>,
     now: u64,
     rto: u64,
@@ -446,7 +496,7 @@ pub(crate) struct State {
     single_cap: usize,
     seg_payload: usize,
     max_message: usize,
-    handlers: Vec<Option<Handler>>,
+    handlers: Box<[Option<Handler>; 256]>,
     dests: Vec<Option<Box<Dest>>>,
     clients: Vec<Option<Box<ClientWin>>>,
     cos: Vec<Co>,
@@ -554,8 +604,13 @@ impl Runtime {
             .session
             .unwrap_or_else(|| mix32(now ^ ((me.node as u64) << 48) ^ ((me.thread as u64) << 32)));
         let n = cluster.endpoints();
+        let queue_thread = match cfg.thread_map {
+            ThreadMap::Peer => me.thread,
+            ThreadMap::Fixed(t) => t,
+        };
         let st = State {
             me,
+            queue_thread,
             threads: cluster.threads_per_node as usize,
             rto: cfg.retransmit_timeout.as_nanos().max(1) as u64,
             credits,
@@ -563,13 +618,14 @@ impl Runtime {
             single_cap,
             seg_payload,
             max_message,
-            handlers: (0..256).map(|_| None).collect(),
+            handlers: Box::new(std::array::from_fn(|_| None)),
             dests: (0..n).map(|_| None).collect(),
             clients: (0..n).map(|_| None).collect(),
             cos: Vec::new(),
             ready: Vec::new(),
             credit_waiters: Vec::new(),
             tx: Tx {
+                mtu: cluster.mtu,
                 per: (0..n).map(|_| DestTx::default()).collect(),
                 ..Default::default()
             },
@@ -838,13 +894,26 @@ impl State {
         if !self.cluster.contains(addr) {
             return Err(RpcError::UnknownDestination(addr));
         }
+        let d = self.ep_index(addr);
+        self.queue_index(id, d, rtype, payload)
+    }
+
+    /// Queues a request to endpoint index `d` (inside the cluster).
+    #[inline(always)]
+    fn queue_index(
+        &mut self,
+        id: u16,
+        d: usize,
+        rtype: u8,
+        payload: &[u8],
+    ) -> Result<ReqHandle, RpcError> {
         if payload.len() > self.max_message {
             return Err(RpcError::TooLarge {
                 len: payload.len(),
                 max: self.max_message,
             });
         }
-        let d = self.ep_index(addr) as u32;
+        let d = d as u32;
         let co = &mut self.cos[id as usize];
         match co.phase {
             Phase::Building => {}
@@ -859,11 +928,22 @@ impl State {
         }
         let idx = co.reqs.len();
         if idx >= u16::MAX as usize {
+            let t = self.threads;
             return Err(RpcError::BatchTooLarge {
-                dest: addr,
+                dest: EndpointAddr::new((d as usize / t) as u16, (d as usize % t) as u16),
                 datagrams: idx,
                 requests: idx,
             });
+        }
+        if idx == 0 {
+            co.dest0 = d;
+            co.multi = false;
+            co.big = false;
+        } else if d != co.dest0 {
+            co.multi = true;
+        }
+        if payload.len() > self.single_cap {
+            co.big = true;
         }
         co.reqs.push(QReq {
             dest: d,
@@ -874,7 +954,7 @@ impl State {
             roff: 0,
             rlen: 0,
         });
-        co.arena.extend_from_slice(payload);
+        wire::extend_bytes(&mut co.arena, payload);
         Ok(ReqHandle(idx as u16))
     }
 
@@ -943,11 +1023,38 @@ impl State {
     /// doorbell at the end of the step) if every destination has the credits and window
     /// room; Ok(false) if it must wait.
     fn try_send(&mut self, id: u16) -> Result<bool, RpcError> {
+        // Fast path: a batch of single-datagram requests to one destination needs at
+        // most one credit and one window entry per request.
+        let co = &self.cos[id as usize];
+        let fast = !co.multi
+            && !co.big
+            && match self.dests[co.dest0 as usize].as_deref() {
+                Some(dest) => {
+                    let n = co.reqs.len();
+                    n <= dest.credits as usize
+                        && n <= self.window - (dest.next_seq - dest.ack) as usize
+                }
+                None => false,
+            };
+        if fast {
+            self.encode_one_dest(id);
+            return Ok(true);
+        }
+        if !self.check_needs(id)? {
+            return Ok(false);
+        }
+        self.encode_batch(id);
+        Ok(true)
+    }
+
+    /// Phase 1 of a flush: what the batch needs per destination (mirrors the packing of
+    /// `encode_batch` as if every destination started a fresh datagram, so it is an upper
+    /// bound). Ok(false) if some destination lacks credits or window room now.
+    #[inline(never)]
+    fn check_needs(&mut self, id: u16) -> Result<bool, RpcError> {
         let mtu = self.cluster.mtu;
         let coalesce = self.cfg.coalesce;
         let single_cap = self.single_cap;
-        // Phase 1: what the batch needs per destination (mirrors the packing below as if
-        // every destination started a fresh datagram, so it is an upper bound).
         let co = &self.cos[id as usize];
         for q in &co.reqs {
             let d = q.dest as usize;
@@ -996,16 +1103,20 @@ impl State {
         if let Some(e) = err {
             return Err(e);
         }
-        if short {
-            return Ok(false);
-        }
-        // Phase 2: assign sequence numbers and credits, encode. `now` is from this master
-        // step (deadlines are coarse: timeout/4 scans). Requests may join a request
-        // datagram to the same destination opened earlier in this step (by another
-        // flush): a datagram holds one credit however many flushes share it.
+        Ok(!short)
+    }
+
+    /// Phase 2 of a flush (needs checked): assigns sequence numbers and credits, encodes.
+    /// `now` is from this master step (deadlines are coarse: timeout/4 scans). Requests
+    /// may join a request datagram to the same destination opened earlier in this step
+    /// (by another flush): a datagram holds one credit however many flushes share it.
+    #[inline(never)]
+    fn encode_batch(&mut self, id: u16) {
+        let mtu = self.cluster.mtu;
+        let coalesce = self.cfg.coalesce;
+        let single_cap = self.single_cap;
         let deadline = self.now + self.rto;
         let session = self.session;
-        let wmask = self.window - 1;
         let co = &mut self.cos[id as usize];
         let nreq = co.reqs.len();
         for (i, q) in co.reqs.iter_mut().enumerate() {
@@ -1056,7 +1167,7 @@ impl State {
                 );
             }
             dest.dg[dg as usize].remaining += 1;
-            dest.win[seq as usize & wmask] = ReqRec {
+            *dest.win.at_mut(seq) = ReqRec {
                 seq,
                 live: true,
                 co: id,
@@ -1075,7 +1186,63 @@ impl State {
         if self.next_scan <= self.now {
             self.next_scan = self.now + self.scan_period();
         }
-        Ok(true)
+    }
+
+    /// `encode_batch` for a batch of single-datagram requests to one destination (the
+    /// common case), with the destination's state looked up once.
+    #[inline(always)]
+    fn encode_one_dest(&mut self, id: u16) {
+        let mtu = self.cluster.mtu;
+        let coalesce = self.cfg.coalesce;
+        let deadline = self.now + self.rto;
+        let session = self.session;
+        let key = open_key(wire::KIND_REQUEST, session);
+        let co = &mut self.cos[id as usize];
+        let d = co.dest0 as usize;
+        let dest = self.dests[d].as_deref_mut().expect("checked by try_send");
+        let tx = &mut self.tx;
+        let nreq = co.reqs.len();
+        for (i, q) in co.reqs.iter_mut().enumerate() {
+            let seq = dest.next_seq;
+            dest.next_seq += 1;
+            let payload = &co.arena[q.off as usize..(q.off + q.len) as usize];
+            let rl = wire::record_len(payload.len(), false);
+            let t = &tx.per[d];
+            // Join the open request datagram if it fits and holds a credit (one holding
+            // only retransmissions has none), else open one with a fresh credit.
+            if !(coalesce
+                && t.open_key == key
+                && t.cur_dg != NO_SLOT
+                && t.open_count < wire::MAX_RECORDS
+                && t.len - t.open + rl <= mtu)
+            {
+                tx.open_new(d, wire::KIND_REQUEST, session, dest.ack);
+                tx.per[d].cur_dg = dest.alloc_dg(1);
+            }
+            let t = &mut tx.per[d];
+            let dg = t.cur_dg;
+            t.len = wire::write_record(&mut t.buf, t.len, seq, q.rtype, None, payload);
+            t.open_count += 1;
+            dest.dg[dg as usize].remaining += 1;
+            *dest.win.at_mut(seq) = ReqRec {
+                seq,
+                live: true,
+                co: id,
+                idx: i as u16,
+                dg,
+                retries: 0,
+                deadline,
+            };
+            q.status = ReqStatus::Pending;
+        }
+        dest.inflight += nreq as u32;
+        co.pending = nreq as u32;
+        self.inflight += nreq as u64;
+        self.stats.rpcs_issued += nreq as u64;
+        self.stats.flushes += 1;
+        if self.next_scan <= self.now {
+            self.next_scan = self.now + self.scan_period();
+        }
     }
 
     fn scan_period(&self) -> u64 {
@@ -1119,20 +1286,18 @@ impl State {
             Box::new(ClientWin {
                 session: hdr.session,
                 base: 0,
-                slots: (0..window)
-                    .map(|_| Served {
-                        seq: 0,
-                        status: 0,
-                        resp: Vec::new(),
-                    })
-                    .collect(),
+                slots: SeqArray::new(window, |_| Served {
+                    seq: 0,
+                    status: 0,
+                    resp: Vec::new(),
+                }),
             })
         });
         if win.session != hdr.session {
             // A new incarnation of the client: its old requests are void.
             win.session = hdr.session;
             win.base = 0;
-            for sl in win.slots.iter_mut() {
+            for sl in win.slots.items.iter_mut() {
                 sl.seq = 0;
             }
         }
@@ -1157,8 +1322,8 @@ impl State {
             self.stats.out_of_window_requests += 1;
             return;
         }
-        let slot = r.seq as usize & (window - 1);
-        let sv = &mut win.slots[slot];
+        let slot = r.seq;
+        let sv = win.slots.at_mut(slot);
         if sv.seq == r.seq {
             // Executed before: resend the cached response, never rerun the handler.
             self.stats.duplicate_requests += 1;
@@ -1218,7 +1383,7 @@ impl State {
         src: EndpointAddr,
         hdr: &wire::Header,
         r: &wire::Record<'_>,
-        slot: usize,
+        slot: u64,
     ) {
         let seg = r.seg.expect("segmented");
         let Some(i) = self.reassemble(s, wire::KIND_REQUEST, hdr.session, r, seg) else {
@@ -1229,7 +1394,7 @@ impl State {
         let whole = std::mem::take(&mut self.reasm[i].buf);
         let total = self.reasm[i].total as usize;
         let win = self.clients[s].as_deref_mut().expect("client_window first");
-        let sv = &mut win.slots[slot];
+        let sv = win.slots.at_mut(slot);
         sv.seq = r.seq;
         sv.resp.clear();
         let info = RequestInfo {
@@ -1261,19 +1426,17 @@ impl State {
     }
 
     /// A response record from destination `s` (its datagram's session is ours).
-    #[inline]
+    #[inline(always)]
     fn on_response(&mut self, s: usize, r: &wire::Record<'_>) {
-        let wmask = self.window - 1;
-        let dest = self.dests[s]
-            .as_deref_mut()
-            .expect("checked by on_datagram");
+        let st = &mut *self;
+        let dest = st.dests[s].as_deref_mut().expect("checked by on_datagram");
         if r.seq >= dest.next_seq {
-            self.stats.rx_unknown_response += 1;
+            st.stats.rx_unknown_response += 1;
             return;
         }
-        let rec = dest.win[r.seq as usize & wmask];
+        let rec = dest.win.at(r.seq);
         if r.seq < dest.ack || !rec.live || rec.seq != r.seq {
-            self.stats.rx_duplicate_response += 1;
+            st.stats.rx_duplicate_response += 1;
             return;
         }
         let status = match r.tag {
@@ -1281,32 +1444,44 @@ impl State {
             wire::STATUS_NO_HANDLER => ReqStatus::NoHandler,
             wire::STATUS_TOO_LARGE => ReqStatus::TooLarge,
             _ => {
-                self.stats.rx_malformed += 1;
+                st.stats.rx_malformed += 1;
                 return;
             }
         };
-        match r.seg {
-            None => {
-                let co = &mut self.cos[rec.co as usize];
-                let q = &mut co.reqs[rec.idx as usize];
-                q.roff = co.rarena.len() as u32;
-                q.rlen = r.payload.len() as u32;
-                co.rarena.extend_from_slice(r.payload);
-            }
-            Some(seg) => {
-                let session = self.session;
-                let Some(i) = self.reassemble(s, wire::KIND_RESPONSE, session, r, seg) else {
-                    return;
-                };
-                let ra = &mut self.reasm[i];
-                ra.active = false;
-                let co = &mut self.cos[rec.co as usize];
-                let q = &mut co.reqs[rec.idx as usize];
-                q.roff = co.rarena.len() as u32;
-                q.rlen = ra.total;
-                co.rarena.extend_from_slice(&ra.buf[..ra.total as usize]);
-            }
+        if r.seg.is_some() {
+            self.on_segmented_response(s, r, status);
+            return;
         }
+        dest.suspected = false;
+        settle_in(
+            dest,
+            r.seq,
+            status,
+            Some(r.payload),
+            &mut st.cos,
+            &mut st.ready,
+            &mut st.credit_waiters,
+            &mut st.stats,
+            &mut st.inflight,
+        );
+    }
+
+    /// A segment of a live request's response: settles it once the message is whole.
+    #[inline(never)]
+    fn on_segmented_response(&mut self, s: usize, r: &wire::Record<'_>, status: ReqStatus) {
+        let seg = r.seg.expect("segmented");
+        let session = self.session;
+        let Some(i) = self.reassemble(s, wire::KIND_RESPONSE, session, r, seg) else {
+            return;
+        };
+        let ra = &mut self.reasm[i];
+        ra.active = false;
+        let rec = *self.dests[s].as_deref().expect("checked").win.at(r.seq);
+        let co = &mut self.cos[rec.co as usize];
+        let q = &mut co.reqs[rec.idx as usize];
+        q.roff = co.rarena.len() as u32;
+        q.rlen = ra.total;
+        co.rarena.extend_from_slice(&ra.buf[..ra.total as usize]);
         let dest = self.dests[s].as_deref_mut().expect("checked above");
         dest.suspected = false;
         self.settle(s, r.seq, status);
@@ -1314,51 +1489,21 @@ impl State {
 
     /// Completes (or fails) the live request `seq` to destination `s`: frees its window
     /// entry and, with the last request of its datagram, the datagram's credits.
-    #[inline(always)]
     fn settle(&mut self, s: usize, seq: u64, status: ReqStatus) {
-        let wmask = self.window - 1;
         let dest = self.dests[s]
-            .as_mut()
+            .as_deref_mut()
             .expect("settle of a known destination");
-        let rec = &mut dest.win[seq as usize & wmask];
-        rec.live = false;
-        let (co_id, idx, dg) = (rec.co, rec.idx, rec.dg);
-        while dest.ack < dest.next_seq && !dest.win[dest.ack as usize & wmask].live {
-            dest.ack += 1;
-        }
-        dest.inflight -= 1;
-        self.inflight -= 1;
-        let slot = &mut dest.dg[dg as usize];
-        slot.remaining -= 1;
-        if slot.remaining == 0 {
-            dest.credits += slot.weight as u32;
-            dest.dg_free.push(dg);
-            if !self.credit_waiters.is_empty() {
-                self.wake_credit_waiters();
-            }
-        }
-        let co = &mut self.cos[co_id as usize];
-        if status == ReqStatus::Failed {
-            self.stats.rpcs_failed += 1;
-            co.failed += 1;
-        } else {
-            self.stats.rpcs_completed += 1;
-        }
-        co.reqs[idx as usize].status = status;
-        co.pending -= 1;
-        if co.pending == 0 {
-            self.make_ready(co_id);
-        }
-    }
-
-    #[inline(never)]
-    fn wake_credit_waiters(&mut self) {
-        for k in 0..self.credit_waiters.len() {
-            let w = self.credit_waiters[k];
-            self.cos[w as usize].waiting_credit = false;
-            self.make_ready(w);
-        }
-        self.credit_waiters.clear();
+        settle_in(
+            dest,
+            seq,
+            status,
+            None,
+            &mut self.cos,
+            &mut self.ready,
+            &mut self.credit_waiters,
+            &mut self.stats,
+            &mut self.inflight,
+        );
     }
 
     /// Retransmits requests past their deadline; fails them (and suspects their
@@ -1367,7 +1512,6 @@ impl State {
     fn scan_timeouts(&mut self) {
         let now = self.now;
         self.next_scan = now + self.scan_period();
-        let wmask = self.window - 1;
         let mtu = self.cluster.mtu;
         for d in 0..self.dests.len() {
             let Some(dest) = self.dests[d].as_mut() else {
@@ -1378,7 +1522,7 @@ impl State {
             }
             let mut give_up = false;
             for seq in dest.ack..dest.next_seq {
-                let rec = &mut dest.win[seq as usize & wmask];
+                let rec = dest.win.at_mut(seq);
                 if !rec.live || rec.deadline > now {
                     continue;
                 }
@@ -1432,7 +1576,7 @@ impl State {
                 let (lo, hi) = (dest.ack, dest.next_seq);
                 for seq in lo..hi {
                     let live = self.dests[d].as_ref().map(|x| {
-                        let r = &x.win[seq as usize & wmask];
+                        let r = x.win.at(seq);
                         r.live && r.seq == seq
                     });
                     if live == Some(true) {
@@ -1531,6 +1675,78 @@ impl State {
         x.got += r.payload.len() as u32;
         (x.got == x.total).then_some(i)
     }
+}
+
+/// Completes (or fails) the live request `seq` of `dest`: frees its window entry and,
+/// with the last request of its datagram, the datagram's credits; stores `resp` (a
+/// whole response) as its response and resumes its worker once its batch is complete.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn settle_in(
+    dest: &mut Dest,
+    seq: u64,
+    status: ReqStatus,
+    resp: Option<&[u8]>,
+    cos: &mut [Co],
+    ready: &mut Vec<u16>,
+    credit_waiters: &mut Vec<u16>,
+    stats: &mut RpcStats,
+    inflight: &mut u64,
+) {
+    let rec = dest.win.at_mut(seq);
+    rec.live = false;
+    let (co_id, idx, dg) = (rec.co, rec.idx, rec.dg);
+    // The entry at `ack` is live unless it is this one (ack is the lowest unsettled
+    // seq), so the watermark moves only when the oldest request settles.
+    if seq == dest.ack {
+        dest.ack += 1;
+        while dest.ack < dest.next_seq && !dest.win.at(dest.ack).live {
+            dest.ack += 1;
+        }
+    }
+    dest.inflight -= 1;
+    *inflight -= 1;
+    let slot = &mut dest.dg[dg as usize];
+    slot.remaining -= 1;
+    if slot.remaining == 0 {
+        dest.credits += slot.weight as u32;
+        dest.dg_free.push(dg);
+        if !credit_waiters.is_empty() {
+            wake_credit_waiters(cos, ready, credit_waiters);
+        }
+    }
+    let co = &mut cos[co_id as usize];
+    if status == ReqStatus::Failed {
+        stats.rpcs_failed += 1;
+        co.failed += 1;
+    } else {
+        stats.rpcs_completed += 1;
+    }
+    let q = &mut co.reqs[idx as usize];
+    if let Some(p) = resp {
+        q.roff = co.rarena.len() as u32;
+        q.rlen = p.len() as u32;
+        wire::extend_bytes(&mut co.rarena, p);
+    }
+    q.status = status;
+    co.pending -= 1;
+    if co.pending == 0 && !co.in_ready {
+        co.in_ready = true;
+        ready.push(co_id);
+    }
+}
+
+#[inline(never)]
+fn wake_credit_waiters(cos: &mut [Co], ready: &mut Vec<u16>, credit_waiters: &mut Vec<u16>) {
+    for &w in credit_waiters.iter() {
+        let co = &mut cos[w as usize];
+        co.waiting_credit = false;
+        if !co.in_ready {
+            co.in_ready = true;
+            ready.push(w);
+        }
+    }
+    credit_waiters.clear();
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1644,14 +1860,19 @@ fn send_response(
 
 impl Ctx {
     /// Queues a request to `node` (thread chosen by the [`ThreadMap`]) without I/O.
+    #[inline]
     pub fn queue(&self, node: NodeId, rtype: u8, payload: &[u8]) -> Result<ReqHandle, RpcError> {
         let mut core = self.core.borrow_mut();
         let st = &mut core.st;
-        let thread = match st.cfg.thread_map {
-            ThreadMap::Peer => st.me.thread,
-            ThreadMap::Fixed(t) => t,
-        };
-        st.queue(self.id, EndpointAddr::new(node, thread), rtype, payload)
+        // The thread is valid for every node (checked when the runtime was built).
+        if node >= st.cluster.nodes {
+            return Err(RpcError::UnknownDestination(EndpointAddr::new(
+                node,
+                st.queue_thread,
+            )));
+        }
+        let d = node as usize * st.threads + st.queue_thread as usize;
+        st.queue_index(self.id, d, rtype, payload)
     }
 
     /// Queues a request to an explicit endpoint (credits assume the [`ThreadMap`]).

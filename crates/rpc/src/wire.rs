@@ -66,92 +66,30 @@ pub enum WireError {
     TrailingBytes,
 }
 
-#[inline]
-fn u16_at(b: &[u8], i: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(i..i + 2)?.try_into().ok()?))
-}
-#[inline]
-fn u32_at(b: &[u8], i: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(i..i + 4)?.try_into().ok()?))
-}
-#[inline]
-fn u64_at(b: &[u8], i: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?))
-}
-
-/// Parses one record at the start of `b`; returns it and the rest.
-#[inline(always)]
-fn parse_record(b: &[u8]) -> Result<(Record<'_>, &[u8]), WireError> {
-    let Some((h, after)) = b.split_first_chunk::<REC_HDR>() else {
-        return Err(WireError::Truncated);
-    };
-    let seq = u64::from_le_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]]);
-    let tag = h[8];
-    let flags = h[9];
-    let len = u16::from_le_bytes([h[10], h[11]]) as usize;
-    if seq == 0 {
-        return Err(WireError::ZeroSeq);
-    }
-    if flags & !FLAG_SEG != 0 {
-        return Err(WireError::BadFlags);
-    }
-    let (seg, body) = if flags & FLAG_SEG != 0 {
-        let Some((x, body)) = after.split_first_chunk::<SEG_EXT>() else {
-            return Err(WireError::Truncated);
-        };
-        let total = u32::from_le_bytes([x[0], x[1], x[2], x[3]]);
-        let offset = u32::from_le_bytes([x[4], x[5], x[6], x[7]]);
-        // A segment is non-empty and lies within its message.
-        if len == 0 || total > MAX_WIRE_MESSAGE || (offset as u64 + len as u64) > total as u64 {
-            return Err(WireError::BadSegment);
-        }
-        (Some(Seg { total, offset }), body)
-    } else {
-        (None, after)
-    };
-    if body.len() < len {
-        return Err(WireError::Truncated);
-    }
-    let (payload, rest) = body.split_at(len);
-    Ok((
-        Record {
-            seq,
-            tag,
-            seg,
-            payload,
-        },
-        rest,
-    ))
-}
-
 /// Validates a whole datagram; on success returns its header and an iterator over its
-/// records (which then cannot fail).
+/// records (which then cannot fail). One pass checks every length; the iterator then
+/// reads the validated records without checking them again.
 #[inline]
 pub fn decode(buf: &[u8]) -> Result<(Header, Records<'_>), WireError> {
     if buf.len() < DGRAM_HDR {
         return Err(WireError::TooShort);
     }
-    if u16_at(buf, 0) != Some(MAGIC) {
+    let h: &[u8; DGRAM_HDR] = buf[..DGRAM_HDR].try_into().expect("length checked");
+    if u16::from_le_bytes([h[0], h[1]]) != MAGIC {
         return Err(WireError::BadMagic);
     }
-    let kind = buf[2];
+    let kind = h[2];
     if kind != KIND_REQUEST && kind != KIND_RESPONSE {
         return Err(WireError::BadKind);
     }
-    let count = buf[3];
+    let count = h[3];
     if count == 0 {
         return Err(WireError::NoRecords);
     }
-    let session = u32_at(buf, 4).ok_or(WireError::TooShort)?;
-    let ack = u64_at(buf, 8).ok_or(WireError::TooShort)?;
+    let session = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+    let ack = u64::from_le_bytes([h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15]]);
     let body = &buf[DGRAM_HDR..];
-    let mut rest = body;
-    for _ in 0..count {
-        rest = parse_record(rest)?.1;
-    }
-    if !rest.is_empty() {
-        return Err(WireError::TrailingBytes);
-    }
+    validate_records(body, count)?;
     Ok((
         Header {
             kind,
@@ -166,8 +104,64 @@ pub fn decode(buf: &[u8]) -> Result<(Header, Records<'_>), WireError> {
     ))
 }
 
+/// Checks that `body` is exactly `count` well-formed records.
+#[inline(always)]
+fn validate_records(body: &[u8], count: u8) -> Result<(), WireError> {
+    let n = body.len();
+    let p = body.as_ptr();
+    let mut pos = 0usize;
+    for _ in 0..count {
+        if n - pos < REC_HDR {
+            return Err(WireError::Truncated);
+        }
+        // SAFETY: REC_HDR bytes at pos are inside `body` (checked above).
+        let (seq, flags, len) = unsafe {
+            let q = p.add(pos);
+            (
+                u64::from_le_bytes(std::ptr::read_unaligned(q as *const [u8; 8])),
+                *q.add(9),
+                u16::from_le_bytes(std::ptr::read_unaligned(q.add(10) as *const [u8; 2])) as usize,
+            )
+        };
+        if seq == 0 {
+            return Err(WireError::ZeroSeq);
+        }
+        if flags & !FLAG_SEG != 0 {
+            return Err(WireError::BadFlags);
+        }
+        pos += REC_HDR;
+        if flags & FLAG_SEG != 0 {
+            if n - pos < SEG_EXT {
+                return Err(WireError::Truncated);
+            }
+            // SAFETY: SEG_EXT bytes at pos are inside `body` (checked above).
+            let (total, offset) = unsafe {
+                let q = p.add(pos);
+                (
+                    u32::from_le_bytes(std::ptr::read_unaligned(q as *const [u8; 4])),
+                    u32::from_le_bytes(std::ptr::read_unaligned(q.add(4) as *const [u8; 4])),
+                )
+            };
+            // A segment is non-empty and lies within its message.
+            if len == 0 || total > MAX_WIRE_MESSAGE || (offset as u64 + len as u64) > total as u64 {
+                return Err(WireError::BadSegment);
+            }
+            pos += SEG_EXT;
+        }
+        if n - pos < len {
+            return Err(WireError::Truncated);
+        }
+        pos += len;
+    }
+    if pos != n {
+        return Err(WireError::TrailingBytes);
+    }
+    Ok(())
+}
+
 /// Records of a validated datagram.
 pub struct Records<'a> {
+    /// Invariant (established by [`decode`]): exactly `left` well-formed records.
     rest: &'a [u8],
     left: u8,
 }
@@ -180,10 +174,39 @@ impl<'a> Iterator for Records<'a> {
             return None;
         }
         self.left -= 1;
-        // Validated by `decode`; a failure here would only end the iteration.
-        let (r, rest) = parse_record(self.rest).ok()?;
-        self.rest = rest;
-        Some(r)
+        // SAFETY: `decode` validated that `rest` holds `left + 1` well-formed records, so
+        // every offset read here lies inside it.
+        unsafe {
+            let b = self.rest;
+            let q = b.as_ptr();
+            let seq = u64::from_le_bytes(std::ptr::read_unaligned(q as *const [u8; 8]));
+            let tag = *q.add(8);
+            let flags = *q.add(9);
+            let len =
+                u16::from_le_bytes(std::ptr::read_unaligned(q.add(10) as *const [u8; 2])) as usize;
+            let (seg, hdr) = if flags & FLAG_SEG != 0 {
+                let x = q.add(REC_HDR);
+                (
+                    Some(Seg {
+                        total: u32::from_le_bytes(std::ptr::read_unaligned(x as *const [u8; 4])),
+                        offset: u32::from_le_bytes(std::ptr::read_unaligned(
+                            x.add(4) as *const [u8; 4]
+                        )),
+                    }),
+                    REC_HDR + SEG_EXT,
+                )
+            } else {
+                (None, REC_HDR)
+            };
+            let payload = std::slice::from_raw_parts(q.add(hdr), len);
+            self.rest = b.get_unchecked(hdr + len..);
+            Some(Record {
+                seq,
+                tag,
+                seg,
+                payload,
+            })
+        }
     }
 }
 
@@ -245,24 +268,78 @@ pub(crate) fn write_record(
     seg: Option<Seg>,
     payload: &[u8],
 ) -> usize {
-    let h: &mut [u8; REC_HDR] = (&mut buf[pos..pos + REC_HDR]).try_into().unwrap();
+    let ext = if seg.is_some() { SEG_EXT } else { 0 };
+    let end = pos + REC_HDR + ext + payload.len();
+    // One check for the whole record; the writes below stay inside it.
+    assert!(end <= buf.len(), "record does not fit its buffer");
+    let mut h = [0u8; REC_HDR];
     h[0..8].copy_from_slice(&seq.to_le_bytes());
     h[8] = tag;
+    h[9] = if seg.is_some() { FLAG_SEG } else { 0 };
     h[10..12].copy_from_slice(&(payload.len() as u16).to_le_bytes());
-    let mut p = pos + REC_HDR;
-    match seg {
-        None => h[9] = 0,
-        Some(s) => {
-            h[9] = FLAG_SEG;
-            let x: &mut [u8; SEG_EXT] = (&mut buf[p..p + SEG_EXT]).try_into().unwrap();
+    // SAFETY: pos + REC_HDR + ext + payload.len() <= buf.len() (asserted above).
+    unsafe {
+        let d = buf.as_mut_ptr().add(pos);
+        std::ptr::write_unaligned(d as *mut [u8; REC_HDR], h);
+        if let Some(s) = seg {
+            let mut x = [0u8; SEG_EXT];
             x[0..4].copy_from_slice(&s.total.to_le_bytes());
             x[4..8].copy_from_slice(&s.offset.to_le_bytes());
-            p += SEG_EXT;
+            std::ptr::write_unaligned(d.add(REC_HDR) as *mut [u8; SEG_EXT], x);
         }
+        copy_raw(d.add(REC_HDR + ext), payload.as_ptr(), payload.len());
     }
-    let end = p + payload.len();
-    buf[p..end].copy_from_slice(payload);
     end
+}
+
+/// Copies `n` bytes from `s` to `d`, inlined for the small payloads of typical RPCs (a
+/// libc call costs more than the copy itself there).
+///
+/// # Safety
+/// `s` must be readable and `d` writable for `n` bytes, and the ranges must not overlap.
+#[inline(always)]
+unsafe fn copy_raw(d: *mut u8, s: *const u8, n: usize) {
+    use std::ptr::{read_unaligned as rd, write_unaligned as wr};
+    if n > 32 {
+        std::ptr::copy_nonoverlapping(s, d, n);
+    } else if n >= 16 {
+        // Two possibly overlapping chunks cover the n bytes.
+        let a = rd(s as *const [u8; 16]);
+        let b = rd(s.add(n - 16) as *const [u8; 16]);
+        wr(d as *mut [u8; 16], a);
+        wr(d.add(n - 16) as *mut [u8; 16], b);
+    } else if n >= 8 {
+        let a = rd(s as *const u64);
+        let b = rd(s.add(n - 8) as *const u64);
+        wr(d as *mut u64, a);
+        wr(d.add(n - 8) as *mut u64, b);
+    } else if n >= 4 {
+        let a = rd(s as *const u32);
+        let b = rd(s.add(n - 4) as *const u32);
+        wr(d as *mut u32, a);
+        wr(d.add(n - 4) as *mut u32, b);
+    } else if n > 0 {
+        let a = *s;
+        let b = *s.add(n / 2);
+        let c = *s.add(n - 1);
+        *d = a;
+        *d.add(n / 2) = b;
+        *d.add(n - 1) = c;
+    }
+}
+
+/// `v.extend_from_slice(src)` with the inlined small copy.
+#[inline(always)]
+pub(crate) fn extend_bytes(v: &mut Vec<u8>, src: &[u8]) {
+    let n = src.len();
+    v.reserve(n);
+    let old = v.len();
+    // SAFETY: `reserve` made room for n more bytes, all written before `set_len`; `src`
+    // cannot alias the spare capacity of `v`.
+    unsafe {
+        copy_raw(v.as_mut_ptr().add(old), src.as_ptr(), n);
+        v.set_len(old + n);
+    }
 }
 
 /// Appends a record without counting it in its datagram's header (the runtime writes
@@ -328,6 +405,49 @@ mod tests {
         let mut longer = b.clone();
         longer.push(0);
         assert_eq!(decode(&longer).err(), Some(WireError::TrailingBytes));
+    }
+
+    #[test]
+    fn small_copies_match() {
+        let src: Vec<u8> = (0..100u8).collect();
+        for n in 0..=80 {
+            let mut v = vec![0xee; 3];
+            extend_bytes(&mut v, &src[..n]);
+            assert_eq!(&v[..3], &[0xee; 3]);
+            assert_eq!(&v[3..], &src[..n], "len {n}");
+        }
+    }
+
+    #[test]
+    fn written_records_decode() {
+        for n in [0usize, 1, 3, 7, 8, 15, 16, 31, 32, 33, 100] {
+            let payload: Vec<u8> = (0..n as u8).collect();
+            let mut buf = vec![0u8; 512];
+            write_header(&mut buf, 0, KIND_REQUEST, 3, 1);
+            let p = write_record(&mut buf, DGRAM_HDR, 9, 4, None, &payload);
+            let seg = Some(Seg {
+                total: 1000,
+                offset: 10,
+            });
+            let end = write_record(&mut buf, p, 10, 5, seg, &payload);
+            buf[3] = 2;
+            buf.truncate(end);
+            if n == 0 {
+                // An empty segment is invalid.
+                assert_eq!(decode(&buf).err(), Some(WireError::BadSegment));
+                continue;
+            }
+            let (_, recs) = decode(&buf).unwrap();
+            let v: Vec<_> = recs.collect();
+            assert_eq!(
+                (v[0].seq, v[0].tag, v[0].seg, v[0].payload),
+                (9, 4, None, &payload[..])
+            );
+            assert_eq!(
+                (v[1].seq, v[1].tag, v[1].seg, v[1].payload),
+                (10, 5, seg, &payload[..])
+            );
+        }
     }
 
     #[test]
