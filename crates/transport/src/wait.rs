@@ -108,7 +108,7 @@ pub struct Backoff {
 
 impl Backoff {
     /// Empty polls before the first park.
-    pub const SPINS: u32 = 256;
+    pub const SPINS: u32 = 16;
 
     pub fn new() -> Backoff {
         Backoff { idle_polls: 0 }
