@@ -142,17 +142,7 @@ impl Endpoint for FaultyEndpoint {
 
     fn send(&mut self, batch: &[Datagram<'_>]) -> Result<(), TransportError> {
         let cfg = self.inner.config();
-        for d in batch {
-            if d.payload.len() > cfg.mtu {
-                return Err(TransportError::TooLarge {
-                    len: d.payload.len(),
-                    mtu: cfg.mtu,
-                });
-            }
-            if !cfg.contains(d.dst) {
-                return Err(TransportError::UnknownDestination(d.dst));
-            }
-        }
+        cfg.check_batch(batch)?;
         let mut now_batch: Vec<Datagram<'_>> = Vec::with_capacity(batch.len());
         let mut new_held = Vec::new();
         let now = Instant::now();

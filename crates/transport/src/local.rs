@@ -216,17 +216,7 @@ impl Endpoint for LocalEndpoint {
 
     fn send(&mut self, batch: &[Datagram<'_>]) -> Result<(), TransportError> {
         let cfg = &self.fabric.config;
-        for d in batch {
-            if d.payload.len() > cfg.mtu {
-                return Err(TransportError::TooLarge {
-                    len: d.payload.len(),
-                    mtu: cfg.mtu,
-                });
-            }
-            if !cfg.contains(d.dst) {
-                return Err(TransportError::UnknownDestination(d.dst));
-            }
-        }
+        cfg.check_batch(batch)?;
         let depth = cfg.recv_depth;
         let epoch = self.epoch;
         let mut bytes = 0u64;

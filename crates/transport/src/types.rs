@@ -95,6 +95,23 @@ impl ClusterConfig {
         addr.node < self.nodes && addr.thread < self.threads_per_node
     }
 
+    /// Checks a batch of datagrams before any of it is sent: every payload within the
+    /// MTU, every destination in the cluster (the `Endpoint::send` contract).
+    pub fn check_batch(&self, batch: &[Datagram<'_>]) -> Result<(), TransportError> {
+        for d in batch {
+            if d.payload.len() > self.mtu {
+                return Err(TransportError::TooLarge {
+                    len: d.payload.len(),
+                    mtu: self.mtu,
+                });
+            }
+            if !self.contains(d.dst) {
+                return Err(TransportError::UnknownDestination(d.dst));
+            }
+        }
+        Ok(())
+    }
+
     /// Dense index of an endpoint, node-major.
     pub fn endpoint_index(&self, addr: EndpointAddr) -> usize {
         addr.node as usize * self.threads_per_node as usize + addr.thread as usize

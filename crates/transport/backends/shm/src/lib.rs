@@ -847,17 +847,7 @@ impl Endpoint for ShmEndpoint {
 
     fn send(&mut self, batch: &[Datagram<'_>]) -> Result<(), TransportError> {
         let cfg = &self.shared.config;
-        for d in batch {
-            if d.payload.len() > cfg.mtu {
-                return Err(TransportError::TooLarge {
-                    len: d.payload.len(),
-                    mtu: cfg.mtu,
-                });
-            }
-            if !cfg.contains(d.dst) {
-                return Err(TransportError::UnknownDestination(d.dst));
-            }
-        }
+        cfg.check_batch(batch)?;
         let depth = cfg.recv_depth;
         let me = cfg.endpoint_index(self.addr);
         let epoch = self.epoch;

@@ -1040,17 +1040,7 @@ impl Endpoint for UdpEndpoint {
     fn send(&mut self, batch: &[Datagram<'_>]) -> Result<(), TransportError> {
         let c = &mut self.core;
         let cfg = &c.sh.config;
-        for d in batch {
-            if d.payload.len() > cfg.mtu {
-                return Err(TransportError::TooLarge {
-                    len: d.payload.len(),
-                    mtu: cfg.mtu,
-                });
-            }
-            if !cfg.contains(d.dst) {
-                return Err(TransportError::UnknownDestination(d.dst));
-            }
-        }
+        cfg.check_batch(batch)?;
         if batch.is_empty() {
             return Ok(());
         }
