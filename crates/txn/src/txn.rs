@@ -432,14 +432,16 @@ impl<'c> Txn<'c> {
     }
 
     /// Encodes the writes of this transaction for `node` (primary: with lock tokens).
-    fn encode_writes(&self, out: &mut Vec<u8>, filter: impl Fn(&Item) -> bool) -> u16 {
-        let mut n = 0u16;
-        for it in self
-            .items
+    /// The write-set keys selected by `filter`, as commit-record entries (primary: with
+    /// lock tokens).
+    fn writes<'a>(
+        &'a self,
+        filter: impl Fn(&Item) -> bool + 'a,
+    ) -> impl Iterator<Item = WriteRec<'a>> + 'a {
+        self.items
             .iter()
-            .filter(|it| it.write.is_some() && filter(it))
-        {
-            let w = WriteRec {
+            .filter(move |it| it.write.is_some() && filter(it))
+            .map(|it| WriteRec {
                 table: it.table,
                 key: it.key,
                 kind: it.write.expect("write-set key"),
@@ -449,7 +451,13 @@ impl<'c> Txn<'c> {
                     store_version: 0,
                 }),
                 value: it.new_value.as_deref().unwrap_or(&[]),
-            };
+            })
+    }
+
+    /// Encodes the writes selected by `filter` into `out`; returns how many.
+    fn encode_writes(&self, out: &mut Vec<u8>, filter: impl Fn(&Item) -> bool) -> u16 {
+        let mut n = 0u16;
+        for w in self.writes(filter) {
             wire::put_write(out, &w);
             n += 1;
         }
@@ -516,10 +524,8 @@ impl<'c> Txn<'c> {
                 }
             };
             if node == me {
-                let mut body = Vec::new();
-                self.encode_writes(&mut body, holds);
-                let mut r = Reader::new(&body);
-                while let Some(w) = wire::get_write(&mut r) {
+                // Local copies are applied in place: no encoding round trip.
+                for w in self.writes(holds) {
                     ok &= if primaries {
                         db.commit_primary(self.id, &w)
                     } else {
