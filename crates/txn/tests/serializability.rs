@@ -4,7 +4,7 @@
 
 mod common;
 
-use ambidex_history::{check, parse_str, run_adya, AdyaOptions, Recorder};
+use ambidex_history::{check, parse_str, run_adya, Recorder};
 use ambidex_txn::history::RecorderSink;
 use ambidex_txn::runner::{self, RunSpec, SinkFactory, Worker, WorkerCtx};
 use ambidex_txn::{TableSpec, Txn, TxnConfig, WriteKind};
@@ -155,6 +155,5 @@ fn adya_accepts_a_correct_run() {
         Err(e) => panic!("{e}"),
     };
     let _ = std::fs::remove_dir_all(&dir);
-    let _ = AdyaOptions::default();
     assert_eq!(verdict.valid, Some(true), "adya: {}", verdict.report);
 }
