@@ -46,6 +46,8 @@ pub struct RpcBenchConfig {
     pub coalesce: bool,
     /// Disable the runtime's coalescing (every request its own datagram).
     pub no_coalescing: bool,
+    /// `RuntimeConfig::send_every` of the runtimes.
+    pub send_every: usize,
     /// Seconds of each phase (raw, then RPC).
     pub duration_s: f64,
 }
@@ -60,6 +62,7 @@ impl Default for RpcBenchConfig {
             size: 32,
             coalesce: false,
             no_coalescing: false,
+            send_every: 0,
             duration_s: 2.0,
         }
     }
@@ -138,6 +141,7 @@ pub fn run_bench(
     // max_wait too (see `raw_phase`).
     let rt_cfg = RuntimeConfig {
         coalesce: !cfg.no_coalescing,
+        send_every: cfg.send_every,
         ..Default::default()
     };
     let mut eps = Vec::new();

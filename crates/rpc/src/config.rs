@@ -48,6 +48,11 @@ pub struct RuntimeConfig {
     pub session: Option<u32>,
     /// Reassembly buffers per thread (messages being reassembled at once).
     pub reassembly_slots: usize,
+    /// Send what a step has produced after every this many resumed coroutines instead of
+    /// once at the end of the step (0: once). Smaller datagrams, but the peer starts on
+    /// the first ones while this thread still runs the rest, so two threads that would
+    /// otherwise take turns both stay busy.
+    pub send_every: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -65,6 +70,7 @@ impl Default for RuntimeConfig {
             max_wait: Duration::from_millis(1),
             session: None,
             reassembly_slots: 8,
+            send_every: 0,
         }
     }
 }

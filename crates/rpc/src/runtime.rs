@@ -729,11 +729,15 @@ impl Runtime {
                     self.run_buf.push(i as u16);
                 }
             }
+            // Coroutines woken from outside resume with a fresh step time too.
+            let mut core = self.core.borrow_mut();
+            core.st.now = core.st.clock.now_ns();
         }
         let resumed = self.run_buf.len();
         if resumed == 0 {
             return received > 0;
         }
+        let every = self.core.borrow().st.cfg.send_every;
         for k in 0..resumed {
             let id = self.run_buf[k] as usize;
             if let Some(task) = self.tasks[id].as_mut() {
@@ -741,6 +745,13 @@ impl Runtime {
                 if task.as_mut().poll(&mut cx).is_ready() {
                     self.tasks[id] = None;
                     self.live -= 1;
+                }
+            }
+            if every != 0 && (k + 1) % every == 0 && k + 1 < resumed {
+                let mut core = self.core.borrow_mut();
+                let Core { ep, st } = &mut *core;
+                if !st.tx.is_empty() {
+                    st.send_tx(&mut **ep);
                 }
             }
         }
@@ -1927,6 +1938,15 @@ impl Ctx {
     /// The runtime's clock.
     pub fn now_ns(&self) -> u64 {
         self.core.borrow().st.clock.now_ns()
+    }
+
+    /// The time the runtime read at the start of the current master step: no clock read,
+    /// and within one step of [`Ctx::now_ns`] for a coroutine the step resumed (a step
+    /// that resumes coroutines always reads the clock). For per-transaction timings,
+    /// where a clock read per phase would cost more than the phase's bookkeeping.
+    #[inline]
+    pub fn step_ns(&self) -> u64 {
+        self.core.borrow().st.now
     }
 
     pub fn addr(&self) -> EndpointAddr {

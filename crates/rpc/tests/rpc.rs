@@ -94,6 +94,36 @@ fn batching_and_coalescing_datagram_counts() {
     }
 }
 
+/// `send_every`: a step that resumes 6 coroutines sends after every 2 of them, so the
+/// peer sees 3 doorbells of one coalesced datagram each instead of one.
+#[test]
+fn send_every_splits_a_step_into_doorbells() {
+    for (every, doorbells) in [(0usize, 1u64), (2, 3)] {
+        let cfg = RuntimeConfig {
+            send_every: every,
+            ..Default::default()
+        };
+        let mut rts = runtimes(ClusterConfig::new(2, 1), cfg);
+        let ok = Rc::new(Cell::new(0));
+        for c in 0..6u8 {
+            let ok = ok.clone();
+            rts[0].spawn(move |ctx| async move {
+                let h = ctx.queue(1, ECHO, &[c; 16]).unwrap();
+                ctx.flush().await.unwrap();
+                ctx.response(h, |r| assert_eq!(r, &[c; 16])).unwrap();
+                ok.set(ok.get() + 1);
+            });
+        }
+        // The first step resumes all six coroutines (their first run).
+        rts[0].poll_once();
+        let c0 = rts[0].endpoint_counters();
+        assert_eq!(c0.get("tx_doorbells"), doorbells, "send_every={every}");
+        assert_eq!(c0.get("tx_datagrams"), doorbells, "send_every={every}");
+        step_all(&mut rts, Duration::from_secs(10));
+        assert_eq!(ok.get(), 6);
+    }
+}
+
 /// Many coroutines burst requests at one node that is not polled for a while: credits
 /// must hold the burst back so the small receive queue never overflows. The control run
 /// with oversized credits shows the test can detect overflow.

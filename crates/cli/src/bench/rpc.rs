@@ -27,6 +27,10 @@ pub struct Args {
     /// Send each batch to one node (its requests coalesce into one datagram).
     #[arg(long)]
     pub coalesce: bool,
+    /// Send a step's output after every N resumed coroutines (0: once per step); see
+    /// `RuntimeConfig::send_every`.
+    #[arg(long, default_value_t = 0)]
+    pub send_every: usize,
     /// Seconds of each phase (raw, then RPC).
     #[arg(long, default_value_t = 2.0)]
     pub duration: f64,
@@ -52,6 +56,7 @@ pub fn run(a: &Args) -> Result<RpcBenchReport, String> {
         size: a.size,
         coalesce: a.coalesce,
         no_coalescing: false,
+        send_every: a.send_every,
         duration_s: a.duration,
     };
     run_bench(&cfg, cluster.nodes.clone())
