@@ -94,6 +94,8 @@ pub struct TxnThread {
     /// the next LOG request to that log replica.
     truncations: RefCell<Vec<Vec<u64>>>,
     history: RefCell<Option<Box<dyn HistorySink>>>,
+    /// Buffers of finished transactions, reused by the next ones.
+    pub(crate) bufs: RefCell<Vec<txn::TxnBufs>>,
 }
 
 /// Transaction ids: bit 62 set (so no id collides with the load version 1), then node,
@@ -117,6 +119,7 @@ impl TxnThread {
             stats: RefCell::new(TxnStats::default()),
             log,
             history: RefCell::new(None),
+            bufs: RefCell::new(Vec::new()),
         })
     }
 
@@ -155,6 +158,10 @@ impl TxnThread {
         for id in list.drain(..n) {
             wire::put_u64(req, id);
         }
+    }
+
+    fn records_history(&self) -> bool {
+        self.history.borrow().is_some()
     }
 
     fn record(

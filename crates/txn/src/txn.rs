@@ -45,12 +45,38 @@ pub struct Committed {
     pub read_only: bool,
 }
 
+/// Buffers a finished transaction leaves to the next one of its thread, so the hot path
+/// allocates nothing per transaction once the pool is warm.
+#[derive(Default)]
+pub(crate) struct TxnBufs {
+    /// Empty while pooled.
+    items: Vec<Item>,
+    /// Spare value buffers (cleared).
+    bytes: Vec<Vec<u8>>,
+    req: Vec<u8>,
+    body: Vec<u8>,
+    handles: Vec<ReqHandle>,
+    targets: Vec<NodeId>,
+}
+
+/// Spare buffers kept per pooled transaction, and pooled transactions per thread: enough
+/// for every coroutine's transaction, bounded so one huge transaction pins little memory.
+const SPARE_BYTES: usize = 64;
+const POOLED_TXNS: usize = 256;
+
+impl TxnBufs {
+    fn spare(&mut self) -> Vec<u8> {
+        self.bytes.pop().unwrap_or_default()
+    }
+}
+
 /// One transaction, driven by one worker coroutine.
 pub struct Txn<'c> {
     ctx: &'c Ctx,
     th: Rc<TxnThread>,
     id: u64,
     items: Vec<Item>,
+    bufs: TxnBufs,
     aborted: Option<AbortReason>,
     start_ns: u64,
     phase_ns: [u64; 5],
@@ -60,13 +86,15 @@ pub struct Txn<'c> {
 impl<'c> Txn<'c> {
     /// Begins a transaction of this thread's coordinator.
     pub fn begin(ctx: &'c Ctx, th: &Rc<TxnThread>) -> Txn<'c> {
+        let mut bufs = th.bufs.borrow_mut().pop().unwrap_or_default();
         Txn {
             ctx,
             th: th.clone(),
             id: th.next_id(),
-            items: Vec::new(),
+            items: std::mem::take(&mut bufs.items),
+            bufs,
             aborted: None,
-            start_ns: ctx.now_ns(),
+            start_ns: ctx.step_ns(),
             phase_ns: [0; 5],
             done: false,
         }
@@ -100,7 +128,7 @@ impl<'c> Txn<'c> {
             fetched: false,
             exists: false,
             version: 0,
-            value: Vec::new(),
+            value: self.bufs.spare(),
             lock: None,
             new_value: None,
             pending: None,
@@ -137,7 +165,13 @@ impl<'c> Txn<'c> {
             matches!(it.write, Some(WriteKind::Insert | WriteKind::Update)),
             "set() on a key that is not inserted or updated"
         );
-        it.new_value = Some(value.to_vec());
+        let mut v = match it.new_value.take() {
+            Some(v) => v,
+            None => self.bufs.spare(),
+        };
+        v.clear();
+        v.extend_from_slice(value);
+        it.new_value = Some(v);
     }
 
     /// Fetches every key added since the last call with one doorbell: values and
@@ -147,19 +181,20 @@ impl<'c> Txn<'c> {
         if let Some(r) = self.aborted {
             return Err(r);
         }
-        let t0 = self.ctx.now_ns();
+        let t0 = self.ctx.step_ns();
         let db = self.th.db.clone();
         let me = db.node;
         let mut any_remote = false;
         let mut failure = None;
-        let mut req = Vec::with_capacity(16);
+        let mut req = std::mem::take(&mut self.bufs.req);
         for i in 0..self.items.len() {
             let it = &mut self.items[i];
             if it.fetched {
                 continue;
             }
             if it.home == me {
-                let mut val = Vec::new();
+                let mut val = std::mem::take(&mut it.value);
+                val.clear();
                 let f = match it.write {
                     Some(kind) => db.lock(it.table, it.key, kind, &mut val),
                     None => db.read(it.table, it.key, &mut val),
@@ -193,26 +228,34 @@ impl<'c> Txn<'c> {
                     continue;
                 };
                 let is_lock = self.items[i].write.is_some();
-                let parsed = self.ctx.response(h, |r| parse_fetch(r, is_lock));
+                let mut val = std::mem::take(&mut self.items[i].value);
+                val.clear();
+                let parsed = self.ctx.response(h, |r| parse_fetch(r, is_lock, &mut val));
+                // Every path below leaves the buffer with the item (absorb takes it).
+                let keep = |it: &mut Item, val: Vec<u8>| it.value = val;
                 match (parsed, &flushed) {
-                    (Ok(Some((f, val))), _) => {
+                    (Ok(Some(f)), _) => {
                         if let Err(r) = absorb(&mut self.items[i], f, val) {
                             failure.get_or_insert(r);
                         }
                     }
                     (Ok(None), _) => {
+                        keep(&mut self.items[i], val);
                         failure.get_or_insert(AbortReason::BadResponse);
                     }
                     (Err(RpcError::Timeout { .. }), _) | (Err(_), Err(_)) => {
+                        keep(&mut self.items[i], val);
                         failure.get_or_insert(AbortReason::Timeout);
                     }
                     (Err(_), Ok(())) => {
+                        keep(&mut self.items[i], val);
                         failure.get_or_insert(AbortReason::BadResponse);
                     }
                 }
             }
         }
-        self.phase_ns[Phase::Execute as usize] += self.ctx.now_ns() - t0;
+        self.bufs.req = req;
+        self.phase_ns[Phase::Execute as usize] += self.ctx.step_ns() - t0;
         match failure {
             None => Ok(()),
             Some(r) => {
@@ -237,19 +280,21 @@ impl<'c> Txn<'c> {
         self.aborted = Some(reason);
         self.release_locks().await;
         self.th.stats.borrow_mut().abort(reason);
-        self.th.record(
-            self.id,
-            &self.items_view(),
-            Err(reason),
-            self.start_ns,
-            self.ctx.now_ns(),
-        );
+        if self.th.records_history() {
+            self.th.record(
+                self.id,
+                &self.items_view(),
+                Err(reason),
+                self.start_ns,
+                self.ctx.step_ns(),
+            );
+        }
         self.done = true;
     }
 
     async fn release_locks(&mut self) {
         let db = self.th.db.clone();
-        let mut req = Vec::with_capacity(32);
+        let mut req = std::mem::take(&mut self.bufs.req);
         let mut any = false;
         for it in &mut self.items {
             let Some(tok) = it.lock.take() else { continue };
@@ -267,6 +312,7 @@ impl<'c> Txn<'c> {
                 }
             }
         }
+        self.bufs.req = req;
         if any {
             let _ = self.ctx.flush().await;
         }
@@ -301,20 +347,27 @@ impl<'c> Txn<'c> {
         // An update without set() writes back the value read; an insert without set()
         // inserts zeroes.
         for it in &mut self.items {
-            if it.write == Some(WriteKind::Update) && it.new_value.is_none() {
-                it.new_value = Some(it.value.clone());
+            if it.new_value.is_some() {
+                continue;
             }
-            if it.write == Some(WriteKind::Insert) && it.new_value.is_none() {
+            if it.write == Some(WriteKind::Update) {
+                let mut v = self.bufs.bytes.pop().unwrap_or_default();
+                v.extend_from_slice(&it.value);
+                it.new_value = Some(v);
+            }
+            if it.write == Some(WriteKind::Insert) {
                 let size = self.th.db.value_size(it.table).unwrap_or(0);
-                it.new_value = Some(vec![0; size]);
+                let mut v = self.bufs.bytes.pop().unwrap_or_default();
+                v.resize(size, 0);
+                it.new_value = Some(v);
             }
         }
         let read_only = self.items.iter().all(|it| it.write.is_none());
         // Single-key read-only transactions skip validation (FaSST §5).
         if !(read_only && self.items.len() <= 1) {
-            let t0 = self.ctx.now_ns();
+            let t0 = self.ctx.step_ns();
             let v = self.validate().await;
-            self.phase_ns[Phase::Validate as usize] += self.ctx.now_ns() - t0;
+            self.phase_ns[Phase::Validate as usize] += self.ctx.step_ns() - t0;
             if let Err(r) = v {
                 self.fail(r).await;
                 return Err(r);
@@ -327,20 +380,20 @@ impl<'c> Txn<'c> {
                 read_only: true,
             });
         }
-        let t0 = self.ctx.now_ns();
+        let t0 = self.ctx.step_ns();
         let logged = self.log().await;
-        self.phase_ns[Phase::Log as usize] += self.ctx.now_ns() - t0;
+        self.phase_ns[Phase::Log as usize] += self.ctx.step_ns() - t0;
         if let Err(r) = logged {
             self.fail(r).await;
             return Err(r);
         }
         // From here the transaction is committed: its record is in every log replica.
-        let t0 = self.ctx.now_ns();
+        let t0 = self.ctx.step_ns();
         let backups_ok = self.commit_backups().await;
-        self.phase_ns[Phase::CommitBackup as usize] += self.ctx.now_ns() - t0;
-        let t0 = self.ctx.now_ns();
+        let t1 = self.ctx.step_ns();
+        self.phase_ns[Phase::CommitBackup as usize] += t1 - t0;
         let primaries_ok = self.commit_primaries().await;
-        self.phase_ns[Phase::CommitPrimary as usize] += self.ctx.now_ns() - t0;
+        self.phase_ns[Phase::CommitPrimary as usize] += self.ctx.step_ns() - t1;
         let complete = backups_ok && primaries_ok;
         if complete {
             self.th.truncate_later(self.id);
@@ -353,7 +406,7 @@ impl<'c> Txn<'c> {
     }
 
     fn finish_commit(&mut self, read_only: bool, incomplete: bool) {
-        let end = self.ctx.now_ns();
+        let end = self.ctx.step_ns();
         {
             let mut st = self.th.stats.borrow_mut();
             st.committed += 1;
@@ -370,8 +423,10 @@ impl<'c> Txn<'c> {
                 }
             }
         }
-        self.th
-            .record(self.id, &self.items_view(), Ok(()), self.start_ns, end);
+        if self.th.records_history() {
+            self.th
+                .record(self.id, &self.items_view(), Ok(()), self.start_ns, end);
+        }
         self.done = true;
     }
 
@@ -380,7 +435,7 @@ impl<'c> Txn<'c> {
             return Ok(());
         }
         let db = self.th.db.clone();
-        let mut req = Vec::with_capacity(16);
+        let mut req = std::mem::take(&mut self.bufs.req);
         let mut any = false;
         let mut failure = None;
         for it in &mut self.items {
@@ -405,12 +460,13 @@ impl<'c> Txn<'c> {
                 }
             }
         }
+        self.bufs.req = req;
         if any {
             let flushed = self.ctx.flush().await;
             for it in &mut self.items {
                 let Some(h) = it.pending.take() else { continue };
-                match self.ctx.response(h, |r| parse_fetch(r, false)) {
-                    Ok(Some((f, _))) => {
+                match self.ctx.response(h, parse_status) {
+                    Ok(Some(f)) => {
                         if let Err(r) = check_unchanged(it, f) {
                             failure.get_or_insert(r);
                         }
@@ -467,34 +523,47 @@ impl<'c> Txn<'c> {
     async fn log(&mut self) -> Result<(), AbortReason> {
         let placement = self.th.db.placement;
         let me = self.th.db.node;
-        let mut body = Vec::with_capacity(256);
+        let mut body = std::mem::take(&mut self.bufs.body);
+        body.clear();
         let n = self.encode_writes(&mut body, |_| true);
         // The coordinator's own node is always a log replica.
         self.th.log.borrow_mut().append(self.id, me, &body);
-        let mut handles = Vec::new();
+        let mut handles = std::mem::take(&mut self.bufs.handles);
+        handles.clear();
+        let mut req = std::mem::take(&mut self.bufs.req);
+        let mut queued = Ok(());
         for replica in placement.log_replicas(me).skip(1) {
-            let mut req = Vec::with_capacity(body.len() + 64);
+            req.clear();
             wire::put_commit_header(&mut req, self.id, n);
             req.extend_from_slice(&body);
             self.th.take_truncations(replica, &mut req);
             match self.ctx.queue(replica, rtype::LOG, &req) {
                 Ok(h) => handles.push(h),
-                Err(_) => return Err(AbortReason::Timeout),
+                Err(_) => {
+                    queued = Err(AbortReason::Timeout);
+                    break;
+                }
             }
         }
-        if handles.is_empty() {
-            return Ok(());
+        self.bufs.req = req;
+        self.bufs.body = body;
+        if queued.is_err() || handles.is_empty() {
+            self.bufs.handles = handles;
+            return queued;
         }
         let flushed = self.ctx.flush().await;
-        for h in handles {
+        let mut result = Ok(());
+        for &h in &handles {
             if self.ctx.response(h, |_| ()).is_err() || flushed.is_err() {
                 // The record may sit at some replicas; recovery resolves it as aborted
                 // since not all replicas have it.
                 self.th.log.borrow_mut().truncate(self.id);
-                return Err(AbortReason::Timeout);
+                result = Err(AbortReason::Timeout);
+                break;
             }
         }
-        Ok(())
+        self.bufs.handles = handles;
+        result
     }
 
     /// Sends each node the writes it must apply; `backups` selects backups or primaries.
@@ -503,7 +572,8 @@ impl<'c> Txn<'c> {
         let db = self.th.db.clone();
         let placement = db.placement;
         let me = db.node;
-        let mut targets: Vec<NodeId> = Vec::new();
+        let mut targets = std::mem::take(&mut self.bufs.targets);
+        targets.clear();
         for it in self.items.iter().filter(|it| it.write.is_some()) {
             if primaries {
                 targets.push(it.home);
@@ -514,7 +584,9 @@ impl<'c> Txn<'c> {
         targets.sort_unstable();
         targets.dedup();
         let mut ok = true;
-        let mut handles = Vec::new();
+        let mut handles = std::mem::take(&mut self.bufs.handles);
+        handles.clear();
+        let mut req = std::mem::take(&mut self.bufs.req);
         for &node in &targets {
             let holds = |it: &Item| {
                 if primaries {
@@ -534,7 +606,7 @@ impl<'c> Txn<'c> {
                 }
                 continue;
             }
-            let mut req = Vec::with_capacity(128);
+            req.clear();
             wire::put_commit_header(&mut req, self.id, 0);
             let n = self.encode_writes(&mut req, holds);
             req[8..10].copy_from_slice(&n.to_le_bytes());
@@ -548,16 +620,19 @@ impl<'c> Txn<'c> {
                 Err(_) => ok = false,
             }
         }
+        self.bufs.req = req;
+        self.bufs.targets = targets;
         if !handles.is_empty() {
             let flushed = self.ctx.flush().await;
             ok &= flushed.is_ok();
-            for h in handles {
+            for &h in &handles {
                 ok &= self
                     .ctx
                     .response(h, |r| r.first() == Some(&status::OK))
                     .unwrap_or(false);
             }
         }
+        self.bufs.handles = handles;
         if primaries {
             for it in &mut self.items {
                 it.lock = None;
@@ -582,11 +657,31 @@ impl Drop for Txn<'_> {
         if !self.done && self.items.iter().any(|it| it.lock.is_some()) {
             self.th.stats.borrow_mut().abort(AbortReason::User);
         }
+        // Hand the buffers to the thread's next transaction.
+        let mut bufs = std::mem::take(&mut self.bufs);
+        for it in self.items.drain(..) {
+            for mut v in std::iter::once(it.value).chain(it.new_value) {
+                if bufs.bytes.len() < SPARE_BYTES && v.capacity() > 0 {
+                    v.clear();
+                    bufs.bytes.push(v);
+                }
+            }
+        }
+        bufs.items = std::mem::take(&mut self.items);
+        let mut pool = self.th.bufs.borrow_mut();
+        if pool.len() < POOLED_TXNS {
+            pool.push(bufs);
+        }
     }
 }
 
 /// Takes a READ/LOCK answer into the item, or says why the transaction must abort.
 fn absorb(it: &mut Item, f: Fetched, val: Vec<u8>) -> Result<(), AbortReason> {
+    // The item keeps the buffer whatever happens (it is reused by later transactions).
+    it.value = val;
+    if f.status != status::OK {
+        it.value.clear();
+    }
     if !matches!(
         f.status,
         status::OK | status::ABSENT | status::ABSENT_LOCKED
@@ -601,7 +696,6 @@ fn absorb(it: &mut Item, f: Fetched, val: Vec<u8>) -> Result<(), AbortReason> {
     match f.status {
         status::OK => {
             it.exists = true;
-            it.value = val;
             if it.write.is_some() {
                 it.lock = Some(f.token);
             }
@@ -609,7 +703,6 @@ fn absorb(it: &mut Item, f: Fetched, val: Vec<u8>) -> Result<(), AbortReason> {
         }
         status::ABSENT => {
             it.exists = false;
-            it.value.clear();
             // Update or delete of an absent key fails; a read of one is fine.
             if it.write.is_some() {
                 Err(AbortReason::MissingKey)
@@ -619,7 +712,6 @@ fn absorb(it: &mut Item, f: Fetched, val: Vec<u8>) -> Result<(), AbortReason> {
         }
         status::ABSENT_LOCKED if it.write == Some(WriteKind::Insert) => {
             it.exists = false;
-            it.value.clear();
             it.lock = Some(f.token);
             Ok(())
         }
@@ -645,9 +737,24 @@ fn check_unchanged(it: &Item, f: Fetched) -> Result<(), AbortReason> {
     }
 }
 
-/// Parses a READ / LOCK / VALIDATE response: `[status][version]` then, for LOCK,
-/// `[offset][store_version]`, then the value.
-fn parse_fetch(r: &[u8], is_lock: bool) -> Option<(Fetched, Vec<u8>)> {
+/// Parses a VALIDATE response (`[status][version]`, no value).
+fn parse_status(r: &[u8]) -> Option<Fetched> {
+    let mut rd = Reader::new(r);
+    let status = rd.u8()?;
+    let version = rd.u64()?;
+    Some(Fetched {
+        status,
+        version,
+        token: LockToken {
+            offset: 0,
+            store_version: 0,
+        },
+    })
+}
+
+/// Parses a READ / LOCK response: `[status][version]` then, for LOCK,
+/// `[offset][store_version]`, then the value, appended to `val`.
+fn parse_fetch(r: &[u8], is_lock: bool, val: &mut Vec<u8>) -> Option<Fetched> {
     let mut rd = Reader::new(r);
     let status = rd.u8()?;
     let version = rd.u64()?;
@@ -662,12 +769,10 @@ fn parse_fetch(r: &[u8], is_lock: bool) -> Option<(Fetched, Vec<u8>)> {
             store_version: 0,
         }
     };
-    Some((
-        Fetched {
-            status,
-            version,
-            token,
-        },
-        rd.rest().to_vec(),
-    ))
+    val.extend_from_slice(rd.rest());
+    Some(Fetched {
+        status,
+        version,
+        token,
+    })
 }
