@@ -249,22 +249,32 @@ impl NodeDb {
         }
     }
 
-    fn stored_value(txn: u64, w: &WriteRec<'_>, value_size: usize) -> Option<Vec<u8>> {
-        let mut v = Vec::with_capacity(META + value_size);
-        match w.kind {
-            WriteKind::Delete => {
-                v.extend_from_slice(&(txn | TOMBSTONE).to_le_bytes());
-                v.resize(META + value_size, 0);
-            }
-            _ => {
-                if w.value.len() != value_size {
-                    return None;
+    /// Runs `f` on the stored form of a write (version prefix + value) built in this
+    /// thread's scratch buffer; `None` if the value has the wrong size.
+    fn with_stored_value<R>(
+        txn: u64,
+        w: &WriteRec<'_>,
+        value_size: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Option<R> {
+        SCRATCH.with(|s| {
+            let mut v = s.borrow_mut();
+            v.clear();
+            match w.kind {
+                WriteKind::Delete => {
+                    v.extend_from_slice(&(txn | TOMBSTONE).to_le_bytes());
+                    v.resize(META + value_size, 0);
                 }
-                v.extend_from_slice(&txn.to_le_bytes());
-                v.extend_from_slice(w.value);
+                _ => {
+                    if w.value.len() != value_size {
+                        return None;
+                    }
+                    v.extend_from_slice(&txn.to_le_bytes());
+                    v.extend_from_slice(w.value);
+                }
             }
-        }
-        Some(v)
+            Some(f(&v))
+        })
     }
 
     /// Installs a committed write at the primary: new value, transaction version `txn`,
@@ -273,11 +283,10 @@ impl NodeDb {
         let Some((spec, t, lk)) = self.held(w.table, w.key, w.token) else {
             return false;
         };
-        let Some(v) = Self::stored_value(txn, w, spec.value_size) else {
-            t.unlock(lk, false);
-            return false;
-        };
-        let ok = t.write_locked(&lk, &v).is_ok();
+        let ok = Self::with_stored_value(txn, w, spec.value_size, |v| {
+            t.write_locked(&lk, v).is_ok()
+        })
+        .unwrap_or(false);
         t.unlock(lk, ok);
         ok
     }
@@ -288,20 +297,18 @@ impl NodeDb {
         let Some((spec, t)) = self.table(w.table) else {
             return false;
         };
-        let Some(v) = Self::stored_value(txn, w, spec.value_size) else {
-            return false;
-        };
-        loop {
-            match t.update(w.key, &v) {
+        Self::with_stored_value(txn, w, spec.value_size, |v| loop {
+            match t.update(w.key, v) {
                 Ok(_) => return true,
-                Err(StoreError::NotFound) => match t.insert(w.key, &v) {
+                Err(StoreError::NotFound) => match t.insert(w.key, v) {
                     Ok(_) => return true,
                     Err(StoreError::Exists) => continue,
                     Err(_) => return false,
                 },
                 Err(_) => return false,
             }
-        }
+        })
+        .unwrap_or(false)
     }
 
     /// Every key this node stores in `table` with its transaction version and value,

@@ -12,6 +12,30 @@
 
 use ambidex_transport::NodeId;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Transaction ids are unique and well spread in their low bits (a per-thread sequence),
+/// so one multiply mixes them enough; unlike SipHash it is cheap and the same in every
+/// process (a deterministic simulation relies on that).
+#[derive(Default)]
+pub struct TxnIdHasher(u64);
+
+impl Hasher for TxnIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// Spare record buffers kept for reuse (bounded: the log of one thread's peers).
+const SPARE_BUFFERS: usize = 1024;
 
 /// A logged commit record (the writes, encoded as sent).
 pub struct LogRecord {
@@ -21,7 +45,8 @@ pub struct LogRecord {
 
 #[derive(Default)]
 pub struct LogReplica {
-    records: HashMap<u64, LogRecord>,
+    records: HashMap<u64, LogRecord, BuildHasherDefault<TxnIdHasher>>,
+    spare: Vec<Vec<u8>>,
     bytes: usize,
     pub appended: u64,
     pub truncated: u64,
@@ -30,15 +55,18 @@ pub struct LogReplica {
 impl LogReplica {
     pub fn append(&mut self, txn: u64, coordinator: NodeId, writes: &[u8]) {
         self.bytes += writes.len();
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.extend_from_slice(writes);
         if let Some(old) = self.records.insert(
             txn,
             LogRecord {
                 coordinator,
-                writes: writes.to_vec(),
+                writes: buf,
             },
         ) {
             // A retransmitted LOG of the same transaction replaces its record.
             self.bytes -= old.writes.len();
+            self.recycle(old.writes);
         } else {
             self.appended += 1;
         }
@@ -48,6 +76,14 @@ impl LogReplica {
         if let Some(r) = self.records.remove(&txn) {
             self.bytes -= r.writes.len();
             self.truncated += 1;
+            self.recycle(r.writes);
+        }
+    }
+
+    fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.spare.len() < SPARE_BUFFERS {
+            buf.clear();
+            self.spare.push(buf);
         }
     }
 
