@@ -283,10 +283,9 @@ impl NodeDb {
         let Some((spec, t, lk)) = self.held(w.table, w.key, w.token) else {
             return false;
         };
-        let ok = Self::with_stored_value(txn, w, spec.value_size, |v| {
-            t.write_locked(&lk, v).is_ok()
-        })
-        .unwrap_or(false);
+        let ok =
+            Self::with_stored_value(txn, w, spec.value_size, |v| t.write_locked(&lk, v).is_ok())
+                .unwrap_or(false);
         t.unlock(lk, ok);
         ok
     }
