@@ -1,10 +1,12 @@
 //! `ambidex bench rpc`: symmetric all-to-all RPCs, compared with the raw datagram rate
 //! of the same transport measured in the same run.
 //!
-//! Both phases run on the same endpoints (taken once per thread): first a raw ping-pong
-//! phase straight on the endpoints, then, after every queue is drained, the RPC phase with
-//! the endpoints handed to the runtimes. Each phase runs `duration_s`; work is divided by
-//! the CPU time of the whole process (all nodes are threads of it) over the phase.
+//! Both phases run on the same endpoints (taken once per thread): a raw ping-pong phase
+//! straight on the endpoints, then, after every queue is drained, an RPC phase with the
+//! endpoints handed to fresh runtimes (and taken back after). The pair repeats `rounds`
+//! times, so a change of load on a shared machine hits both rates alike. Each phase runs
+//! `duration_s`; work is divided by the CPU time of the whole process (all nodes are
+//! threads of it) over the phases of its kind.
 //!
 //! Traffic: every thread keeps `coroutines` workers busy; a worker queues `batch` echo
 //! requests of `size` bytes and flushes them. Unless `coalesce`, request j of a batch
@@ -48,8 +50,11 @@ pub struct RpcBenchConfig {
     pub no_coalescing: bool,
     /// `RuntimeConfig::send_every` of the runtimes.
     pub send_every: usize,
-    /// Seconds of each phase (raw, then RPC).
+    /// Seconds of each phase (raw, then RPC), per round.
     pub duration_s: f64,
+    /// Rounds of (raw, RPC) phases, alternated so that load drifting on a shared machine
+    /// affects both rates alike; the figures sum over rounds.
+    pub rounds: u16,
 }
 
 impl Default for RpcBenchConfig {
@@ -63,7 +68,8 @@ impl Default for RpcBenchConfig {
             coalesce: false,
             no_coalescing: false,
             send_every: 0,
-            duration_s: 2.0,
+            duration_s: 1.0,
+            rounds: 2,
         }
     }
 }
@@ -115,6 +121,85 @@ struct PhaseSync {
     stopped: Barrier,
     drained: Barrier,
     stop: AtomicBool,
+    /// RPC phase: threads whose workers have all returned.
+    finished: AtomicUsize,
+}
+
+/// The main thread's part of one phase: start it, let it run `dur`, stop it. Returns
+/// the process CPU seconds and wall seconds it took.
+fn timed_phase(p: &PhaseSync, dur: Duration) -> (f64, f64) {
+    p.start.wait();
+    let (c0, t0) = (process_cpu_seconds(), Instant::now());
+    std::thread::sleep(dur);
+    p.stop.store(true, Ordering::SeqCst);
+    let r = (process_cpu_seconds() - c0, t0.elapsed().as_secs_f64());
+    p.stopped.wait();
+    r
+}
+
+/// A thread with no endpoint left still takes part in a phase's barriers.
+fn skip_phase(p: &PhaseSync) {
+    p.start.wait();
+    p.finished.fetch_add(1, Ordering::SeqCst);
+    p.stopped.wait();
+    p.drained.wait();
+}
+
+/// Drops whatever is still queued for `ep` until it stays quiet (between phases).
+fn drain(ep: &mut dyn Endpoint) {
+    let mut quiet = 0;
+    while quiet < 3 {
+        if ep.poll_recv(256, &mut |_, _| {}) == 0 {
+            quiet += 1;
+            ep.wait(Duration::from_millis(2));
+        } else {
+            quiet = 0;
+        }
+    }
+}
+
+type PhaseResult = (Box<dyn Endpoint>, u64, RpcStats, CounterSnapshot, u32);
+
+/// One thread's RPC phase on `ep`: a fresh runtime and workers, run until every thread's
+/// workers have stopped, then the endpoint back (drained) for the next phase.
+fn rpc_phase(
+    ep: Box<dyn Endpoint>,
+    cfg: &RpcBenchConfig,
+    rt_cfg: &RuntimeConfig,
+    p: &Arc<PhaseSync>,
+    hist: &Mutex<Histogram<u64>>,
+    total: usize,
+) -> Result<PhaseResult, String> {
+    let mut rt = match Runtime::new(ep, rt_cfg.clone()) {
+        Ok(rt) => rt,
+        Err(e) => {
+            skip_phase(p);
+            return Err(e.to_string());
+        }
+    };
+    let (rpcs, local_hist) = setup_workers(&mut rt, cfg, p);
+    p.start.wait();
+    let mut reported = false;
+    rt.run_until(|rt| {
+        if !reported && rt.live_tasks() == 0 {
+            reported = true;
+            p.finished.fetch_add(1, Ordering::SeqCst);
+        }
+        reported && p.finished.load(Ordering::SeqCst) == total
+    });
+    p.stopped.wait();
+    let _ = hist.lock().unwrap().add(&*local_hist.borrow());
+    let (stats, counters, credits) = (rt.stats(), rt.endpoint_counters(), rt.credits_per_dest());
+    let mut ep = match rt.into_endpoint() {
+        Ok(ep) => ep,
+        Err(_) => {
+            p.drained.wait();
+            return Err("a worker outlived its runtime".into());
+        }
+    };
+    drain(&mut *ep);
+    p.drained.wait();
+    Ok((ep, rpcs.get(), stats, counters, credits))
 }
 
 /// Runs the raw phase then the RPC phase. `nodes` must be the cluster's node transports
@@ -161,80 +246,70 @@ pub fn run_bench(
             stopped: Barrier::new(n),
             drained: Barrier::new(n),
             stop: AtomicBool::new(false),
+            finished: AtomicUsize::new(0),
         })
     };
-    let raw = sync(total + 1);
-    let rpc = sync(total + 1);
-    let finished = Arc::new(AtomicUsize::new(0));
+    let rounds = cfg.rounds.max(1) as usize;
+    // One (raw, RPC) pair of phase barriers per round.
+    let phases: Arc<Vec<(Arc<PhaseSync>, Arc<PhaseSync>)>> = Arc::new(
+        (0..rounds)
+            .map(|_| (sync(total + 1), sync(total + 1)))
+            .collect(),
+    );
     let hist = Arc::new(Mutex::new(
         Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?,
     ));
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
     let mut handles = Vec::new();
-    for mut ep in eps {
-        let (cfg, rt_cfg, raw, rpc, finished, hist, errors) = (
+    for ep in eps {
+        let (cfg, rt_cfg, phases, hist, errors) = (
             cfg.clone(),
             rt_cfg.clone(),
-            raw.clone(),
-            rpc.clone(),
-            finished.clone(),
+            phases.clone(),
             hist.clone(),
             errors.clone(),
         );
         handles.push(std::thread::spawn(
             move || -> (u64, u64, RpcStats, CounterSnapshot, u32) {
-                let raw_count = raw_phase(&mut *ep, &cfg, &raw, &rt_cfg);
-                let mut rt = match Runtime::new(ep, rt_cfg) {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        errors.lock().unwrap().push(e.to_string());
-                        // Still take part in the barriers so the others are not stuck.
-                        rpc.start.wait();
-                        finished.fetch_add(1, Ordering::SeqCst);
-                        return (
-                            raw_count,
-                            0,
-                            RpcStats::default(),
-                            CounterSnapshot::default(),
-                            0,
-                        );
+                let mut ep = Some(ep);
+                let (mut raw_count, mut rpcs) = (0, 0);
+                let (mut stats, mut counters, mut credits) =
+                    (RpcStats::default(), CounterSnapshot::default(), 0);
+                for (raw, rpc) in phases.iter() {
+                    let Some(mut e) = ep.take() else {
+                        // An earlier round failed: keep the barriers moving.
+                        skip_phase(raw);
+                        skip_phase(rpc);
+                        continue;
+                    };
+                    raw_count += raw_phase(&mut *e, &cfg, raw, &rt_cfg);
+                    match rpc_phase(e, &cfg, &rt_cfg, rpc, &hist, total) {
+                        Ok((e, n, st, c, cr)) => {
+                            rpcs += n;
+                            stats.merge(&st);
+                            counters = c; // the endpoint's counters are cumulative
+                            credits = cr;
+                            ep = Some(e);
+                        }
+                        Err(msg) => errors.lock().unwrap().push(msg),
                     }
-                };
-                let (rpcs, local_hist) = setup_workers(&mut rt, &cfg, &rpc);
-                rpc.start.wait();
-                let mut reported = false;
-                rt.run_until(|rt| {
-                    if !reported && rt.live_tasks() == 0 {
-                        reported = true;
-                        finished.fetch_add(1, Ordering::SeqCst);
-                    }
-                    reported && finished.load(Ordering::SeqCst) == total
-                });
-                let _ = hist.lock().unwrap().add(&*local_hist.borrow());
-                (
-                    raw_count,
-                    rpcs.get(),
-                    rt.stats(),
-                    rt.endpoint_counters(),
-                    rt.credits_per_dest(),
-                )
+                }
+                (raw_count, rpcs, stats, counters, credits)
             },
         ));
     }
-    // Raw phase.
-    raw.start.wait();
-    let (c0, t0) = (process_cpu_seconds(), Instant::now());
-    std::thread::sleep(dur);
-    raw.stop.store(true, Ordering::SeqCst);
-    let (raw_cpu, raw_elapsed) = (process_cpu_seconds() - c0, t0.elapsed().as_secs_f64());
-    raw.stopped.wait();
-    raw.drained.wait();
-    // RPC phase.
-    rpc.start.wait();
-    let (c0, t0) = (process_cpu_seconds(), Instant::now());
-    std::thread::sleep(dur);
-    rpc.stop.store(true, Ordering::SeqCst);
-    let (cpu, elapsed) = (process_cpu_seconds() - c0, t0.elapsed().as_secs_f64());
+    // Alternate the phases so that a change of load on a shared machine hits both alike.
+    let (mut raw_cpu, mut raw_elapsed, mut cpu, mut elapsed) = (0.0, 0.0, 0.0, 0.0);
+    for (raw, rpc) in phases.iter() {
+        let (c, e) = timed_phase(raw, dur);
+        raw_cpu += c;
+        raw_elapsed += e;
+        raw.drained.wait();
+        let (c, e) = timed_phase(rpc, dur);
+        cpu += c;
+        elapsed += e;
+        rpc.drained.wait();
+    }
 
     let mut raw_datagrams = 0;
     let mut rpcs = 0;
@@ -392,15 +467,7 @@ fn raw_phase(
     }
     // Nobody sends after this barrier; drain what is queued so the RPC phase starts clean.
     sync.stopped.wait();
-    let mut quiet = 0;
-    while quiet < 3 {
-        if ep.poll_recv(256, &mut |_, _| {}) == 0 {
-            quiet += 1;
-            ep.wait(Duration::from_millis(2));
-        } else {
-            quiet = 0;
-        }
-    }
+    drain(ep);
     sync.drained.wait();
     received
 }

@@ -31,9 +31,12 @@ pub struct Args {
     /// `RuntimeConfig::send_every`.
     #[arg(long, default_value_t = 0)]
     pub send_every: usize,
-    /// Seconds of each phase (raw, then RPC).
-    #[arg(long, default_value_t = 2.0)]
+    /// Seconds of each phase (raw, then RPC) per round.
+    #[arg(long, default_value_t = 1.0)]
     pub duration: f64,
+    /// Rounds of alternating raw and RPC phases (the figures sum over them).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u16,
     #[arg(long)]
     pub json: bool,
 }
@@ -47,6 +50,9 @@ pub fn run(a: &Args) -> Result<RpcBenchReport, String> {
     if !(a.duration > 0.0 && a.duration <= 3600.0) {
         return Err("--duration must be between 0 and 3600 seconds".into());
     }
+    if a.rounds == 0 || a.rounds > 100 {
+        return Err("--rounds must be between 1 and 100".into());
+    }
     let cluster = InProcessCluster::open(a.transport, ClusterConfig::new(a.nodes, a.threads))?;
     let cfg = RpcBenchConfig {
         nodes: a.nodes,
@@ -58,19 +64,21 @@ pub fn run(a: &Args) -> Result<RpcBenchReport, String> {
         no_coalescing: false,
         send_every: a.send_every,
         duration_s: a.duration,
+        rounds: a.rounds,
     };
     run_bench(&cfg, cluster.nodes.clone())
 }
 
 pub fn print_summary(a: &Args, r: &RpcBenchReport) {
     println!(
-        "ambidex RPC benchmark: {} backend, {} nodes x {} threads x {} coroutines, batch {}, {} B",
+        "ambidex RPC benchmark: {} backend, {} nodes x {} threads x {} coroutines, batch {}, {} B, {} rounds",
         a.transport.name(),
         a.nodes,
         a.threads,
         a.coroutines,
         a.batch,
-        a.size
+        a.size,
+        a.rounds
     );
     println!(
         "  RPCs:      {:>12.0} /s  {:>12.0} per CPU-second   latency p50 {:.1} us  p99 {:.1} us  p99.9 {:.1} us",
