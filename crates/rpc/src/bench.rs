@@ -16,8 +16,8 @@
 //! (one datagram per request). The raw phase keeps the same number of datagrams
 //! outstanding (`coroutines * batch` per thread), sends them in doorbells of `batch` to
 //! the same destinations and echoes every ping, batching the echoes of one poll.
-//! Both phases idle alike: `RuntimeConfig::spin_polls` empty polls, then a park in
-//! `Endpoint::wait` of at most `RuntimeConfig::max_wait`.
+//! Both phases idle alike: `RuntimeConfig::spin_polls` empty polls, `yield_polls` polls
+//! after a yield, then a park in `Endpoint::wait` of at most `RuntimeConfig::max_wait`.
 
 use crate::{RpcStats, Runtime, RuntimeConfig};
 use ambidex_transport::cputime::process_cpu_seconds;
@@ -457,9 +457,11 @@ fn raw_phase(
         if n == 0 {
             // The same idle policy as `Runtime::run_until`: spin, then park.
             idle += 1;
-            if idle >= idle_policy.spin_polls {
+            if idle >= idle_policy.spin_polls + idle_policy.yield_polls {
                 idle = 0;
                 ep.wait(idle_policy.max_wait);
+            } else if idle >= idle_policy.spin_polls {
+                std::thread::yield_now();
             }
         } else {
             idle = 0;

@@ -766,17 +766,25 @@ impl Runtime {
         true
     }
 
-    /// Steps until `stop` says so, spinning briefly and then parking in
-    /// `Endpoint::wait` when idle (so an oversubscribed machine is not burned).
+    /// Steps until `stop` says so. When idle: a few empty polls, then a few polls each after
+    /// a `sched_yield` (on an oversubscribed machine the thread being waited for is often
+    /// queued on this very core, and yielding hands it the core without a futex wake-up),
+    /// then a park in `Endpoint::wait`.
     pub fn run_until(&mut self, mut stop: impl FnMut(&Runtime) -> bool) {
         while !stop(self) {
             if self.poll_once() {
                 self.idle = 0;
             } else {
                 self.idle += 1;
-                if self.idle >= self.core.borrow().st.cfg.spin_polls {
+                let (spin, yields) = {
+                    let cfg = &self.core.borrow().st.cfg;
+                    (cfg.spin_polls, cfg.yield_polls)
+                };
+                if self.idle >= spin.saturating_add(yields) {
                     self.idle = 0;
                     self.park();
+                } else if self.idle >= spin {
+                    std::thread::yield_now();
                 }
             }
         }
