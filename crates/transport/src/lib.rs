@@ -17,7 +17,8 @@
 //! layers above, so a single-threaded deterministic simulator can drive many nodes.
 //!
 //! Backends: [`local`] here (threads of one process); `ambidex-transport-shm`
-//! (processes of one host) and `ambidex-transport-udp` (hosts) in `backends/`; and the
+//! (processes of one host), `ambidex-transport-udp` (hosts) and `ambidex-transport-sim`
+//! (a deterministic simulated network, every node in one thread) in `backends/`; and the
 //! [`fault`] wrapper for any of them. Every backend passes the [`conformance`] suite.
 
 pub mod conformance;
