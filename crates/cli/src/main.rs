@@ -2,6 +2,8 @@
 
 mod bench;
 mod cluster;
+mod node;
+mod sim;
 
 use clap::{FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
@@ -32,6 +34,22 @@ enum Command {
         adya: bool,
         #[arg(long)]
         json: bool,
+    },
+    /// Deterministic simulation: the whole cluster in one thread over a simulated network,
+    /// from a seed, with faults; every run's history and state are checked.
+    Sim(sim::Args),
+    /// Run one node of a cluster described by a cluster file (docs/cluster.md), driven
+    /// by JSON commands on stdin; `bench --transport shm|udp` starts one per node.
+    Node {
+        /// The cluster file (JSON).
+        #[arg(long)]
+        config: std::path::PathBuf,
+        /// Which node of the cluster this process is.
+        #[arg(long)]
+        node: u16,
+        /// No progress bar while loading.
+        #[arg(long)]
+        no_progress: bool,
     },
     /// Run one node of a benchmark cluster (started by `bench`; not for direct use).
     #[command(hide = true)]
@@ -108,6 +126,12 @@ fn main() -> ExitCode {
                 }
             }),
         },
+        Command::Sim(a) => sim::run(&a),
+        Command::Node {
+            config,
+            node,
+            no_progress,
+        } => node::run(&config, node, no_progress),
         Command::Peer { role, node, spec } => run_peer(&role, node, &spec),
         Command::CheckHistory { file, adya, json } => check_history(&file, adya, json),
     };

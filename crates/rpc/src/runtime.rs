@@ -13,7 +13,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{RpcError, RuntimeConfig, ThreadMap};
 use crate::wire::{self, Seg};
 use ambidex_transport::{ClusterConfig, CounterSnapshot, Datagram, Endpoint, EndpointAddr, NodeId};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
@@ -36,7 +36,8 @@ pub struct RequestInfo {
 pub type Handler = Box<dyn FnMut(&RequestInfo, &[u8], &mut Vec<u8>)>;
 
 /// Counters of one runtime; every drop and retransmission is here.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct RpcStats {
     pub rpcs_issued: u64,
     pub rpcs_completed: u64,

@@ -340,9 +340,7 @@ impl<'c> Txn<'c> {
             return Err(r);
         }
         if self.items.iter().any(|it| !it.fetched) {
-            if let Err(r) = self.execute().await {
-                return Err(r);
-            }
+            self.execute().await?;
         }
         // An update without set() writes back the value read; an insert without set()
         // inserts zeroes.

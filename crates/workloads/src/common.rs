@@ -33,16 +33,18 @@ pub struct Loader<'a> {
 }
 
 impl<'a> Loader<'a> {
-    /// A loader writing to the nodes `mine` selects; `first` marks the one loader thread
-    /// that performs the workload's process-wide side effects (sums, counters).
+    /// A loader writing to the nodes `mine` selects (indexed by node id); `first` marks
+    /// the one loader thread that performs the workload's process-wide side effects
+    /// (sums, counters). `dbs` may hold every node's database (one process runs the
+    /// whole cluster) or only some (a node process of a multi-process cluster).
     pub fn new(dbs: &'a [Arc<NodeDb>], mine: Vec<bool>, first: bool) -> Loader<'a> {
         Loader { dbs, mine, first }
     }
 
     /// Stores `key` on each of its replicas among this loader's nodes.
     pub fn put(&self, table: u32, key: u64, value: &[u8]) -> Result<(), String> {
-        for (db, &mine) in self.dbs.iter().zip(&self.mine) {
-            if mine {
+        for db in self.dbs {
+            if self.owns(db.node) {
                 db.load(table, key, value)?;
             }
         }
@@ -104,6 +106,29 @@ pub trait Workload: Send + Sync + 'static {
     fn check(&self, _dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
         Ok(serde_json::Value::Null)
     }
+
+    /// The share of [`Workload::check`] one node computes from its own database, in a
+    /// cluster whose nodes run in separate processes (`ambidex node`): partial sums and
+    /// counts, or a violation found locally. The node's own process state (this
+    /// workload's counters of the workers it ran) goes in too.
+    fn check_node(&self, _db: &Arc<NodeDb>) -> Result<serde_json::Value, String> {
+        Ok(serde_json::Value::Null)
+    }
+
+    /// Combines every node's [`Workload::check_node`] (in node order) into what
+    /// [`Workload::check`] returns for the whole cluster: the same summary on success,
+    /// the violation on failure. Runs in the launcher, on a workload that was not loaded.
+    /// `parts` come from other processes: malformed parts are an error, never a panic.
+    fn check_combine(&self, _parts: &[serde_json::Value]) -> Result<serde_json::Value, String> {
+        Ok(serde_json::Value::Null)
+    }
+}
+
+/// Field `name` of a node's partial check, as an i64 (for [`Workload::check_combine`]).
+pub fn part_i64(part: &serde_json::Value, node: usize, name: &str) -> Result<i64, String> {
+    part.get(name)
+        .and_then(serde_json::Value::as_i64)
+        .ok_or_else(|| format!("node {node}'s check lacks the integer {name:?}"))
 }
 
 /// Every live row of `table` at its primary: (key, value), sorted by key. Reads the

@@ -13,7 +13,10 @@
 //!   for the throughput–latency curve (FaSST Figure 10); [`plot`] draws it, or the
 //!   per-phase breakdown, as SVG.
 //!
-//! Everything runs in one process (local fabric, or shm with every node opened here).
+//! [`run_bench`] runs every node in one process (local fabric, or shm with every node
+//! opened here); [`node`] runs one node of a cluster whose nodes are separate processes
+//! (`ambidex node`, driven by `ambidex bench --transport shm|udp`), and
+//! [`combine_node_reports`] merges their reports into the same [`BenchReport`].
 //!
 //! Paper-scale settings (`--scale 1`): object store 1,000,000 keys per thread; TATP
 //! 1,000,000 subscribers per node; SmallBank 100,000 accounts per thread; TPC-C one
@@ -23,6 +26,7 @@
 
 pub mod common;
 pub mod driver;
+pub mod node;
 pub mod objstore;
 pub mod plot;
 pub mod smallbank;
@@ -31,6 +35,6 @@ pub mod tpcc;
 
 pub use common::{Outcome, Workload};
 pub use driver::{
-    build_and_load, run_bench, sweep_coroutines, BenchConfig, BenchReport, LatencyUs,
-    ObjStoreParams, SweepPoint, TransportKind, TypeReport, WorkloadKind,
+    build_and_load, combine_node_reports, run_bench, sweep_coroutines, BenchConfig, BenchReport,
+    LatencyUs, NodeReport, ObjStoreParams, SweepPoint, TransportKind, TypeReport, WorkloadKind,
 };

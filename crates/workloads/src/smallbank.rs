@@ -15,7 +15,9 @@
 //!   TransactSavings (+20.20) and WriteCheck (−5.00, or −6.00 with the penalty);
 //!   Amalgamate and SendPayment move money.
 
-use crate::common::{get_i64, per_node_capacity, primary_rows, Loader, Outcome, Workload};
+use crate::common::{
+    get_i64, part_i64, per_node_capacity, primary_rows, Loader, Outcome, Workload,
+};
 use ambidex_txn::runner::WorkerCtx;
 use ambidex_txn::{AbortReason, NodeDb, Placement, TableSpec, Txn, WriteKind};
 use rand::rngs::SmallRng;
@@ -267,6 +269,72 @@ impl Workload for SmallBank {
             "expected_cents": expected,
             "initial_cents": self.initial_total.load(Ordering::SeqCst),
             "committed_delta_cents": self.delta.load(Ordering::SeqCst),
+        });
+        if total != expected {
+            return Err(format!(
+                "total balance {total} != expected {expected} ({summary})"
+            ));
+        }
+        Ok(summary)
+    }
+
+    /// This node's primaries: their count and balance per table, with the committed
+    /// deltas of the workers this process ran and the initial total (which every node
+    /// process computes, since each generates every account while loading).
+    fn check_node(&self, db: &Arc<NodeDb>) -> Result<serde_json::Value, String> {
+        let dbs = std::slice::from_ref(db);
+        let mut out = serde_json::Map::new();
+        let mut total = 0i64;
+        for (name, table) in [("savings", SAVINGS), ("checking", CHECKING)] {
+            let rows = primary_rows(dbs, table);
+            total += rows.iter().map(|(_, v)| get_i64(v, 0)).sum::<i64>();
+            out.insert(format!("{name}_rows"), (rows.len() as u64).into());
+        }
+        out.insert("node".into(), db.node.into());
+        out.insert("primary_cents".into(), total.into());
+        out.insert(
+            "initial_cents".into(),
+            self.initial_total.load(Ordering::SeqCst).into(),
+        );
+        out.insert(
+            "committed_delta_cents".into(),
+            self.delta.load(Ordering::SeqCst).into(),
+        );
+        Ok(out.into())
+    }
+
+    fn check_combine(&self, parts: &[serde_json::Value]) -> Result<serde_json::Value, String> {
+        if parts.is_empty() {
+            return Err("no node checked its accounts".into());
+        }
+        let initial = part_i64(&parts[0], 0, "initial_cents")?;
+        let (mut total, mut delta) = (0i64, 0i64);
+        let mut rows = [0i64; 2];
+        for (n, p) in parts.iter().enumerate() {
+            if part_i64(p, n, "initial_cents")? != initial {
+                return Err(format!(
+                    "node {n} loaded a different initial total than node 0 (another seed or scale?)"
+                ));
+            }
+            total = total.saturating_add(part_i64(p, n, "primary_cents")?);
+            delta = delta.saturating_add(part_i64(p, n, "committed_delta_cents")?);
+            rows[0] += part_i64(p, n, "savings_rows")?;
+            rows[1] += part_i64(p, n, "checking_rows")?;
+        }
+        for (table, n) in [(SAVINGS, rows[0]), (CHECKING, rows[1])] {
+            if n as u64 != self.accounts {
+                return Err(format!(
+                    "table {table} has {n} accounts, {} loaded",
+                    self.accounts
+                ));
+            }
+        }
+        let expected = initial.saturating_add(delta);
+        let summary = serde_json::json!({
+            "total_cents": total,
+            "expected_cents": expected,
+            "initial_cents": initial,
+            "committed_delta_cents": delta,
         });
         if total != expected {
             return Err(format!(

@@ -58,8 +58,8 @@
 //! primaries' data, plus agreement of the NEW_ORDER index with the table.
 
 use crate::common::{
-    add_i64, get_i64, homed_key, nurand, per_node_capacity, primary_rows, put_i64, put_u32,
-    rand_str, urand, Loader, Outcome, Workload, LOGICAL_BITS,
+    add_i64, get_i64, homed_key, nurand, part_i64, per_node_capacity, primary_rows, put_i64,
+    put_u32, rand_str, urand, Loader, Outcome, Workload, LOGICAL_BITS,
 };
 use ambidex_store::OrderedIndex;
 use ambidex_txn::runner::WorkerCtx;
@@ -772,6 +772,23 @@ impl Tpcc {
     /// TPC-C consistency conditions 1–4 (spec §3.3.2.1–4) on the primaries' rows, and
     /// the NEW_ORDER index against the table. Returns per-condition counts checked.
     pub fn check_consistency(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
+        self.consistency(dbs, None)
+    }
+
+    /// [`Tpcc::check_consistency`] on every node of `dbs` (`only`: `None`), or on the
+    /// warehouses homed at node `only` (whose rows all have their primary there, so the
+    /// conditions hold per node; a multi-process run checks each node in its process).
+    fn consistency(
+        &self,
+        dbs: &[Arc<NodeDb>],
+        only: Option<u16>,
+    ) -> Result<serde_json::Value, String> {
+        let expected_warehouses = match only {
+            None => self.p.warehouses,
+            Some(n) => (1..=self.p.warehouses)
+                .filter(|&w| self.home_of(w) == n)
+                .count() as u64,
+        };
         let mask = (1u64 << LOGICAL_BITS) - 1;
         let logical = |table| -> Vec<(u64, Vec<u8>)> {
             primary_rows(dbs, table)
@@ -791,8 +808,8 @@ impl Tpcc {
             .into_iter()
             .map(|(k, v)| (k, get_i64(&v, 0) as u64))
             .collect();
-        if w_ytd.len() as u64 != self.p.warehouses
-            || d_next.len() as u64 != self.p.warehouses * DISTRICTS
+        if w_ytd.len() as u64 != expected_warehouses
+            || d_next.len() as u64 != expected_warehouses * DISTRICTS
         {
             return Err(format!(
                 "{} warehouses and {} districts found",
@@ -873,7 +890,12 @@ impl Tpcc {
         }
         // The ordered index agrees with the table.
         let mut indexed = Vec::new();
-        for ix in &self.idx {
+        let nodes = self
+            .idx
+            .iter()
+            .enumerate()
+            .filter(|(n, _)| only.is_none() || only == Some(*n as u16));
+        for (_, ix) in nodes {
             ix.new_order.scan(
                 std::ops::Bound::Unbounded,
                 std::ops::Bound::Unbounded,
@@ -1168,5 +1190,39 @@ impl Workload for Tpcc {
 
     fn check(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
         self.check_consistency(dbs)
+    }
+
+    fn check_node(&self, db: &Arc<NodeDb>) -> Result<serde_json::Value, String> {
+        self.consistency(std::slice::from_ref(db), Some(db.node))
+    }
+
+    /// Every node checked its own warehouses; the cluster's summary is the sum, and
+    /// every warehouse must have been found at its home.
+    fn check_combine(&self, parts: &[serde_json::Value]) -> Result<serde_json::Value, String> {
+        const FIELDS: [&str; 5] = [
+            "warehouses",
+            "districts",
+            "orders",
+            "new_orders",
+            "order_lines",
+        ];
+        let mut sums = [0i64; 5];
+        for (n, p) in parts.iter().enumerate() {
+            for (sum, f) in sums.iter_mut().zip(FIELDS) {
+                *sum = sum.saturating_add(part_i64(p, n, f)?);
+            }
+        }
+        if sums[0] as u64 != self.p.warehouses || sums[1] as u64 != self.p.warehouses * DISTRICTS {
+            return Err(format!(
+                "{} warehouses and {} districts found",
+                sums[0], sums[1]
+            ));
+        }
+        Ok(FIELDS
+            .iter()
+            .zip(sums)
+            .map(|(f, v)| (f.to_string(), serde_json::Value::from(v)))
+            .collect::<serde_json::Map<_, _>>()
+            .into())
     }
 }

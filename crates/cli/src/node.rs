@@ -1,0 +1,262 @@
+//! `ambidex node --config FILE --node I`: runs node I of the cluster the file describes
+//! (docs/cluster.md), driven by a line-based JSON control protocol: commands on stdin,
+//! events on stdout (nothing else is ever written to stdout; the progress bar and
+//! diagnostics go to stderr). `ambidex bench --transport shm|udp` starts one of these per
+//! node; on separate hosts an operator, or ssh, can speak the same protocol.
+//!
+//! ```text
+//! node → {"event":"ready","node":I,"pid":P,"load_seconds":S}   loaded, transport open
+//!      ← {"cmd":"start"}        workers start (warmup: nothing is counted)
+//!      ← {"cmd":"measure"}      the measured window starts
+//!      ← {"cmd":"stop"}         the window ends; workers finish their transaction
+//! node → {"event":"workers_done","node":I}   this node's workers returned; it still serves
+//!      ← {"cmd":"finish"}       every node's workers are done: stop serving, check, report
+//! node → {"event":"report","node":I,"report":{...}}   then the process exits 0
+//!      ← {"cmd":"abort"}        exit now (status 2), no report
+//! node → {"event":"error","node":I,"message":"..."}   then the process exits 1
+//! ```
+//!
+//! End of input before the report (the launcher died, ssh dropped) stops the node with
+//! status 3. Commands may also be written as bare words (`start`), for people; other
+//! fields of a command object are ignored.
+
+use crate::bench::workload::run_config;
+use crate::cluster::ClusterFile;
+use ambidex_workloads::node::{load_node, LoadedNode, NodeOptions, RunningNode};
+use serde::Deserialize;
+use std::io::{BufRead, Read, Write};
+use std::path::Path;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// Longest command line read from stdin.
+const MAX_COMMAND: u64 = 64 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+enum Cmd {
+    Start,
+    Measure,
+    Stop,
+    Finish,
+    Abort,
+}
+
+enum Input {
+    Cmd(Cmd),
+    Bad(String),
+    Eof,
+}
+
+fn parse_command(line: &str) -> Result<Cmd, String> {
+    let line = line.trim();
+    let v: serde_json::Value = if line.starts_with('{') {
+        serde_json::from_str(line).map_err(|e| format!("bad command {line:?}: {e}"))?
+    } else {
+        serde_json::json!({ "cmd": line })
+    };
+    serde_json::from_value(v).map_err(|e| {
+        format!("bad command {line:?}: {e} (commands: start, measure, stop, finish, abort)")
+    })
+}
+
+fn read_commands(tx: std::sync::mpsc::Sender<Input>) {
+    let mut r = std::io::BufReader::new(std::io::stdin());
+    loop {
+        let mut buf = Vec::new();
+        let msg = match (&mut r).take(MAX_COMMAND).read_until(b'\n', &mut buf) {
+            Ok(0) => Input::Eof,
+            Ok(_) if buf.last() != Some(&b'\n') && buf.len() as u64 >= MAX_COMMAND => {
+                Input::Bad(format!("a command line over {MAX_COMMAND} bytes"))
+            }
+            Ok(_) => match std::str::from_utf8(&buf) {
+                Ok(s) if s.trim().is_empty() => continue,
+                Ok(s) => match parse_command(s) {
+                    Ok(c) => Input::Cmd(c),
+                    Err(e) => Input::Bad(e),
+                },
+                Err(_) => Input::Bad("a command line that is not UTF-8".into()),
+            },
+            Err(e) => Input::Bad(format!("reading commands: {e}")),
+        };
+        let end = !matches!(msg, Input::Cmd(_));
+        if tx.send(msg).is_err() || end {
+            return;
+        }
+    }
+}
+
+/// Events to the launcher, one JSON object per line on stdout.
+struct Events {
+    node: u16,
+}
+
+impl Events {
+    fn send(&self, event: &str, mut body: serde_json::Value) {
+        if let Some(m) = body.as_object_mut() {
+            m.insert("event".into(), event.into());
+            m.insert("node".into(), self.node.into());
+        }
+        let mut out = std::io::stdout().lock();
+        let ok = writeln!(out, "{body}").and_then(|_| out.flush());
+        if ok.is_err() {
+            // Nobody listens any more: the launcher is gone.
+            eprintln!("ambidex node {}: control output closed; exiting", self.node);
+            std::process::exit(3);
+        }
+    }
+}
+
+enum State {
+    Loaded(LoadedNode),
+    Running(RunningNode, bool),
+    Stopped(RunningNode, bool),
+}
+
+pub fn run(config: &Path, node: u16, no_progress: bool) -> Result<(), String> {
+    let ev = Events { node };
+    match run_inner(config, node, no_progress, &ev) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            ev.send("error", serde_json::json!({ "message": e }));
+            Err(format!("node {node}: {e}"))
+        }
+    }
+}
+
+fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result<(), String> {
+    let file = ClusterFile::read(config)?;
+    let run = file.run.as_ref().ok_or_else(|| {
+        format!(
+            "cluster file {} has no \"run\" section (what should node {node} run?)",
+            config.display()
+        )
+    })?;
+    let spec = file.cluster.spec()?;
+    if node >= spec.config.nodes {
+        return Err(format!(
+            "node {node} is not in this {}-node cluster",
+            spec.config.nodes
+        ));
+    }
+    let cfg = run_config(&file.cluster, run, !no_progress)?;
+    let opts = NodeOptions {
+        rpc: file.cluster.rpc.runtime_config()?,
+        fault: match &file.cluster.fault {
+            Some(f) => Some(f.fault_config(node)?),
+            None => None,
+        },
+        history: run.history_for(node),
+        ..Default::default()
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || read_commands(tx));
+
+    let loaded = load_node(&cfg, node)?;
+    let transport = spec.open_node(node)?;
+    ev.send(
+        "ready",
+        serde_json::json!({ "pid": std::process::id(), "load_seconds": loaded.load_seconds }),
+    );
+    let mut state = Some(State::Loaded(loaded));
+    let mut transport = Some(transport);
+    loop {
+        let input = next_input(&rx, &mut state)?;
+        let Some(input) = input else {
+            // Polling: report when this node's workers are done.
+            if let Some(State::Stopped(r, sent)) = &mut state {
+                if !*sent && r.workers_done()? {
+                    *sent = true;
+                    ev.send("workers_done", serde_json::json!({}));
+                }
+            }
+            continue;
+        };
+        let cmd = match input {
+            Input::Cmd(c) => c,
+            Input::Bad(e) => return Err(e),
+            Input::Eof => {
+                eprintln!(
+                    "ambidex node {node}: control input closed before the run finished; stopping"
+                );
+                std::process::exit(3);
+            }
+        };
+        state = Some(match (state.take().expect("state"), cmd) {
+            (_, Cmd::Abort) => {
+                eprintln!("ambidex node {node}: aborted by the launcher");
+                std::process::exit(2);
+            }
+            (State::Loaded(l), Cmd::Start) => {
+                let t = transport.take().expect("transport");
+                State::Running(l.start(t, opts.clone())?, false)
+            }
+            (State::Running(mut r, false), Cmd::Measure) => {
+                r.measure();
+                State::Running(r, true)
+            }
+            (State::Running(mut r, _), Cmd::Stop) => {
+                r.stop();
+                State::Stopped(r, false)
+            }
+            (State::Stopped(r, _), Cmd::Finish) => {
+                // The launcher sends this once every node's workers are done; a person
+                // may send it early, so wait for this node's own workers first.
+                let until = Instant::now() + Duration::from_secs(60);
+                while !r.workers_done()? {
+                    if Instant::now() >= until {
+                        return Err("workers still running 60 s after finish".into());
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                let report = r.finish()?;
+                let body = serde_json::json!({
+                    "report": serde_json::to_value(&report).map_err(|e| e.to_string())?
+                });
+                ev.send("report", body);
+                return Ok(());
+            }
+            (s, c) => {
+                let phase = match &s {
+                    State::Loaded(_) => "loaded (waiting for start)",
+                    State::Running(_, false) => "warming up",
+                    State::Running(_, true) => "measuring",
+                    State::Stopped(..) => "stopped (waiting for finish)",
+                };
+                return Err(format!("command {c:?} is not valid while {phase}"));
+            }
+        });
+    }
+}
+
+/// The next command, or `None` after a short wait (so the caller can poll). A thread
+/// failure while running is an error.
+fn next_input(rx: &Receiver<Input>, state: &mut Option<State>) -> Result<Option<Input>, String> {
+    match rx.recv_timeout(Duration::from_millis(5)) {
+        Ok(i) => Ok(Some(i)),
+        Err(RecvTimeoutError::Timeout) => {
+            if let Some(State::Running(r, _)) = state {
+                r.workers_done()?;
+            }
+            Ok(None)
+        }
+        Err(RecvTimeoutError::Disconnected) => Ok(Some(Input::Eof)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_parse_as_json_or_words_and_bad_ones_are_errors() {
+        assert_eq!(parse_command("{\"cmd\":\"start\"}\n"), Ok(Cmd::Start));
+        assert_eq!(parse_command("  finish "), Ok(Cmd::Finish));
+        assert!(parse_command("{\"cmd\":\"launch\"}").is_err());
+        // Other fields are ignored (room for parameters later).
+        assert_eq!(parse_command("{\"cmd\":\"stop\",\"x\":1}"), Ok(Cmd::Stop));
+        assert!(parse_command("{\"cmd\":").is_err());
+        assert!(parse_command("[1,2]").is_err());
+        assert!(parse_command("\u{0}").is_err());
+    }
+}

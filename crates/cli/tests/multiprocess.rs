@@ -1,0 +1,411 @@
+//! Multi-process runs: `ambidex bench W --transport shm|udp` starts one `ambidex node`
+//! process per node, drives them through the control protocol and combines their
+//! reports (docs/cluster.md). Checks that invariants hold across processes, that the
+//! report keeps the in-process shape, that a node killed mid-run is reported (not
+//! hidden) without hanging, and that bad input to `ambidex node` is a clear error.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const EXE: &str = env!("CARGO_BIN_EXE_ambidex");
+
+/// Runs `ambidex ARGS --json` and returns (report, stderr); panics with stderr on failure.
+fn bench(args: &[&str]) -> (Value, String) {
+    let out = Command::new(EXE)
+        .args(args)
+        .args(["--json", "--no-progress"])
+        .output()
+        .expect("run ambidex");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        out.status.success(),
+        "ambidex {args:?} failed ({}):\n{stderr}",
+        out.status
+    );
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("report is not JSON ({e}):\n{stderr}"));
+    (report, stderr)
+}
+
+fn shm_dirs_of(pid: u32) -> Vec<String> {
+    let prefix = format!("ambidex-{pid}-");
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn common_checks(r: &Value, transport: &str) {
+    assert_eq!(r["transport"], transport);
+    assert_eq!(r["nodes"], 3);
+    assert_eq!(r["replication"], 3);
+    assert!(r["committed"].as_u64().unwrap() > 100, "{r}");
+    assert_eq!(r["stuck_workers"], 0);
+    assert!(r["cpu_seconds"].as_f64().unwrap() > 0.0);
+    assert!(r["max_rss_bytes"].as_u64().unwrap() > 1 << 20);
+    assert!(r["latency_us"]["p50"].as_f64().unwrap() > 0.0);
+    assert!(r["latency_us"]["p99"].as_f64() >= r["latency_us"]["p50"].as_f64());
+    // Every backup row was compared with its primary's.
+    assert!(
+        r["check"]["replica_rows_compared"].as_u64().unwrap() > 0,
+        "{r}"
+    );
+    let per_type: u64 = r["per_type"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|t| t["committed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_type, r["committed"].as_u64().unwrap());
+    assert!(r["rpc"]["rpcs_completed"].as_u64().unwrap() > 0);
+    assert!(r["transport_counters"]["tx_datagrams"].as_u64().unwrap() > 0);
+}
+
+/// The key paths of a report (object keys, recursively), for shape comparisons.
+fn shape(v: &Value, prefix: &str, out: &mut Vec<String>) {
+    if let Value::Object(m) = v {
+        for (k, x) in m {
+            let p = format!("{prefix}/{k}");
+            // Free-form or content-dependent parts.
+            if !["check", "per_type", "aborts_by_reason", "aborts"].contains(&k.as_str()) {
+                shape(x, &p, out);
+            }
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn smallbank_over_shm_node_processes_keeps_the_invariant_and_the_report_shape() {
+    let history = std::env::temp_dir().join(format!("ambx-mp-{}.jsonl", std::process::id()));
+    let h = history.display().to_string();
+    let args = [
+        "bench",
+        "smallbank",
+        "--transport",
+        "shm",
+        "--replication",
+        "3",
+        "--scale",
+        "0.05",
+        "--duration",
+        "1.5",
+        "--warmup",
+        "0.3",
+        "--history",
+        &h,
+    ];
+    let (r, stderr) = bench(&args);
+    common_checks(&r, "shm");
+    assert_eq!(r["invariant_ok"], true, "{}", r["check"]);
+    assert!(r["check"]["committed_delta_cents"].as_i64().unwrap() != 0);
+    assert!(stderr.contains("started 3 shm node processes"), "{stderr}");
+    // The nodes' histories were merged into one file, and it is serializable.
+    let report = ambidex_history::check_file(&history).unwrap();
+    let _ = std::fs::remove_file(&history);
+    assert!(report.valid, "{}", report.summary());
+    assert!(report.committed >= r["committed"].as_u64().unwrap());
+    for n in 0..3 {
+        assert!(!std::path::Path::new(&format!("{h}.node{n}")).exists());
+    }
+    // Same report shape as the in-process run.
+    let (inproc, _) = bench(&[
+        "bench",
+        "smallbank",
+        "--transport",
+        "shm",
+        "--in-process",
+        "--scale",
+        "0.05",
+        "--duration",
+        "0.5",
+        "--warmup",
+        "0.1",
+    ]);
+    assert_eq!(inproc["invariant_ok"], true);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    shape(&r, "", &mut a);
+    shape(&inproc, "", &mut b);
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "multi-process and in-process reports differ in shape");
+}
+
+#[test]
+fn tpcc_over_shm_node_processes_keeps_consistency() {
+    let (r, _) = bench(&[
+        "bench",
+        "tpcc",
+        "--transport",
+        "shm",
+        "--replication",
+        "3",
+        "--duration",
+        "1.5",
+        "--warmup",
+        "0.3",
+    ]);
+    common_checks(&r, "shm");
+    assert_eq!(r["consistency_ok"], true, "{}", r["check"]);
+    assert_eq!(r["check"]["warehouses"], 3);
+    assert_eq!(r["check"]["districts"], 30);
+    assert!(r["per_type"]["new_order"]["committed"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn smallbank_over_udp_loopback_node_processes() {
+    let (r, stderr) = bench(&[
+        "bench",
+        "smallbank",
+        "--transport",
+        "udp",
+        "--scale",
+        "0.05",
+        "--duration",
+        "1.5",
+        "--warmup",
+        "0.3",
+        // The transport's own fault injector, through the node config.
+        "--fault-reorder",
+        "0.01",
+        "--fault-delay",
+        "0.01",
+        "--fault-duplicate",
+        "0.005",
+    ]);
+    common_checks(&r, "udp");
+    assert_eq!(r["invariant_ok"], true, "{}", r["check"]);
+    assert!(stderr.contains("started 3 udp node processes"), "{stderr}");
+    let c = &r["transport_counters"];
+    assert!(c["fault_reordered"].as_u64().unwrap() > 0, "{c}");
+    assert!(c["fault_delayed"].as_u64().unwrap() > 0, "{c}");
+    assert!(c["fault_duplicated"].as_u64().unwrap() > 0, "{c}");
+}
+
+#[test]
+fn tatp_over_udp_reports_found_rates() {
+    let (r, _) = bench(&[
+        "bench",
+        "tatp",
+        "--transport",
+        "udp",
+        "--scale",
+        "0.01",
+        "--duration",
+        "1",
+        "--warmup",
+        "0.2",
+    ]);
+    let t = &r["per_type"]["get_subscriber_data"];
+    assert!(t["committed"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(t["found_rate"], 1.0);
+    assert_eq!(t["expected_found_rate"], 1.0);
+}
+
+/// Kills node 1 with SIGKILL while the run is measuring: the launcher must fail with a
+/// message naming the node and the signal, promptly, and leave no node process or shm
+/// directory behind.
+#[test]
+fn a_node_killed_mid_run_is_reported_and_nothing_hangs() {
+    let mut child = Command::new(EXE)
+        .args([
+            "bench",
+            "smallbank",
+            "--transport",
+            "shm",
+            "--scale",
+            "0.05",
+            "--duration",
+            "60",
+            "--warmup",
+            "0.2",
+            "--json",
+            "--no-progress",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let launcher = child.id();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let mut pids: Vec<(u16, i32)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // "ambidex: started 3 shm node processes (node=pid: 0=11 1=12 2=13)", then "running".
+    loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("launcher never got running: {lines:?}"));
+        if let Some(list) = line.split("node=pid: ").nth(1) {
+            pids = list
+                .trim_end_matches(')')
+                .split_whitespace()
+                .map(|kv| {
+                    let (n, p) = kv.split_once('=').unwrap();
+                    (n.parse().unwrap(), p.parse().unwrap())
+                })
+                .collect();
+        }
+        let running = line.contains("running");
+        lines.push(line);
+        if running {
+            break;
+        }
+    }
+    assert_eq!(pids.len(), 3, "{lines:?}");
+    assert_eq!(shm_dirs_of(launcher).len(), 1, "the run's shm directory");
+    std::thread::sleep(Duration::from_millis(700));
+    let victim = pids[1].1;
+    assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0);
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("the launcher hung after node 1 was killed: {lines:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(2)) {
+        lines.push(l);
+    }
+    let all = lines.join("\n");
+    assert!(!status.success(), "{all}");
+    let msg = lines
+        .iter()
+        .find(|l| l.contains("error"))
+        .unwrap_or_else(|| panic!("no error line: {all}"));
+    assert!(msg.contains("node 1"), "{msg}");
+    assert!(msg.contains(&format!("pid {victim}")), "{msg}");
+    assert!(msg.contains("signal 9") && msg.contains("SIGKILL"), "{msg}");
+    eprintln!(
+        "launcher exited {status} {:.2} s after the kill: {msg}",
+        t0.elapsed().as_secs_f64()
+    );
+    // Every other node was stopped and reaped; the shm directory is gone.
+    for (n, pid) in &pids {
+        let alive = unsafe { libc::kill(*pid, 0) } == 0;
+        assert!(!alive, "node {n} (pid {pid}) is still running");
+    }
+    assert!(
+        shm_dirs_of(launcher).is_empty(),
+        "shm directory left behind"
+    );
+}
+
+fn node_config(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
+    let p = dir.join("cluster.json");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn bad_cluster_files_and_commands_are_clear_errors() {
+    let dir = std::env::temp_dir().join(format!("ambx-mp-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run_node = |cfg: &std::path::Path, stdin: &str| {
+        let mut c = Command::new(EXE)
+            .args(["node", "--config", cfg.to_str().unwrap(), "--node", "0"])
+            .args(["--no-progress"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut w = c.stdin.take().unwrap();
+        let _ = w.write_all(stdin.as_bytes());
+        drop(w);
+        let out = c.wait_with_output().unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    for (text, want) in [
+        ("{ not json", "cluster file"),
+        ("{\"cluster\": {\"transport\": \"udp\", \"nodes\": 3}}", "no \"run\" section"),
+        (
+            "{\"cluster\": {\"transport\": \"tcp\", \"nodes\": 3}, \"run\": {\"workload\": \"smallbank\"}}",
+            "unknown variant",
+        ),
+        (
+            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 3, \"udp_addrs\": [\"127.0.0.1:1\"]}, \"run\": {\"workload\": \"smallbank\"}}",
+            "1 addresses for 3 nodes",
+        ),
+        (
+            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"udp_addrs\": [\"127.0.0.1:65535\"], \"rpc\": {\"max_retries\": 5, \"retransmit_timeout_ms\": -1}}, \"run\": {\"workload\": \"smallbank\"}}",
+            "retransmit_timeout_ms",
+        ),
+        (
+            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"udp_addrs\": [\"127.0.0.1:9\"], \"fault\": {\"drop\": 2}}, \"run\": {\"workload\": \"smallbank\"}}",
+            "fault",
+        ),
+        (
+            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"udp_addrs\": [\"127.0.0.1:9\"]}, \"run\": {\"workload\": \"bank\", \"replication\": 1}}",
+            "unknown workload",
+        ),
+        (
+            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"extra\": 1}, \"run\": {\"workload\": \"smallbank\"}}",
+            "unknown field",
+        ),
+    ] {
+        let cfg = node_config(&dir, text);
+        let (st, stdout, stderr) = run_node(&cfg, "");
+        assert!(!st.success(), "{text}");
+        assert!(stderr.contains(want), "{text}: want {want:?} in {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        // The error also goes to the launcher, as an event.
+        let ev: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        assert_eq!(ev["event"], "error", "{stdout}");
+    }
+    // A valid one-node cluster that is sent a bad command.
+    let port = 20000 + (std::process::id() % 20000) as u16;
+    let cfg = node_config(
+        &dir,
+        &format!(
+            "{{\"cluster\": {{\"transport\": \"udp\", \"nodes\": 1, \"udp_addrs\": [\"127.0.0.1:{port}\"]}}, \
+             \"run\": {{\"workload\": \"smallbank\", \"replication\": 1, \"scale\": 0.001}}}}"
+        ),
+    );
+    let (st, stdout, stderr) = run_node(&cfg, "{\"cmd\":\"launch\"}\n");
+    assert_eq!(st.code(), Some(1), "{stderr}");
+    let events: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events[0]["event"], "ready", "{stdout}");
+    assert_eq!(events[1]["event"], "error", "{stdout}");
+    assert!(events[1]["message"].as_str().unwrap().contains("launch"));
+    // Commands out of order are refused.
+    let (st, stdout, _) = run_node(&cfg, "stop\n");
+    assert_eq!(st.code(), Some(1));
+    assert!(stdout.contains("not valid while loaded"), "{stdout}");
+    // End of input before the report stops the node with status 3.
+    let (st, stdout, stderr) = run_node(&cfg, "start\nmeasure\n");
+    assert_eq!(st.code(), Some(3), "{stdout}\n{stderr}");
+    // A person can drive a node by hand: the whole protocol on a one-node cluster.
+    let (st, stdout, stderr) = run_node(&cfg, "start\nmeasure\nstop\nfinish\n");
+    assert!(st.success(), "{stdout}\n{stderr}");
+    let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["event"], "report", "{stdout}");
+    assert_eq!(last["report"]["node"], 0);
+    assert!(last["report"]["check"]["initial_cents"].as_i64().unwrap() > 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}

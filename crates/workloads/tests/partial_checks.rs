@@ -1,0 +1,86 @@
+//! The per-node checks of multi-process runs (`Workload::check_node`, combined by
+//! `Workload::check_combine`) agree with the whole-cluster `Workload::check`, catch the
+//! same violations, and reject malformed parts without panicking.
+
+use ambidex_txn::{NodeDb, Placement};
+use ambidex_workloads::common::primary_rows;
+use ambidex_workloads::smallbank::{self, SmallBank};
+use ambidex_workloads::tpcc::{Tpcc, TpccParams};
+use ambidex_workloads::{build_and_load, Workload};
+use std::sync::Arc;
+
+fn combined<W: Workload>(wl: &W, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
+    let mut parts = Vec::new();
+    for db in dbs {
+        parts.push(wl.check_node(db)?);
+    }
+    wl.check_combine(&parts)
+}
+
+/// Overwrites the value of `key` in `table` on node `node` (as a faulty replica would).
+fn tamper(db: &NodeDb, table: u32, key: u64, f: impl FnOnce(&mut Vec<u8>)) {
+    let mut v = Vec::new();
+    assert_eq!(
+        db.read(table, key, &mut v).status,
+        ambidex_txn::wire::status::OK
+    );
+    f(&mut v);
+    // Applied as a backup applies a committed write: no lock needed.
+    let w = ambidex_txn::wire::WriteRec {
+        table,
+        key,
+        kind: ambidex_txn::WriteKind::Update,
+        prev_version: 0,
+        token: ambidex_txn::wire::LockToken {
+            offset: 0,
+            store_version: 0,
+        },
+        value: &v,
+    };
+    assert!(db.apply_backup(99, &w));
+}
+
+#[test]
+fn smallbank_per_node_checks_combine_to_the_cluster_check() {
+    let p = Placement::new(3, 3).unwrap();
+    let bank = SmallBank::new(p, 1, 0.01);
+    let dbs = build_and_load(&bank, p, 5, false).unwrap();
+    let whole = bank.check(&dbs).unwrap();
+    assert_eq!(combined(&bank, &dbs).unwrap(), whole);
+    // One cent more at one primary: both checks fail.
+    let rows = primary_rows(&dbs[1..2], smallbank::CHECKING);
+    let key = rows[0].0;
+    tamper(&dbs[1], smallbank::CHECKING, key, |v| {
+        let b = i64::from_le_bytes(v[..8].try_into().unwrap()) + 1;
+        v[..8].copy_from_slice(&b.to_le_bytes());
+    });
+    let e1 = bank.check(&dbs).unwrap_err();
+    let e2 = combined(&bank, &dbs).unwrap_err();
+    assert!(e1.starts_with("total balance") && e2.starts_with("total balance"));
+    // Malformed parts are errors.
+    assert!(bank.check_combine(&[]).is_err());
+    assert!(bank
+        .check_combine(&[serde_json::json!({"primary_cents": "x"})])
+        .is_err());
+    let good = bank.check_node(&dbs[0]).unwrap();
+    let mut other = good.clone();
+    other["initial_cents"] = serde_json::json!(1);
+    assert!(bank
+        .check_combine(&[good.clone(), other, good])
+        .unwrap_err()
+        .contains("initial total"));
+}
+
+#[test]
+fn tpcc_per_node_checks_combine_to_the_cluster_check() {
+    let p = Placement::new(3, 2).unwrap();
+    let t = Tpcc::new(TpccParams::new(p, 1, 0.02, false, 1.0));
+    let dbs = build_and_load(&t, p, 5, false).unwrap();
+    let whole = t.check(&dbs).unwrap();
+    assert_eq!(combined(&t, &dbs).unwrap(), whole);
+    assert_eq!(whole["warehouses"], 3);
+    // A node missing its warehouse's parts cannot pass.
+    let parts: Vec<_> = dbs[..2].iter().map(|d| t.check_node(d).unwrap()).collect();
+    assert!(t.check_combine(&parts).is_err());
+    assert!(t.check_combine(&[serde_json::json!(null)]).is_err());
+}
