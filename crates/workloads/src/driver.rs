@@ -55,6 +55,16 @@ impl WorkloadKind {
         }
     }
 
+    /// Worker coroutines per thread when none are given: FaSST's ~20, enough to hide the
+    /// network latency (FaSST §4.1); 8 for TPC-C, whose transactions are long and contend
+    /// on few warehouses at the quick scale.
+    pub fn default_coroutines(self) -> usize {
+        match self {
+            WorkloadKind::Tpcc | WorkloadKind::TpccNo => 8,
+            _ => 20,
+        }
+    }
+
     /// The scale used when none is given: small enough that a 3-node run loads in a few
     /// seconds on a 2-core machine. Paper scale is 1.0 (see [`BenchConfig::scale`]).
     pub fn quick_scale(self) -> f64 {
@@ -158,7 +168,7 @@ impl Default for BenchConfig {
             workload: WorkloadKind::SmallBank,
             nodes: 3,
             threads: 1,
-            coroutines: 8,
+            coroutines: 20,
             replication: 3,
             duration_s: 5.0,
             warmup_s: 1.0,

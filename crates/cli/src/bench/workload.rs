@@ -11,7 +11,7 @@ use crate::cluster::{
 use ambidex_workloads::plot::{plot, Plot};
 use ambidex_workloads::{
     combine_node_reports, run_bench, sweep_coroutines, BenchConfig, BenchReport, NodeReport,
-    ObjStoreParams, SweepPoint, TransportKind,
+    ObjStoreParams, SweepPoint, TransportKind, WorkloadKind,
 };
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -66,9 +66,9 @@ pub struct Args {
     /// Threads per node.
     #[arg(long, default_value_t = 1)]
     pub threads: u16,
-    /// Worker coroutines per thread.
-    #[arg(long, default_value_t = 8)]
-    pub coroutines: usize,
+    /// Worker coroutines per thread [default: 20; 8 for TPC-C].
+    #[arg(long)]
+    pub coroutines: Option<usize>,
     /// The primitive preset; only `fasst` (RPCs for every phase) exists so far.
     #[arg(long, default_value = "fasst")]
     pub mode: String,
@@ -151,7 +151,12 @@ pub fn config(workload: &str, a: &Args) -> Result<BenchConfig, String> {
 fn run_section(workload: &str, a: &Args) -> RunSection {
     RunSection {
         workload: workload.to_string(),
-        coroutines: a.coroutines,
+        // An unknown workload name is reported by the caller's parse of the run section.
+        coroutines: a.coroutines.unwrap_or_else(|| {
+            workload
+                .parse::<WorkloadKind>()
+                .map_or(20, |k| k.default_coroutines())
+        }),
         replication: a.replication,
         scale: a.scale,
         seed: a.seed,
