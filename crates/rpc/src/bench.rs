@@ -222,8 +222,8 @@ pub fn run_bench(
     if cfg.coroutines == 0 || cfg.batch == 0 || cfg.duration_s <= 0.0 {
         return Err("coroutines, batch and duration must be positive".into());
     }
-    // Both phases idle the same way: the raw phase uses this config's spin_polls and
-    // max_wait too (see `raw_phase`).
+    // Both phases idle the same way: the raw phase uses this config's spin_polls,
+    // yield_polls and max_wait too (see `raw_phase`).
     let rt_cfg = RuntimeConfig {
         coalesce: !cfg.no_coalescing,
         send_every: cfg.send_every,
