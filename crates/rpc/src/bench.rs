@@ -48,8 +48,11 @@ pub struct RpcBenchConfig {
     pub coalesce: bool,
     /// Disable the runtime's coalescing (every request its own datagram).
     pub no_coalescing: bool,
-    /// `RuntimeConfig::send_every` of the runtimes.
-    pub send_every: usize,
+    /// `RuntimeConfig::spin_polls` / `yield_polls` of both phases (None: the defaults).
+    pub spin_polls: Option<u32>,
+    pub yield_polls: Option<u32>,
+    /// `RuntimeConfig::busy_wait` in microseconds (None: automatic).
+    pub busy_wait_us: Option<u64>,
     /// Seconds of each phase (raw, then RPC), per round.
     pub duration_s: f64,
     /// Rounds of (raw, RPC) phases, alternated so that load drifting on a shared machine
@@ -67,7 +70,9 @@ impl Default for RpcBenchConfig {
             size: 32,
             coalesce: false,
             no_coalescing: false,
-            send_every: 0,
+            spin_polls: None,
+            yield_polls: None,
+            busy_wait_us: None,
             duration_s: 1.0,
             rounds: 2,
         }
@@ -224,10 +229,13 @@ pub fn run_bench(
     }
     // Both phases idle the same way: the raw phase uses this config's spin_polls,
     // yield_polls and max_wait too (see `raw_phase`).
+    let defaults = RuntimeConfig::default();
     let rt_cfg = RuntimeConfig {
         coalesce: !cfg.no_coalescing,
-        send_every: cfg.send_every,
-        ..Default::default()
+        spin_polls: cfg.spin_polls.unwrap_or(defaults.spin_polls),
+        yield_polls: cfg.yield_polls.unwrap_or(defaults.yield_polls),
+        busy_wait: cfg.busy_wait_us.map(Duration::from_micros),
+        ..defaults
     };
     let mut eps = Vec::new();
     for (n, node) in nodes.iter().enumerate() {
@@ -389,11 +397,13 @@ fn setup_workers(
                     }
                 }
                 k += 1;
-                let t0 = ctx.now_ns();
+                // The step's clock (read once per master step), not a clock read per
+                // batch: two reads per batch of 4 cost more than a tenth of the run.
+                let t0 = ctx.step_ns();
                 if ctx.flush().await.is_err() {
                     continue;
                 }
-                let dt = ctx.now_ns().saturating_sub(t0).max(1);
+                let dt = ctx.step_ns().saturating_sub(t0).max(1);
                 if !sync.stop.load(Ordering::Relaxed) {
                     count.set(count.get() + cfg.batch as u64);
                     let _ = hist.borrow_mut().record_n(dt, cfg.batch as u64);
@@ -423,7 +433,11 @@ fn raw_phase(
     let mut echo_to: Vec<EndpointAddr> = Vec::with_capacity(64);
     let mut out: Vec<Datagram<'_>> = Vec::with_capacity(window.max(64));
     let (mut outstanding, mut k, mut received, mut idle) = (0usize, 0u64, 0u64, 0u32);
+    let busy_wait = idle_policy.busy_wait_for(ep.host_threads());
     sync.start.wait();
+    // About when something last arrived: read at the first empty poll after a busy one
+    // (a clock read per idle stretch, as the runtime reads its clock once per step).
+    let (mut last_rx, mut fresh) = (Instant::now(), false);
     while !sync.stop.load(Ordering::Relaxed) {
         while outstanding + cfg.batch as usize <= window {
             out.clear();
@@ -455,16 +469,27 @@ fn raw_phase(
             let _ = ep.send(&out);
         }
         if n == 0 {
-            // The same idle policy as `Runtime::run_until`: spin, then park.
+            // The same idle policy as `Runtime::run_until`: spin, yield, then park unless
+            // pings are outstanding and something arrived within `busy_wait`.
             idle += 1;
-            if idle >= idle_policy.spin_polls + idle_policy.yield_polls {
-                idle = 0;
-                ep.wait(idle_policy.max_wait);
-            } else if idle >= idle_policy.spin_polls {
+            if fresh {
+                fresh = false;
+                last_rx = Instant::now();
+            }
+            let p = idle_policy;
+            if idle < p.spin_polls {
+                std::hint::spin_loop();
+            } else if idle < p.spin_polls + p.yield_polls
+                || (outstanding > 0 && last_rx.elapsed() < busy_wait)
+            {
                 std::thread::yield_now();
+            } else {
+                idle = 0;
+                ep.wait(p.max_wait);
             }
         } else {
             idle = 0;
+            fresh = true;
         }
     }
     // Nobody sends after this barrier; drain what is queued so the RPC phase starts clean.

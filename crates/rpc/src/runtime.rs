@@ -510,6 +510,10 @@ pub(crate) struct State {
     inflight: u64,
     next_scan: u64,
     clock_skips: u32,
+    /// Step time of the last poll that received something (the idle policy's clock).
+    last_rx: u64,
+    /// `RuntimeConfig::busy_wait` resolved for this host, in ns.
+    busy_wait_ns: u64,
     stats: RpcStats,
     suspects: Vec<NodeId>,
     on_suspect: Option<Box<dyn FnMut(NodeId)>>,
@@ -636,6 +640,8 @@ impl Runtime {
             inflight: 0,
             next_scan: now,
             clock_skips: 0,
+            last_rx: now,
+            busy_wait_ns: cfg.busy_wait_for(ep.host_threads()).as_nanos() as u64,
             stats: RpcStats::default(),
             suspects: Vec::new(),
             on_suspect: None,
@@ -691,9 +697,10 @@ impl Runtime {
         self.live += 1;
     }
 
-    /// One master step: poll the endpoint, serve requests, resume the workers that are
-    /// ready, then send everything the step produced (responses, due retransmissions and
-    /// the requests of every flush of the step) with one doorbell. Returns whether
+    /// One master step: poll the endpoint and serve its requests; send their responses
+    /// (and due retransmissions) with one doorbell; resume the workers that are ready and
+    /// send the requests of all their flushes with a second doorbell. With
+    /// `respond_first` off, both go out with the one doorbell at the end. Returns whether
     /// anything happened.
     pub fn poll_once(&mut self) -> bool {
         let received;
@@ -708,16 +715,21 @@ impl Runtime {
             if received > 0 || !st.ready.is_empty() || st.clock_skips >= CLOCK_EVERY {
                 st.now = st.clock.now_ns();
                 st.clock_skips = 0;
+                if received > 0 {
+                    st.last_rx = st.now;
+                }
             }
             if st.inflight > 0 && st.now >= st.next_scan {
                 st.scan_timeouts();
             }
-            if st.ready.is_empty() {
-                // Nothing to resume: send what this step produced right away.
+            if st.ready.is_empty() || st.cfg.respond_first {
+                // Send the responses of this poll now: the peer can work on them while
+                // this thread resumes its coroutines.
                 if !st.tx.is_empty() {
                     st.send_tx(&mut **ep);
                 }
-            } else {
+            }
+            if !st.ready.is_empty() {
                 std::mem::swap(&mut st.ready, &mut self.run_buf);
                 for &id in &self.run_buf {
                     st.cos[id as usize].in_ready = false;
@@ -738,7 +750,6 @@ impl Runtime {
         if resumed == 0 {
             return received > 0;
         }
-        let every = self.core.borrow().st.cfg.send_every;
         for k in 0..resumed {
             let id = self.run_buf[k] as usize;
             if let Some(task) = self.tasks[id].as_mut() {
@@ -748,19 +759,13 @@ impl Runtime {
                     self.live -= 1;
                 }
             }
-            if every != 0 && (k + 1) % every == 0 && k + 1 < resumed {
-                let mut core = self.core.borrow_mut();
-                let Core { ep, st } = &mut *core;
-                if !st.tx.is_empty() {
-                    st.send_tx(&mut **ep);
-                }
-            }
         }
         self.run_buf.clear();
         let mut core = self.core.borrow_mut();
         let Core { ep, st } = &mut *core;
         st.stats.resumes += resumed as u64;
-        // Responses of this step and the requests of its flushes: one doorbell.
+        // The requests of this step's flushes (and its responses unless `respond_first`
+        // sent them already): one doorbell.
         if !st.tx.is_empty() {
             st.send_tx(&mut **ep);
         }
@@ -777,15 +782,20 @@ impl Runtime {
                 self.idle = 0;
             } else {
                 self.idle += 1;
-                let (spin, yields) = {
-                    let cfg = &self.core.borrow().st.cfg;
-                    (cfg.spin_polls, cfg.yield_polls)
+                let (spin, yields, busy) = {
+                    let st = &self.core.borrow().st;
+                    let busy = st.inflight > 0
+                        && st.busy_wait_ns > 0
+                        && st.clock.now_ns().saturating_sub(st.last_rx) < st.busy_wait_ns;
+                    (st.cfg.spin_polls, st.cfg.yield_polls, busy)
                 };
-                if self.idle >= spin.saturating_add(yields) {
+                if self.idle < spin {
+                    std::hint::spin_loop();
+                } else if self.idle < spin.saturating_add(yields) || busy {
+                    std::thread::yield_now();
+                } else {
                     self.idle = 0;
                     self.park();
-                } else if self.idle >= spin {
-                    std::thread::yield_now();
                 }
             }
         }

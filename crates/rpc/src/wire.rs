@@ -89,6 +89,7 @@ pub fn decode(buf: &[u8]) -> Result<(Header, Records<'_>), WireError> {
     let session = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
     let ack = u64::from_le_bytes([h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15]]);
     let body = &buf[DGRAM_HDR..];
+    prefetch(body);
     validate_records(body, count)?;
     Ok((
         Header {
@@ -102,6 +103,26 @@ pub fn decode(buf: &[u8]) -> Result<(Header, Records<'_>), WireError> {
             left: count,
         },
     ))
+}
+
+/// Asks for every cache line of a datagram at once. A datagram fresh from another core
+/// misses in this core's cache on every line, and validation walks it record by record
+/// (each position comes from the previous record's length), so without this the misses
+/// are taken one after another instead of overlapping.
+#[inline(always)]
+fn prefetch(b: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let mut off = 64;
+        while off < b.len() {
+            // SAFETY: a prefetch of an address inside `b` has no effect on memory.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(b.as_ptr().add(off) as *const i8) };
+            off += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = b;
 }
 
 /// Checks that `body` is exactly `count` well-formed records.

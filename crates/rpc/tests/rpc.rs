@@ -94,33 +94,51 @@ fn batching_and_coalescing_datagram_counts() {
     }
 }
 
-/// `send_every`: a step that resumes 6 coroutines sends after every 2 of them, so the
-/// peer sees 3 doorbells of one coalesced datagram each instead of one.
+/// `respond_first`: a step that serves a request and resumes a worker sends the response
+/// with a doorbell of its own before the worker's next request; without it, both leave
+/// with one doorbell at the end of the step.
 #[test]
-fn send_every_splits_a_step_into_doorbells() {
-    for (every, doorbells) in [(0usize, 1u64), (2, 3)] {
+fn respond_first_sends_responses_before_resuming() {
+    for (first, doorbells) in [(true, 2u64), (false, 1)] {
         let cfg = RuntimeConfig {
-            send_every: every,
+            respond_first: first,
             ..Default::default()
         };
         let mut rts = runtimes(ClusterConfig::new(2, 1), cfg);
         let ok = Rc::new(Cell::new(0));
-        for c in 0..6u8 {
+        for n in 0..2 {
             let ok = ok.clone();
-            rts[0].spawn(move |ctx| async move {
-                let h = ctx.queue(1, ECHO, &[c; 16]).unwrap();
-                ctx.flush().await.unwrap();
-                ctx.response(h, |r| assert_eq!(r, &[c; 16])).unwrap();
+            rts[n].spawn(move |ctx| async move {
+                let other = 1 - ctx.addr().node;
+                for i in 0..2u8 {
+                    let h = ctx.queue(other, ECHO, &[i; 16]).unwrap();
+                    ctx.flush().await.unwrap();
+                    ctx.response(h, |r| assert_eq!(r, &[i; 16])).unwrap();
+                }
                 ok.set(ok.get() + 1);
             });
         }
-        // The first step resumes all six coroutines (their first run).
+        // Step 1 of each: both send their first request.
+        rts[0].poll_once();
+        rts[1].poll_once();
+        // Node 1 serves node 0's request and gets nothing back yet; node 0 then serves
+        // node 1's request and gets its response in the same poll, resuming its worker.
+        rts[1].poll_once();
+        let before = rts[0].endpoint_counters().get("tx_doorbells");
         rts[0].poll_once();
         let c0 = rts[0].endpoint_counters();
-        assert_eq!(c0.get("tx_doorbells"), doorbells, "send_every={every}");
-        assert_eq!(c0.get("tx_datagrams"), doorbells, "send_every={every}");
+        assert_eq!(
+            c0.get("tx_doorbells") - before,
+            doorbells,
+            "respond_first={first}"
+        );
+        assert_eq!(
+            rts[0].stats().resumes,
+            2,
+            "the worker was resumed in that step"
+        );
         step_all(&mut rts, Duration::from_secs(10));
-        assert_eq!(ok.get(), 6);
+        assert_eq!(ok.get(), 2);
     }
 }
 

@@ -226,6 +226,10 @@ impl Endpoint for FaultyEndpoint {
         self.inner.set_epoch(epoch)
     }
 
+    fn host_threads(&self) -> usize {
+        self.inner.host_threads()
+    }
+
     fn counters(&self) -> CounterSnapshot {
         let mut s = self.inner.counters();
         s.merge(&self.counters.snapshot());

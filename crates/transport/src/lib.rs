@@ -81,6 +81,12 @@ pub trait Endpoint: Send {
 
     /// This endpoint's counters (including drops counted on its behalf by senders).
     fn counters(&self) -> CounterSnapshot;
+
+    /// Polling threads of the cluster that run on this host (they share its cores). A
+    /// poller may busy-wait for responses only when each of them has a core of its own.
+    fn host_threads(&self) -> usize {
+        self.config().threads_per_node as usize
+    }
 }
 
 /// One node's transport: registers memory and hands out one endpoint per thread.

@@ -353,6 +353,11 @@ impl Endpoint for LocalEndpoint {
             .wait(ev, timeout, Scope::Process, || consumer.has_pending());
     }
 
+    fn host_threads(&self) -> usize {
+        // Every node of this backend runs on this host.
+        self.config().endpoints()
+    }
+
     fn set_epoch(&mut self, epoch: u32) {
         self.epoch = epoch;
     }

@@ -55,3 +55,11 @@ impl Fixture for LocalFixture {
 }
 
 ambidex_transport::conformance_tests!(LocalFixture::new());
+
+/// Every node of the local backend shares this host's cores.
+#[test]
+fn local_host_threads_count_every_endpoint() {
+    let fabric = LocalFabric::new(ClusterConfig::new(3, 2)).unwrap();
+    let ep = fabric.node(1).endpoint(0).unwrap();
+    assert_eq!(ep.host_threads(), 6);
+}

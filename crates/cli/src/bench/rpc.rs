@@ -27,10 +27,16 @@ pub struct Args {
     /// Send each batch to one node (its requests coalesce into one datagram).
     #[arg(long)]
     pub coalesce: bool,
-    /// Send a step's output after every N resumed coroutines (0: once per step); see
-    /// `RuntimeConfig::send_every`.
-    #[arg(long, default_value_t = 0)]
-    pub send_every: usize,
+    /// Empty polls a thread spins before yielding (default: `RuntimeConfig`'s).
+    #[arg(long)]
+    pub spin_polls: Option<u32>,
+    /// Polls after a yield before parking (default: `RuntimeConfig`'s).
+    #[arg(long)]
+    pub yield_polls: Option<u32>,
+    /// Microseconds an idle thread with RPCs in flight keeps polling before it parks
+    /// (default: 50 if every node thread has a core, else 0; see `RuntimeConfig::busy_wait`).
+    #[arg(long)]
+    pub busy_wait_us: Option<u64>,
     /// Seconds of each phase (raw, then RPC) per round.
     #[arg(long, default_value_t = 1.0)]
     pub duration: f64,
@@ -62,7 +68,9 @@ pub fn run(a: &Args) -> Result<RpcBenchReport, String> {
         size: a.size,
         coalesce: a.coalesce,
         no_coalescing: false,
-        send_every: a.send_every,
+        spin_polls: a.spin_polls,
+        yield_polls: a.yield_polls,
+        busy_wait_us: a.busy_wait_us,
         duration_s: a.duration,
         rounds: a.rounds,
     };

@@ -1003,6 +1003,11 @@ impl Endpoint for ShmEndpoint {
             });
     }
 
+    fn host_threads(&self) -> usize {
+        // Every node of this backend runs on this host.
+        self.config().endpoints()
+    }
+
     fn set_epoch(&mut self, epoch: u32) {
         self.epoch = epoch;
     }

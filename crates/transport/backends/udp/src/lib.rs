@@ -125,6 +125,9 @@ struct Shared {
     dests: Vec<RawAddr>,
     /// This node's sockets, bound at open so that early datagrams queue; taken once each.
     sockets: Vec<Mutex<Option<UdpSocket>>>,
+    /// Endpoints of nodes at this node's IP address (or, for a loopback address, at any
+    /// loopback address): they run on this host.
+    host_threads: usize,
     regions: RegionTable,
     counters: Counters,
 }
@@ -205,6 +208,10 @@ impl UdpNode {
             })?;
             sockets.push(Mutex::new(Some(s)));
         }
+        let me = addrs[node as usize].ip();
+        let same_host = |ip: std::net::IpAddr| ip == me || (ip.is_loopback() && me.is_loopback());
+        let host_threads =
+            addrs.iter().filter(|a| same_host(a.ip())).count() * config.threads_per_node as usize;
         Ok(UdpNode {
             sh: Arc::new(Shared {
                 config: config.clone(),
@@ -212,6 +219,7 @@ impl UdpNode {
                 opts,
                 dests,
                 sockets,
+                host_threads,
                 regions: RegionTable::new(node),
                 counters: Counters::default(),
             }),
@@ -1207,6 +1215,10 @@ impl Endpoint for UdpEndpoint {
 
     fn set_epoch(&mut self, epoch: u32) {
         self.core.lim.epoch = epoch;
+    }
+
+    fn host_threads(&self) -> usize {
+        self.core.sh.host_threads
     }
 
     fn counters(&self) -> CounterSnapshot {

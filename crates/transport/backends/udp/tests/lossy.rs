@@ -248,3 +248,21 @@ fn silent_target_times_out_then_recovers() {
     assert_eq!(region.mem.word(8).unwrap().load(Ordering::SeqCst), 7);
     drop(c);
 }
+
+/// Nodes at loopback addresses share this host; a node elsewhere does not.
+#[test]
+fn host_threads_count_nodes_on_this_host() {
+    let mut config = test_config();
+    config.nodes = 3;
+    config.threads_per_node = 2;
+    let base = port_block(6);
+    let addrs = vec![
+        SocketAddr::from(([127, 0, 0, 1], base)),
+        SocketAddr::from(([127, 0, 0, 2], base + 2)),
+        // Never bound or sent to: only node 0 is opened, and nothing is sent.
+        SocketAddr::from(([10, 213, 9, 9], base + 4)),
+    ];
+    let node = UdpNode::open(&config, &addrs, 0).unwrap();
+    let ep = node.endpoint(0).unwrap();
+    assert_eq!(ep.host_threads(), 4);
+}
