@@ -106,9 +106,9 @@ fn respond_first_sends_responses_before_resuming() {
         };
         let mut rts = runtimes(ClusterConfig::new(2, 1), cfg);
         let ok = Rc::new(Cell::new(0));
-        for n in 0..2 {
+        for rt in rts.iter_mut() {
             let ok = ok.clone();
-            rts[n].spawn(move |ctx| async move {
+            rt.spawn(move |ctx| async move {
                 let other = 1 - ctx.addr().node;
                 for i in 0..2u8 {
                     let h = ctx.queue(other, ECHO, &[i; 16]).unwrap();
