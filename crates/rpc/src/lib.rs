@@ -17,10 +17,14 @@
 //! rt.run();                       // or step it: rt.poll_once()
 //! ```
 //!
-//! - Requests to one endpoint are coalesced into one datagram; the whole flush is one
-//!   `Endpoint::send`. Flushes are encoded when the worker awaits them and sent at the
-//!   end of the master step, together with the step's responses (one doorbell per step;
-//!   requests of several workers to one endpoint share datagrams).
+//! - Requests to one endpoint are coalesced into one datagram. A master step sends the
+//!   responses of its poll with one doorbell before it resumes any worker (so the peer
+//!   works on them meanwhile), then the requests of every flush of the step with a
+//!   second one: requests of several workers to one endpoint share datagrams.
+//! - Idle policy ([`Runtime::run_until`]): a few empty polls, a few after a
+//!   `sched_yield`, then a park in `Endpoint::wait`; while RPCs are in flight and every
+//!   polling thread of the host has a core, it keeps polling for up to
+//!   [`RuntimeConfig::busy_wait`] first. See `docs/rpc.md`.
 //! - Credits bound the request datagrams in flight per (thread, destination) so no
 //!   receive queue overflows ([`RuntimeConfig::credits_for`]).
 //! - Lost datagrams: per-request timeouts and retransmission; the server caches the
