@@ -14,11 +14,11 @@
 //! mix needs run on the home node's `ambidex_store::OrderedIndex` (owner-local): NEW_ORDER
 //! by (w, d, o_id) (Delivery's oldest new order) and ORDER by (w, d, c_id, o_id)
 //! (OrderStatus's last order of a customer). Only home-warehouse transactions scan, and
-//! they run on the home node, so every scan is local. Index maintenance happens right
-//! after a transaction commits (NewOrder inserts, Delivery removes), in the same
-//! coroutine step, so a scan may miss a row whose transaction is still committing (the
-//! scanning transaction is then serialized before it) and may see an entry whose row is
-//! locked or gone (the transaction then aborts on that row). Rows themselves are read and
+//! they run on the home node, so every scan is local. NewOrder enters its NEW_ORDER
+//! entry just before it commits (and takes it out if the commit fails); Delivery removes
+//! its entries right after it commits. So a scan may see an entry whose row is not
+//! committed yet, locked or gone (the transaction then aborts on that row), but never
+//! misses an order that an order it sees was serialized after. Rows themselves are read and
 //! written through the transaction (except StockLevel's, below). StockLevel needs no
 //! index: it reads D_NEXT_O_ID and the 20 orders below it by key. ORDER_LINE is keyed by
 //! (w, d, o, ol).
@@ -250,8 +250,11 @@ impl TpccParams {
 /// One node's ordered indexes.
 #[derive(Default)]
 struct NodeIndexes {
-    /// NEW_ORDER logical keys (w, d, o).
-    new_order: OrderedIndex<()>,
+    /// NEW_ORDER logical keys (w, d, o), each with the token of the NewOrder attempt that
+    /// entered it (0: loaded).
+    new_order: OrderedIndex<u64>,
+    /// Source of those tokens.
+    next_token: AtomicU64,
     /// ORDER by customer: (w, d, c, o).
     cust_order: OrderedIndex<()>,
 }
@@ -492,14 +495,30 @@ impl Tpcc {
             let it = t.write(ORDER_LINE, k, WriteKind::Insert);
             t.set(it, row);
         }
+        // The NEW_ORDER entry goes into the index before the commit, not after it. The
+        // commit unlocks D_NEXT_O_ID at the primary before this coroutine hears back, so
+        // the next NewOrder of the district can commit and enter order o + 1 first; a
+        // Delivery scanning then would take o + 1 and leave o behind (found by
+        // `ambidex sim --workload tpcc --seed 192 --faults chaos`: condition 2 broken,
+        // history still serializable since the scan is outside the transaction). Entered
+        // early, the entry's row is locked or absent until the commit, and a Delivery
+        // that picks it aborts on that row.
+        let ix = &self.idx[w.node as usize];
+        let k = k_order(wid, d, o_id);
+        let token = ix.next_token.fetch_add(1, Ordering::Relaxed) + 1;
+        ix.new_order.insert(k, token);
         match t.commit().await {
             Ok(_) => {
-                let ix = &self.idx[w.node as usize];
-                ix.new_order.insert(k_order(wid, d, o_id), ());
                 ix.cust_order.insert(k_cust_order(wid, d, c, o_id), ());
                 Outcome::FOUND
             }
-            Err(r) => Outcome::Aborted(r),
+            Err(r) => {
+                // Order o_id is free again; a later attempt may have entered it already.
+                if ix.new_order.get(k) == Some(token) {
+                    ix.new_order.remove(k);
+                }
+                Outcome::Aborted(r)
+            }
         }
     }
 
@@ -629,7 +648,7 @@ impl Tpcc {
                 Included(k_order(wid, d, 0xffff_ffff)),
                 1,
             );
-            if let Some(&(k, ())) = oldest.first() {
+            if let Some(&(k, _)) = oldest.first() {
                 let o = k & 0xffff_ffff;
                 let no = t.write(NEW_ORDER, self.key(NEW_ORDER, k, wid), WriteKind::Delete);
                 let oi = t.write(ORDER, self.key(ORDER, k, wid), WriteKind::Update);
@@ -1043,7 +1062,7 @@ impl Tpcc {
                     &(o as i64).to_le_bytes(),
                 )?;
                 if let Some(ix) = ix {
-                    ix.new_order.insert(k_order(w, d, o), ());
+                    ix.new_order.insert(k_order(w, d, o), 0);
                 }
             }
         }
