@@ -19,7 +19,7 @@
 //! Both phases idle alike: `RuntimeConfig::spin_polls` empty polls, `yield_polls` polls
 //! after a yield, then a park in `Endpoint::wait` of at most `RuntimeConfig::max_wait`.
 
-use crate::{RpcStats, Runtime, RuntimeConfig};
+use crate::{IdleStep, RpcStats, Runtime, RuntimeConfig};
 use ambidex_transport::cputime::process_cpu_seconds;
 use ambidex_transport::{CounterSnapshot, Datagram, Endpoint, EndpointAddr, NodeTransport};
 use hdrhistogram::Histogram;
@@ -476,16 +476,13 @@ fn raw_phase(
                 fresh = false;
                 last_rx = Instant::now();
             }
-            let p = idle_policy;
-            if idle < p.spin_polls {
-                std::hint::spin_loop();
-            } else if idle < p.spin_polls + p.yield_polls
-                || (outstanding > 0 && last_rx.elapsed() < busy_wait)
-            {
-                std::thread::yield_now();
-            } else {
-                idle = 0;
-                ep.wait(p.max_wait);
+            match idle_policy.idle_step(idle, || outstanding > 0 && last_rx.elapsed() < busy_wait) {
+                IdleStep::Spin => std::hint::spin_loop(),
+                IdleStep::Yield => std::thread::yield_now(),
+                IdleStep::Park => {
+                    idle = 0;
+                    ep.wait(idle_policy.max_wait);
+                }
             }
         } else {
             idle = 0;

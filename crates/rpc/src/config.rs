@@ -55,7 +55,7 @@ pub struct RuntimeConfig {
     /// `None` (the default): [`AUTO_BUSY_WAIT`] if every polling thread on this host has
     /// a core of its own (`Endpoint::host_threads` <= available cores), else 0 — with
     /// more pollers than cores, waiting busily takes the core from the very thread that
-    /// would answer (3 nodes on 2 cores: 10-15% fewer transactions per CPU-second).
+    /// would answer (3 nodes on 2 cores: 2-20% fewer transactions per CPU-second).
     pub busy_wait: Option<Duration>,
     /// Longest park in `Endpoint::wait`.
     pub max_wait: Duration,
@@ -93,6 +93,14 @@ impl Default for RuntimeConfig {
     }
 }
 
+/// What an idle poller does after its `idle`-th empty poll in a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleStep {
+    Spin,
+    Yield,
+    Park,
+}
+
 /// Busy-wait bound of the `busy_wait: None` setting when every poller has a core.
 pub const AUTO_BUSY_WAIT: Duration = Duration::from_micros(50);
 
@@ -108,6 +116,20 @@ impl RuntimeConfig {
                 Duration::ZERO
             }
         })
+    }
+
+    /// The idle policy of [`Runtime::run_until`](crate::Runtime::run_until) (and of the
+    /// RPC benchmark's raw phase): `spin_polls` spins, then `yield_polls` yields, then a
+    /// park, except that it keeps yielding while `busy()` (asked only past the spins:
+    /// it may read a clock) says responses are due.
+    pub fn idle_step(&self, idle: u32, busy: impl FnOnce() -> bool) -> IdleStep {
+        if idle < self.spin_polls {
+            IdleStep::Spin
+        } else if idle < self.spin_polls.saturating_add(self.yield_polls) || busy() {
+            IdleStep::Yield
+        } else {
+            IdleStep::Park
+        }
     }
 
     /// FaSST's behaviour (§4.3): no retransmission; the first timeout (1 s) declares the
@@ -251,5 +273,19 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(fixed.busy_wait_for(usize::MAX), Duration::from_micros(7));
+    }
+
+    #[test]
+    fn idle_steps_spin_then_yield_then_park_unless_busy() {
+        let c = RuntimeConfig {
+            spin_polls: 2,
+            yield_polls: 1,
+            ..Default::default()
+        };
+        let never = || -> bool { panic!("busy() asked while spinning") };
+        assert_eq!(c.idle_step(1, never), IdleStep::Spin);
+        assert_eq!(c.idle_step(2, || false), IdleStep::Yield);
+        assert_eq!(c.idle_step(3, || false), IdleStep::Park);
+        assert_eq!(c.idle_step(3, || true), IdleStep::Yield);
     }
 }

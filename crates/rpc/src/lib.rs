@@ -44,7 +44,7 @@ pub mod runtime;
 pub mod wire;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{RpcError, RuntimeConfig, ThreadMap, DEFAULT_MAX_MESSAGE};
+pub use config::{IdleStep, RpcError, RuntimeConfig, ThreadMap, DEFAULT_MAX_MESSAGE};
 pub use runtime::{Ctx, Flush, Handler, ReqHandle, RequestInfo, RpcStats, Runtime, YieldNow};
 
 use ambidex_transport::SharedNode;

@@ -10,7 +10,7 @@
 //! so a simulator can step many runtimes in one thread.
 
 use crate::clock::{Clock, SystemClock};
-use crate::config::{RpcError, RuntimeConfig, ThreadMap};
+use crate::config::{IdleStep, RpcError, RuntimeConfig, ThreadMap};
 use crate::wire::{self, Seg};
 use ambidex_transport::{ClusterConfig, CounterSnapshot, Datagram, Endpoint, EndpointAddr, NodeId};
 use serde::{Deserialize, Serialize};
@@ -782,20 +782,21 @@ impl Runtime {
                 self.idle = 0;
             } else {
                 self.idle += 1;
-                let (spin, yields, busy) = {
+                let step = {
                     let st = &self.core.borrow().st;
-                    let busy = st.inflight > 0
-                        && st.busy_wait_ns > 0
-                        && st.clock.now_ns().saturating_sub(st.last_rx) < st.busy_wait_ns;
-                    (st.cfg.spin_polls, st.cfg.yield_polls, busy)
+                    st.cfg.idle_step(self.idle, || {
+                        st.inflight > 0
+                            && st.busy_wait_ns > 0
+                            && st.clock.now_ns().saturating_sub(st.last_rx) < st.busy_wait_ns
+                    })
                 };
-                if self.idle < spin {
-                    std::hint::spin_loop();
-                } else if self.idle < spin.saturating_add(yields) || busy {
-                    std::thread::yield_now();
-                } else {
-                    self.idle = 0;
-                    self.park();
+                match step {
+                    IdleStep::Spin => std::hint::spin_loop(),
+                    IdleStep::Yield => std::thread::yield_now(),
+                    IdleStep::Park => {
+                        self.idle = 0;
+                        self.park();
+                    }
                 }
             }
         }
