@@ -976,16 +976,17 @@ impl State {
         if payload.len() > self.single_cap {
             co.big = true;
         }
+        // The arena holds each request as a wire record (seq filled in at the flush).
+        let off = wire::extend_request(&mut co.arena, rtype, payload);
         co.reqs.push(QReq {
             dest: d,
             rtype,
             status: ReqStatus::Queued,
-            off: co.arena.len() as u32,
+            off: off as u32,
             len: payload.len() as u32,
             roff: 0,
             rlen: 0,
         });
-        wire::extend_bytes(&mut co.arena, payload);
         Ok(ReqHandle(idx as u16))
     }
 
@@ -1220,7 +1221,9 @@ impl State {
     }
 
     /// `encode_batch` for a batch of single-datagram requests to one destination (the
-    /// common case), with the destination's state looked up once.
+    /// common case), with the destination's state looked up once. The arena holds the
+    /// batch as wire records, so a batch that fits the open datagram (or a fresh one) is
+    /// one copy plus its sequence numbers.
     #[inline(always)]
     fn encode_one_dest(&mut self, id: u16) {
         let mtu = self.cluster.mtu;
@@ -1233,38 +1236,72 @@ impl State {
         let dest = self.dests[d].as_deref_mut().expect("checked by try_send");
         let tx = &mut self.tx;
         let nreq = co.reqs.len();
-        for (i, q) in co.reqs.iter_mut().enumerate() {
-            let seq = dest.next_seq;
-            dest.next_seq += 1;
-            let payload = &co.arena[q.off as usize..(q.off + q.len) as usize];
-            let rl = wire::record_len(payload.len(), false);
-            let t = &tx.per[d];
-            // Join the open request datagram if it fits and holds a credit (one holding
-            // only retransmissions has none), else open one with a fresh credit.
-            if !(coalesce
+        let bytes = co.arena.len();
+        // Join the open request datagram if it fits and holds a credit (one holding only
+        // retransmissions has none), else open one with a fresh credit.
+        let joins = |t: &DestTx, n: usize, b: usize| {
+            coalesce
                 && t.open_key == key
                 && t.cur_dg != NO_SLOT
-                && t.open_count < wire::MAX_RECORDS
-                && t.len - t.open + rl <= mtu)
-            {
+                && t.open_count + n <= wire::MAX_RECORDS
+                && t.len - t.open + b <= mtu
+        };
+        if coalesce && nreq <= wire::MAX_RECORDS && wire::DGRAM_HDR + bytes <= mtu {
+            // The whole batch goes into one datagram.
+            if !joins(&tx.per[d], nreq, bytes) {
                 tx.open_new(d, wire::KIND_REQUEST, session, dest.ack);
                 tx.per[d].cur_dg = dest.alloc_dg(1);
             }
             let t = &mut tx.per[d];
             let dg = t.cur_dg;
-            t.len = wire::write_record(&mut t.buf, t.len, seq, q.rtype, None, payload);
-            t.open_count += 1;
-            dest.dg[dg as usize].remaining += 1;
-            *dest.win.at_mut(seq) = ReqRec {
-                seq,
-                live: true,
-                co: id,
-                idx: i as u16,
-                dg,
-                retries: 0,
-                deadline,
-            };
-            q.status = ReqStatus::Pending;
+            let base = t.len;
+            t.buf[base..base + bytes].copy_from_slice(&co.arena);
+            t.len += bytes;
+            t.open_count += nreq;
+            dest.dg[dg as usize].remaining += nreq as u16;
+            for (i, q) in co.reqs.iter_mut().enumerate() {
+                let seq = dest.next_seq;
+                dest.next_seq += 1;
+                wire::set_seq(&mut t.buf, base + q.off as usize - wire::REC_HDR, seq);
+                *dest.win.at_mut(seq) = ReqRec {
+                    seq,
+                    live: true,
+                    co: id,
+                    idx: i as u16,
+                    dg,
+                    retries: 0,
+                    deadline,
+                };
+                q.status = ReqStatus::Pending;
+            }
+        } else {
+            for (i, q) in co.reqs.iter_mut().enumerate() {
+                let seq = dest.next_seq;
+                dest.next_seq += 1;
+                let rec = &co.arena[q.off as usize - wire::REC_HDR..(q.off + q.len) as usize];
+                if !joins(&tx.per[d], 1, rec.len()) {
+                    tx.open_new(d, wire::KIND_REQUEST, session, dest.ack);
+                    tx.per[d].cur_dg = dest.alloc_dg(1);
+                }
+                let t = &mut tx.per[d];
+                let dg = t.cur_dg;
+                let pos = t.len;
+                t.buf[pos..pos + rec.len()].copy_from_slice(rec);
+                wire::set_seq(&mut t.buf, pos, seq);
+                t.len += rec.len();
+                t.open_count += 1;
+                dest.dg[dg as usize].remaining += 1;
+                *dest.win.at_mut(seq) = ReqRec {
+                    seq,
+                    live: true,
+                    co: id,
+                    idx: i as u16,
+                    dg,
+                    retries: 0,
+                    deadline,
+                };
+                q.status = ReqStatus::Pending;
+            }
         }
         dest.inflight += nreq as u32;
         co.pending = nreq as u32;

@@ -363,6 +363,36 @@ pub(crate) fn extend_bytes(v: &mut Vec<u8>, src: &[u8]) {
     }
 }
 
+/// Appends a request record with seq 0 (the flush writes it with [`set_seq`]) to a
+/// worker's batch, so that a flush copies whole records instead of re-encoding them;
+/// returns the payload's offset. A payload too large for one record gets the header too
+/// (length 0, never sent as is: such a request is sent as segments).
+#[inline(always)]
+pub(crate) fn extend_request(v: &mut Vec<u8>, tag: u8, payload: &[u8]) -> usize {
+    let n = payload.len();
+    let len = if n > u16::MAX as usize { 0 } else { n as u16 };
+    v.reserve(REC_HDR + n);
+    let old = v.len();
+    let mut h = [0u8; REC_HDR];
+    h[8] = tag;
+    h[10..12].copy_from_slice(&len.to_le_bytes());
+    // SAFETY: `reserve` made room for REC_HDR + n more bytes, all written before
+    // `set_len`; `payload` cannot alias the spare capacity of `v`.
+    unsafe {
+        let d = v.as_mut_ptr().add(old);
+        std::ptr::write_unaligned(d as *mut [u8; REC_HDR], h);
+        copy_raw(d.add(REC_HDR), payload.as_ptr(), n);
+        v.set_len(old + REC_HDR + n);
+    }
+    old + REC_HDR
+}
+
+/// Writes the sequence number of the record at `buf[pos..]`.
+#[inline(always)]
+pub(crate) fn set_seq(buf: &mut [u8], pos: usize, seq: u64) {
+    buf[pos..pos + 8].copy_from_slice(&seq.to_le_bytes());
+}
+
 /// Appends a record without counting it in its datagram's header (the runtime writes
 /// the count when it closes the datagram).
 #[inline(always)]
