@@ -111,14 +111,58 @@ pub struct RpcBenchReport {
     pub rpc_to_raw_ratio: f64,
 }
 
-/// Destination node of request `j` of batch `k` from node `me`.
-fn dest_node(cfg: &RpcBenchConfig, me: u16, k: u64, j: u64) -> u16 {
-    let n = cfg.nodes as u64;
-    if n == 1 {
-        return 0;
+/// Where a thread's batches go: request `j` of batch `k` from node `me` goes to the
+/// `(k + j)`-th other node after `me` (the `k`-th with `coalesce`), cyclically. A table
+/// and a wrapping cursor, not a division per request: two divisions cost a sizeable
+/// share of a raw datagram, and both phases would carry them.
+struct Targets {
+    others: Vec<u16>,
+    /// Index in `others` of batch `k`'s first destination.
+    start: usize,
+    coalesce: bool,
+}
+
+impl Targets {
+    fn new(cfg: &RpcBenchConfig, me: u16, first_batch: u64) -> Targets {
+        let n = cfg.nodes.max(1);
+        let others: Vec<u16> = if n == 1 {
+            vec![0]
+        } else {
+            (1..n)
+                .map(|i| ((me as u32 + i as u32) % n as u32) as u16)
+                .collect()
+        };
+        let start = (first_batch % others.len() as u64) as usize;
+        Targets {
+            others,
+            start,
+            coalesce: cfg.coalesce,
+        }
     }
-    let step = if cfg.coalesce { k } else { k + j };
-    ((me as u64 + 1 + step % (n - 1)) % n) as u16
+
+    /// Destination of request `j` of the current batch.
+    #[inline]
+    fn dest(&self, j: usize) -> u16 {
+        let m = self.others.len();
+        let mut i = if self.coalesce {
+            self.start
+        } else {
+            self.start + j
+        };
+        while i >= m {
+            i -= m;
+        }
+        self.others[i]
+    }
+
+    /// Moves on to the next batch.
+    #[inline]
+    fn next_batch(&mut self) {
+        self.start += 1;
+        if self.start == self.others.len() {
+            self.start = 0;
+        }
+    }
 }
 
 struct PhaseSync {
@@ -384,19 +428,15 @@ fn setup_workers(
     for c in 0..cfg.coroutines {
         let (cfg, sync, count, hist) = (cfg.clone(), sync.clone(), count.clone(), hist.clone());
         rt.spawn(move |ctx| async move {
-            let me = ctx.addr().node;
+            let mut targets = Targets::new(&cfg, ctx.addr().node, c as u64);
             let payload = vec![0x5a; cfg.size];
-            let mut k = c as u64;
             while !sync.stop.load(Ordering::Relaxed) {
-                for j in 0..cfg.batch as u64 {
-                    if ctx
-                        .queue(dest_node(&cfg, me, k, j), ECHO, &payload)
-                        .is_err()
-                    {
+                for j in 0..cfg.batch as usize {
+                    if ctx.queue(targets.dest(j), ECHO, &payload).is_err() {
                         return;
                     }
                 }
-                k += 1;
+                targets.next_batch();
                 // The step's clock (read once per master step), not a clock read per
                 // batch: two reads per batch of 4 cost more than a tenth of the run.
                 let t0 = ctx.step_ns();
@@ -432,7 +472,8 @@ fn raw_phase(
     pong[0] = PONG;
     let mut echo_to: Vec<EndpointAddr> = Vec::with_capacity(64);
     let mut out: Vec<Datagram<'_>> = Vec::with_capacity(window.max(64));
-    let (mut outstanding, mut k, mut received, mut idle) = (0usize, 0u64, 0u64, 0u32);
+    let mut targets = Targets::new(cfg, me.node, 0);
+    let (mut outstanding, mut received, mut idle) = (0usize, 0u64, 0u32);
     let busy_wait = idle_policy.busy_wait_for(ep.host_threads());
     sync.start.wait();
     // About when something last arrived: read at the first empty poll after a busy one
@@ -441,14 +482,14 @@ fn raw_phase(
     while !sync.stop.load(Ordering::Relaxed) {
         while outstanding + cfg.batch as usize <= window {
             out.clear();
-            for j in 0..cfg.batch as u64 {
-                let dst = EndpointAddr::new(dest_node(cfg, me.node, k, j), me.thread);
+            for j in 0..cfg.batch as usize {
+                let dst = EndpointAddr::new(targets.dest(j), me.thread);
                 out.push(Datagram {
                     dst,
                     payload: &ping,
                 });
             }
-            k += 1;
+            targets.next_batch();
             let _ = ep.send(&out);
             outstanding += cfg.batch as usize;
         }
@@ -494,4 +535,44 @@ fn raw_phase(
     drain(ep);
     sync.drained.wait();
     received
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_cycle_over_the_other_nodes() {
+        for nodes in 1..6u16 {
+            for coalesce in [false, true] {
+                let cfg = RpcBenchConfig {
+                    nodes,
+                    coalesce,
+                    ..Default::default()
+                };
+                for me in 0..nodes {
+                    let mut t = Targets::new(&cfg, me, 3);
+                    for k in 3..40u64 {
+                        for j in 0..7u64 {
+                            // Request j of batch k goes to the (k + j)-th other node
+                            // after me (the k-th with coalesce), cyclically.
+                            let want = if nodes == 1 {
+                                0
+                            } else {
+                                let step = if coalesce { k } else { k + j };
+                                ((me as u64 + 1 + step % (nodes as u64 - 1)) % nodes as u64) as u16
+                            };
+                            assert_eq!(
+                                t.dest(j as usize),
+                                want,
+                                "nodes {nodes} me {me} k {k} j {j}"
+                            );
+                            assert_ne!(nodes > 1 && t.dest(j as usize) == me, true);
+                        }
+                        t.next_batch();
+                    }
+                }
+            }
+        }
+    }
 }
