@@ -1339,9 +1339,7 @@ impl State {
                 self.stats.rx_unknown_response += hdr.count as u64;
                 return;
             }
-            for r in recs {
-                self.on_response(s, &r);
-            }
+            self.on_responses(s, recs);
         }
     }
 
@@ -1493,45 +1491,58 @@ impl State {
         self.reasm[i].buf = whole;
     }
 
-    /// A response record from destination `s` (its datagram's session is ours).
+    /// The response records of one datagram from destination `s` (its session is ours).
+    /// Whole responses settle inline, with the destination looked up once and the
+    /// counters added once per datagram; segments go through reassembly.
     #[inline(always)]
-    fn on_response(&mut self, s: usize, r: &wire::Record<'_>) {
-        let st = &mut *self;
-        let dest = st.dests[s].as_deref_mut().expect("checked by on_datagram");
-        if r.seq >= dest.next_seq {
-            st.stats.rx_unknown_response += 1;
-            return;
-        }
-        let rec = dest.win.at(r.seq);
-        if r.seq < dest.ack || !rec.live || rec.seq != r.seq {
-            st.stats.rx_duplicate_response += 1;
-            return;
-        }
-        let status = match r.tag {
-            wire::STATUS_OK => ReqStatus::Ok,
-            wire::STATUS_NO_HANDLER => ReqStatus::NoHandler,
-            wire::STATUS_TOO_LARGE => ReqStatus::TooLarge,
-            _ => {
-                st.stats.rx_malformed += 1;
-                return;
+    fn on_responses(&mut self, s: usize, recs: wire::Records<'_>) {
+        let mut settled = 0u64;
+        let mut dest = self.dests[s]
+            .as_deref_mut()
+            .expect("checked by on_datagram");
+        for r in recs {
+            if r.seq >= dest.next_seq {
+                self.stats.rx_unknown_response += 1;
+                continue;
             }
-        };
-        if r.seg.is_some() {
-            self.on_segmented_response(s, r, status);
-            return;
+            let rec = dest.win.at(r.seq);
+            if r.seq < dest.ack || !rec.live || rec.seq != r.seq {
+                self.stats.rx_duplicate_response += 1;
+                continue;
+            }
+            let status = match r.tag {
+                wire::STATUS_OK => ReqStatus::Ok,
+                wire::STATUS_NO_HANDLER => ReqStatus::NoHandler,
+                wire::STATUS_TOO_LARGE => ReqStatus::TooLarge,
+                _ => {
+                    self.stats.rx_malformed += 1;
+                    continue;
+                }
+            };
+            if r.seg.is_some() {
+                self.on_segmented_response(s, &r, status);
+                dest = self.dests[s]
+                    .as_deref_mut()
+                    .expect("checked by on_datagram");
+                continue;
+            }
+            settled += 1;
+            settle_in(
+                dest,
+                r.seq,
+                status,
+                Some(r.payload),
+                &mut self.cos,
+                &mut self.ready,
+                &mut self.credit_waiters,
+            );
         }
-        dest.suspected = false;
-        settle_in(
-            dest,
-            r.seq,
-            status,
-            Some(r.payload),
-            &mut st.cos,
-            &mut st.ready,
-            &mut st.credit_waiters,
-            &mut st.stats,
-            &mut st.inflight,
-        );
+        if settled > 0 {
+            dest.suspected = false;
+            dest.inflight -= settled as u32;
+            self.inflight -= settled;
+            self.stats.rpcs_completed += settled;
+        }
     }
 
     /// A segment of a live request's response: settles it once the message is whole.
@@ -1569,9 +1580,14 @@ impl State {
             &mut self.cos,
             &mut self.ready,
             &mut self.credit_waiters,
-            &mut self.stats,
-            &mut self.inflight,
         );
+        dest.inflight -= 1;
+        self.inflight -= 1;
+        if status == ReqStatus::Failed {
+            self.stats.rpcs_failed += 1;
+        } else {
+            self.stats.rpcs_completed += 1;
+        }
     }
 
     /// Retransmits requests past their deadline; fails them (and suspects their
@@ -1748,7 +1764,8 @@ impl State {
 /// Completes (or fails) the live request `seq` of `dest`: frees its window entry and,
 /// with the last request of its datagram, the datagram's credits; stores `resp` (a
 /// whole response) as its response and resumes its worker once its batch is complete.
-#[allow(clippy::too_many_arguments)]
+/// The caller counts it out of `inflight` (its own and the destination's) and into the
+/// completed or failed counters.
 #[inline(always)]
 fn settle_in(
     dest: &mut Dest,
@@ -1758,8 +1775,6 @@ fn settle_in(
     cos: &mut [Co],
     ready: &mut Vec<u16>,
     credit_waiters: &mut Vec<u16>,
-    stats: &mut RpcStats,
-    inflight: &mut u64,
 ) {
     let rec = dest.win.at_mut(seq);
     rec.live = false;
@@ -1772,8 +1787,6 @@ fn settle_in(
             dest.ack += 1;
         }
     }
-    dest.inflight -= 1;
-    *inflight -= 1;
     let slot = &mut dest.dg[dg as usize];
     slot.remaining -= 1;
     if slot.remaining == 0 {
@@ -1785,10 +1798,7 @@ fn settle_in(
     }
     let co = &mut cos[co_id as usize];
     if status == ReqStatus::Failed {
-        stats.rpcs_failed += 1;
         co.failed += 1;
-    } else {
-        stats.rpcs_completed += 1;
     }
     let q = &mut co.reqs[idx as usize];
     if let Some(p) = resp {
