@@ -1246,62 +1246,45 @@ impl State {
                 && t.open_count + n <= wire::MAX_RECORDS
                 && t.len - t.open + b <= mtu
         };
-        if coalesce && nreq <= wire::MAX_RECORDS && wire::DGRAM_HDR + bytes <= mtu {
-            // The whole batch goes into one datagram.
-            if !joins(&tx.per[d], nreq, bytes) {
+        // The batch goes in as one run of records when it fits one datagram, else
+        // record by record.
+        let whole = coalesce && nreq <= wire::MAX_RECORDS && wire::DGRAM_HDR + bytes <= mtu;
+        let mut i = 0;
+        while i < nreq {
+            let (n, lo, hi) = if whole {
+                (nreq, 0, bytes)
+            } else {
+                let q = &co.reqs[i];
+                (1, q.off as usize - wire::REC_HDR, (q.off + q.len) as usize)
+            };
+            if !joins(&tx.per[d], n, hi - lo) {
                 tx.open_new(d, wire::KIND_REQUEST, session, dest.ack);
                 tx.per[d].cur_dg = dest.alloc_dg(1);
             }
             let t = &mut tx.per[d];
             let dg = t.cur_dg;
+            // Where arena[lo] lands in the datagram.
             let base = t.len;
-            t.buf[base..base + bytes].copy_from_slice(&co.arena);
-            t.len += bytes;
-            t.open_count += nreq;
-            dest.dg[dg as usize].remaining += nreq as u16;
-            for (i, q) in co.reqs.iter_mut().enumerate() {
+            t.buf[base..base + hi - lo].copy_from_slice(&co.arena[lo..hi]);
+            t.len += hi - lo;
+            t.open_count += n;
+            dest.dg[dg as usize].remaining += n as u16;
+            for (k, q) in co.reqs[i..i + n].iter_mut().enumerate() {
                 let seq = dest.next_seq;
                 dest.next_seq += 1;
-                wire::set_seq(&mut t.buf, base + q.off as usize - wire::REC_HDR, seq);
+                wire::set_seq(&mut t.buf, base + q.off as usize - wire::REC_HDR - lo, seq);
                 *dest.win.at_mut(seq) = ReqRec {
                     seq,
                     live: true,
                     co: id,
-                    idx: i as u16,
+                    idx: (i + k) as u16,
                     dg,
                     retries: 0,
                     deadline,
                 };
                 q.status = ReqStatus::Pending;
             }
-        } else {
-            for (i, q) in co.reqs.iter_mut().enumerate() {
-                let seq = dest.next_seq;
-                dest.next_seq += 1;
-                let rec = &co.arena[q.off as usize - wire::REC_HDR..(q.off + q.len) as usize];
-                if !joins(&tx.per[d], 1, rec.len()) {
-                    tx.open_new(d, wire::KIND_REQUEST, session, dest.ack);
-                    tx.per[d].cur_dg = dest.alloc_dg(1);
-                }
-                let t = &mut tx.per[d];
-                let dg = t.cur_dg;
-                let pos = t.len;
-                t.buf[pos..pos + rec.len()].copy_from_slice(rec);
-                wire::set_seq(&mut t.buf, pos, seq);
-                t.len += rec.len();
-                t.open_count += 1;
-                dest.dg[dg as usize].remaining += 1;
-                *dest.win.at_mut(seq) = ReqRec {
-                    seq,
-                    live: true,
-                    co: id,
-                    idx: i as u16,
-                    dg,
-                    retries: 0,
-                    deadline,
-                };
-                q.status = ReqStatus::Pending;
-            }
+            i += n;
         }
         dest.inflight += nreq as u32;
         co.pending = nreq as u32;

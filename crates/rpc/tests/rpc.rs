@@ -94,6 +94,77 @@ fn batching_and_coalescing_datagram_counts() {
     }
 }
 
+/// The one-destination flush copies a batch's wire records as one run: batches from two
+/// coroutines of one step share a datagram, a batch larger than a datagram is split
+/// record by record, and without coalescing each request has its own datagram. Every
+/// response must match its own request (each record got its own sequence number).
+#[test]
+fn one_destination_batches_coalesce_and_split() {
+    for coalesce in [true, false] {
+        let cfg = RuntimeConfig {
+            coalesce,
+            ..Default::default()
+        };
+        // A small MTU, so that a batch within the credit budget still spans datagrams.
+        let mut cc = ClusterConfig::new(2, 1);
+        cc.mtu = 512;
+        let mut rts = runtimes(cc, cfg);
+        // Two workers of one step, 4 requests each; then one batch of 30 (1.3 KB of
+        // records, more than one 512-byte datagram).
+        let done = Rc::new(Cell::new(0));
+        for w in 0..2u8 {
+            let done = done.clone();
+            rts[0].spawn(move |ctx| async move {
+                let hs: Vec<_> = (0..4u8)
+                    .map(|i| (ctx.queue(1, ECHO, &[w * 16 + i; 32]).unwrap(), w * 16 + i))
+                    .collect();
+                ctx.flush().await.unwrap();
+                for (h, b) in hs {
+                    ctx.response(h, |r| assert_eq!(r, &[b; 32])).unwrap();
+                }
+                done.set(done.get() + 1);
+            });
+        }
+        step_all(&mut rts, Duration::from_secs(10));
+        assert_eq!(done.get(), 2);
+        let c0 = rts[0].endpoint_counters();
+        assert_eq!(c0.get("tx_doorbells"), 1, "coalesce={coalesce}");
+        assert_eq!(c0.get("tx_datagrams"), if coalesce { 1 } else { 8 });
+
+        let big = 30u32;
+        assert!(
+            rts[0].credits_per_dest() >= big,
+            "the batch takes the one-destination path"
+        );
+        let done2 = done.clone();
+        rts[0].spawn(move |ctx| async move {
+            let hs: Vec<_> = (0..big)
+                .map(|i| {
+                    let p = i.to_le_bytes().repeat(8);
+                    (ctx.queue(1, ECHO, &p).unwrap(), p)
+                })
+                .collect();
+            ctx.flush().await.unwrap();
+            for (h, p) in hs {
+                ctx.response(h, |r| assert_eq!(r, &p[..])).unwrap();
+            }
+            done2.set(done2.get() + 1);
+        });
+        step_all(&mut rts, Duration::from_secs(10));
+        assert_eq!(done.get(), 3);
+        let sent = rts[0].endpoint_counters().get("tx_datagrams") - c0.get("tx_datagrams");
+        let per_dgram = (512 - wire::DGRAM_HDR) / (wire::REC_HDR + 32);
+        let want = if coalesce {
+            (big as usize).div_ceil(per_dgram) as u64
+        } else {
+            big as u64
+        };
+        assert_eq!(sent, want, "coalesce={coalesce}");
+        assert_eq!(rts[0].stats().rpcs_completed, 8 + big as u64);
+        assert_eq!(rts[1].stats().requests_served, 8 + big as u64);
+    }
+}
+
 /// `respond_first`: a step that serves a request and resumes a worker sends the response
 /// with a doorbell of its own before the worker's next request; without it, both leave
 /// with one doorbell at the end of the step.
