@@ -497,6 +497,7 @@ pub(crate) struct State {
     single_cap: usize,
     seg_payload: usize,
     max_message: usize,
+    limits: SendLimits,
     handlers: Box<[Option<Handler>; 256]>,
     dests: Vec<Option<Box<Dest>>>,
     clients: Vec<Option<Box<ClientWin>>>,
@@ -623,6 +624,12 @@ impl Runtime {
             single_cap,
             seg_payload,
             max_message,
+            limits: SendLimits {
+                single_cap,
+                seg_payload,
+                mtu: cluster.mtu,
+                coalesce: cfg.coalesce,
+            },
             handlers: Box::new(std::array::from_fn(|_| None)),
             dests: (0..n).map(|_| None).collect(),
             clients: (0..n).map(|_| None).collect(),
@@ -1371,56 +1378,60 @@ impl State {
             self.stats.out_of_window_requests += 1;
             return;
         }
-        let slot = r.seq;
-        let sv = win.slots.at_mut(slot);
-        if sv.seq == r.seq {
+        if win.slots.at(r.seq).seq == r.seq {
             // Executed before: resend the cached response, never rerun the handler.
             self.stats.duplicate_requests += 1;
-            send_response(
-                &mut self.tx,
-                s,
-                hdr.session,
-                r.seq,
-                sv.status,
-                &sv.resp,
-                self.single_cap,
-                self.seg_payload,
-                self.cluster.mtu,
-                self.cfg.coalesce,
-            );
+            self.respond_cached(s, hdr.session, r.seq);
             return;
         }
         if r.seg.is_some() {
-            self.on_segmented_request(s, src, hdr, r, slot);
+            self.on_segmented_request(s, src, hdr, r);
             return;
         }
-        sv.seq = r.seq;
+        self.serve(s, src, hdr.session, r.seq, r.tag, r.payload);
+    }
+
+    /// Runs the handler of client `s`'s request `seq` (never run before), keeps its
+    /// response in the request's slot of the client window and sends it.
+    #[inline(always)]
+    fn serve(
+        &mut self,
+        s: usize,
+        src: EndpointAddr,
+        session: u32,
+        seq: u64,
+        tag: u8,
+        payload: &[u8],
+    ) {
+        let win = self.clients[s].as_deref_mut().expect("client_window first");
+        let sv = win.slots.at_mut(seq);
+        sv.seq = seq;
         sv.resp.clear();
         let info = RequestInfo {
             src,
-            rtype: r.tag,
-            seq: r.seq,
+            rtype: tag,
+            seq,
         };
         sv.status = run_handler(
-            &mut self.handlers[r.tag as usize],
+            &mut self.handlers[tag as usize],
             &mut self.stats,
             &info,
-            r.payload,
+            payload,
             &mut sv.resp,
             self.max_message,
         );
-        send_response(
-            &mut self.tx,
-            s,
-            hdr.session,
-            r.seq,
-            sv.status,
-            &sv.resp,
-            self.single_cap,
-            self.seg_payload,
-            self.cluster.mtu,
-            self.cfg.coalesce,
-        );
+        send_response(&mut self.tx, self.limits, s, session, seq, sv);
+    }
+
+    /// Sends the response kept in the slot of client `s`'s request `seq`.
+    #[inline(always)]
+    fn respond_cached(&mut self, s: usize, session: u32, seq: u64) {
+        let sv = self.clients[s]
+            .as_deref()
+            .expect("client_window first")
+            .slots
+            .at(seq);
+        send_response(&mut self.tx, self.limits, s, session, seq, sv);
     }
 
     /// A segment of a request not executed before: runs the handler once the whole
@@ -1432,7 +1443,6 @@ impl State {
         src: EndpointAddr,
         hdr: &wire::Header,
         r: &wire::Record<'_>,
-        slot: u64,
     ) {
         let seg = r.seg.expect("segmented");
         let Some(i) = self.reassemble(s, wire::KIND_REQUEST, hdr.session, r, seg) else {
@@ -1442,35 +1452,7 @@ impl State {
         self.reasm[i].active = false;
         let whole = std::mem::take(&mut self.reasm[i].buf);
         let total = self.reasm[i].total as usize;
-        let win = self.clients[s].as_deref_mut().expect("client_window first");
-        let sv = win.slots.at_mut(slot);
-        sv.seq = r.seq;
-        sv.resp.clear();
-        let info = RequestInfo {
-            src,
-            rtype: r.tag,
-            seq: r.seq,
-        };
-        sv.status = run_handler(
-            &mut self.handlers[r.tag as usize],
-            &mut self.stats,
-            &info,
-            &whole[..total],
-            &mut sv.resp,
-            self.max_message,
-        );
-        send_response(
-            &mut self.tx,
-            s,
-            hdr.session,
-            r.seq,
-            sv.status,
-            &sv.resp,
-            self.single_cap,
-            self.seg_payload,
-            self.cluster.mtu,
-            self.cfg.coalesce,
-        );
+        self.serve(s, src, hdr.session, r.seq, r.tag, &whole[..total]);
         self.reasm[i].buf = whole;
     }
 
@@ -1877,29 +1859,29 @@ fn run_handler(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn send_response(
-    tx: &mut Tx,
-    d: usize,
-    session: u32,
-    seq: u64,
-    status: u8,
-    resp: &[u8],
+/// What a response is cut to: one record up to `single_cap` bytes, else segments of
+/// `seg_payload` bytes.
+#[derive(Clone, Copy)]
+struct SendLimits {
     single_cap: usize,
-    sp: usize,
+    seg_payload: usize,
     mtu: usize,
     coalesce: bool,
-) {
-    if resp.len() <= single_cap {
+}
+
+/// Sends the response kept in `sv` (of request `seq` from client `d`).
+#[inline(always)]
+fn send_response(tx: &mut Tx, lim: SendLimits, d: usize, session: u32, seq: u64, sv: &Served) {
+    let (status, resp) = (sv.status, &sv.resp[..]);
+    if resp.len() <= lim.single_cap {
         tx.ensure(
             d,
             wire::KIND_RESPONSE,
             session,
             0,
             wire::record_len(resp.len(), false),
-            mtu,
-            coalesce,
+            lim.mtu,
+            lim.coalesce,
             false,
         );
         tx.push(d, seq, status, None, resp);
@@ -1913,8 +1895,8 @@ fn send_response(
             seq,
             status,
             resp,
-            sp,
-            mtu,
+            lim.seg_payload,
+            lim.mtu,
         );
     }
 }
