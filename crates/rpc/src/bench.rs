@@ -113,8 +113,9 @@ pub struct RpcBenchReport {
 
 /// Where a thread's batches go: request `j` of batch `k` from node `me` goes to the
 /// `(k + j)`-th other node after `me` (the `k`-th with `coalesce`), cyclically. A table
-/// and a wrapping cursor, not a division per request: two divisions cost a sizeable
-/// share of a raw datagram, and both phases would carry them.
+/// and a wrapping cursor, with a division only when a batch wraps around the other
+/// nodes: two divisions per request cost a sizeable share of a raw datagram, and both
+/// phases would carry them.
 struct Targets {
     others: Vec<u16>,
     /// Index in `others` of batch `k`'s first destination.
@@ -144,13 +145,16 @@ impl Targets {
     #[inline]
     fn dest(&self, j: usize) -> u16 {
         let m = self.others.len();
+        if m == 1 {
+            return self.others[0];
+        }
         let mut i = if self.coalesce {
             self.start
         } else {
             self.start + j
         };
-        while i >= m {
-            i -= m;
+        if i >= m {
+            i %= m;
         }
         self.others[i]
     }

@@ -225,7 +225,6 @@ struct Dest {
     ack: u64,
     win: SeqArray<ReqRec>,
     inflight: u32,
-    suspected: bool,
 }
 
 impl Dest {
@@ -238,7 +237,6 @@ impl Dest {
             ack: 1,
             win: SeqArray::new(window, |_| ReqRec::default()),
             inflight: 0,
-            suspected: false,
         }
     }
 
@@ -983,6 +981,15 @@ impl State {
         if payload.len() > self.single_cap {
             co.big = true;
         }
+        // Offsets into the arena are u32.
+        if co.arena.len() + wire::REC_HDR + payload.len() > u32::MAX as usize {
+            let t = self.threads;
+            return Err(RpcError::BatchTooLarge {
+                dest: EndpointAddr::new((d as usize / t) as u16, (d as usize % t) as u16),
+                datagrams: idx,
+                requests: idx + 1,
+            });
+        }
         // The arena holds each request as a wire record (seq filled in at the flush).
         let off = wire::extend_request(&mut co.arena, rtype, payload);
         co.reqs.push(QReq {
@@ -1379,9 +1386,12 @@ impl State {
             return;
         }
         if win.slots.at(r.seq).seq == r.seq {
-            // Executed before: resend the cached response, never rerun the handler.
+            // Executed before: resend the cached response, never rerun the handler. A
+            // retransmitted segmented request gets it once, at its first segment.
             self.stats.duplicate_requests += 1;
-            self.respond_cached(s, hdr.session, r.seq);
+            if r.seg.is_none_or(|g| g.offset == 0) {
+                self.respond_cached(s, hdr.session, r.seq);
+            }
             return;
         }
         if r.seg.is_some() {
@@ -1503,7 +1513,6 @@ impl State {
             );
         }
         if settled > 0 {
-            dest.suspected = false;
             dest.inflight -= settled as u32;
             self.inflight -= settled;
             self.stats.rpcs_completed += settled;
@@ -1526,8 +1535,6 @@ impl State {
         q.roff = co.rarena.len() as u32;
         q.rlen = ra.total;
         co.rarena.extend_from_slice(&ra.buf[..ra.total as usize]);
-        let dest = self.dests[s].as_deref_mut().expect("checked above");
-        dest.suspected = false;
         self.settle(s, r.seq, status);
     }
 
@@ -1616,7 +1623,6 @@ impl State {
             if give_up {
                 let node = (d / self.threads) as NodeId;
                 self.stats.suspected += 1;
-                dest.suspected = true;
                 self.suspects.push(node);
                 if let Some(cb) = self.on_suspect.as_mut() {
                     cb(node);

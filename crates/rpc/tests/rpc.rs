@@ -615,3 +615,49 @@ fn bench_runs_both_phases() {
     );
     assert_eq!(rep.rpc_stats.rpcs_failed, 0);
 }
+
+/// A segmented request sent twice (its client retransmitted every segment) runs its
+/// handler once, and the duplicate gets the cached response once, not once per segment.
+#[test]
+fn retransmitted_segmented_request_is_answered_once() {
+    let mut rts = runtimes(ClusterConfig::new(2, 1), RuntimeConfig::default());
+    let runs = Rc::new(Cell::new(0));
+    let runs2 = runs.clone();
+    rts[1].register(ECHO, move |_, req, resp| {
+        runs2.set(runs2.get() + 1);
+        resp.extend_from_slice(req);
+    });
+    let mtu = ClusterConfig::new(2, 1).mtu;
+    let sp = mtu - wire::DGRAM_HDR - wire::REC_HDR - wire::SEG_EXT;
+    let msg: Vec<u8> = (0..3 * sp as u32 - 100).map(|i| i as u8).collect();
+    let segments: Vec<Vec<u8>> = msg
+        .chunks(sp)
+        .enumerate()
+        .map(|(k, chunk)| {
+            let mut d = Vec::new();
+            let s = wire::begin(&mut d, wire::KIND_REQUEST, 77, 1);
+            let seg = wire::Seg {
+                total: msg.len() as u32,
+                offset: (k * sp) as u32,
+            };
+            wire::push_record(&mut d, s, 1, ECHO, Some(seg), chunk);
+            d
+        })
+        .collect();
+    assert_eq!(segments.len(), 3);
+    let client = EndpointAddr::new(0, 0);
+    let sent = |rt: &Runtime| rt.endpoint_counters().get("tx_datagrams");
+    for round in 0..2 {
+        let before = sent(&rts[1]);
+        for d in &segments {
+            rts[1].inject(client, d);
+        }
+        rts[1].poll_once();
+        // The response is as long as the request: three segments, each its own datagram.
+        assert_eq!(sent(&rts[1]) - before, 3, "round {round}");
+    }
+    assert_eq!(runs.get(), 1);
+    let st = rts[1].stats();
+    assert_eq!(st.requests_served, 1);
+    assert_eq!(st.duplicate_requests, 3);
+}
