@@ -980,15 +980,16 @@ impl State {
         }
         if payload.len() > self.single_cap {
             co.big = true;
-        }
-        // Offsets into the arena are u32.
-        if co.arena.len() + wire::REC_HDR + payload.len() > u32::MAX as usize {
-            let t = self.threads;
-            return Err(RpcError::BatchTooLarge {
-                dest: EndpointAddr::new((d as usize / t) as u16, (d as usize % t) as u16),
-                datagrams: idx,
-                requests: idx + 1,
-            });
+            // Offsets into the arena are u32. Only large requests can reach that: below
+            // u16::MAX requests of at most one datagram each stay far under 4 GiB.
+            if co.arena.len() + wire::REC_HDR + payload.len() > u32::MAX as usize {
+                let t = self.threads;
+                return Err(RpcError::BatchTooLarge {
+                    dest: EndpointAddr::new((d as usize / t) as u16, (d as usize % t) as u16),
+                    datagrams: idx,
+                    requests: idx + 1,
+                });
+            }
         }
         // The arena holds each request as a wire record (seq filled in at the flush).
         let off = wire::extend_request(&mut co.arena, rtype, payload);
