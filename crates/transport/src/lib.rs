@@ -29,6 +29,7 @@ pub mod local;
 pub mod onesided;
 pub mod region;
 pub mod ring;
+pub mod ring_endpoint;
 pub mod types;
 pub mod wait;
 

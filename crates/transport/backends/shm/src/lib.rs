@@ -49,9 +49,11 @@
 use ambidex_transport::counters::{Counter, CounterSnapshot, Counters};
 use ambidex_transport::onesided;
 use ambidex_transport::region::{random_key, Mapping, Region, RegionMemory};
-use ambidex_transport::ring::{self, RingProducer, RxBlock, RxConsumer};
+use ambidex_transport::ring::{self, RxBlock};
+use ambidex_transport::ring_endpoint::RingEndpoint;
+use ambidex_transport::wait::Scope;
 use ambidex_transport::*;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::marker::PhantomData;
@@ -60,7 +62,6 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 
 /// Most regions one node may register per generation (the size of its region table).
 pub const MAX_REGIONS: usize = 4096;
@@ -758,13 +759,7 @@ impl NodeTransport for ShmNode {
             }
         };
         Ok(Box::new(ShmEndpoint {
-            addr,
-            epoch: cfg.epoch,
-            consumer: RxConsumer::new(block, cfg.mtu),
-            producers: (0..cfg.endpoints()).map(|_| None).collect(),
-            touched: Vec::new(),
-            cq: VecDeque::new(),
-            counters: Counters::default(),
+            ring: RingEndpoint::new(cfg, addr, block, Scope::Shared),
             remote: (0..cfg.nodes)
                 .map(|_| RemoteCache {
                     gen: 0,
@@ -792,13 +787,7 @@ struct RemoteCache {
 }
 
 struct ShmEndpoint {
-    addr: EndpointAddr,
-    epoch: u32,
-    consumer: RxConsumer,
-    producers: Vec<Option<RingProducer>>,
-    touched: Vec<usize>,
-    cq: VecDeque<Completion>,
-    counters: Counters,
+    ring: RingEndpoint,
     remote: Vec<RemoteCache>,
     shared: Arc<NodeShared>,
 }
@@ -837,101 +826,17 @@ fn remote_region<'a>(
 }
 
 impl Endpoint for ShmEndpoint {
-    fn addr(&self) -> EndpointAddr {
-        self.addr
-    }
+    ambidex_transport::delegate_to_ring_endpoint!();
 
     fn config(&self) -> &ClusterConfig {
         &self.shared.config
     }
 
     fn send(&mut self, batch: &[Datagram<'_>]) -> Result<(), TransportError> {
-        let cfg = &self.shared.config;
-        cfg.check_batch(batch)?;
-        let depth = cfg.recv_depth;
-        let me = cfg.endpoint_index(self.addr);
-        let epoch = self.epoch;
-        let mut bytes = 0u64;
-        let mut unreachable = 0u64;
-        let mut i = 0;
-        while i < batch.len() {
-            // Runs of datagrams to one destination reserve queue room with one atomic.
-            let dst = batch[i].dst;
-            let mut j = i + 1;
-            while j < batch.len() && batch[j].dst == dst {
-                j += 1;
-            }
-            let idx = cfg.endpoint_index(dst);
-            if self.producers[idx].is_none() {
-                match self.shared.block(idx) {
-                    Ok(b) => self.producers[idx] = Some(RingProducer::new(b.clone(), me)),
-                    Err(_) => {
-                        // The receiver's block is missing or corrupt: nothing can land.
-                        unreachable += (j - i) as u64;
-                        i = j;
-                        continue;
-                    }
-                }
-            }
-            let prod = self.producers[idx].as_mut().expect("attached above");
-            let granted = ring::reserve(prod.header(), depth, (j - i) as u64);
-            let mut pushed = 0;
-            for d in &batch[i..i + granted as usize] {
-                if !prod.push(epoch, d.payload) {
-                    break;
-                }
-                bytes += d.payload.len() as u64;
-                pushed += 1;
-            }
-            ring::unreserve(prod.header(), granted - pushed);
-            prod.header()
-                .counters
-                .add(Counter::RxDroppedQueueFull, (j - i) as u64 - pushed);
-            if pushed > 0 && !self.touched.contains(&idx) {
-                self.touched.push(idx);
-            }
-            i = j;
-        }
-        for k in 0..self.touched.len() {
-            let idx = self.touched[k];
-            if let Some(p) = self.producers[idx].as_mut() {
-                if p.publish() {
-                    p.header()
-                        .event
-                        .notify(ambidex_transport::wait::Scope::Shared);
-                }
-            }
-        }
-        self.touched.clear();
-        self.counters
-            .add(Counter::RxDroppedUnknownDest, unreachable);
-        self.counters.add(Counter::TxDatagrams, batch.len() as u64);
-        self.counters.add(Counter::TxBytes, bytes);
-        self.counters.add(Counter::TxDoorbells, 1);
-        Ok(())
-    }
-
-    fn poll_recv(&mut self, max: usize, sink: &mut dyn FnMut(EndpointAddr, &[u8])) -> usize {
-        let t = self.shared.config.threads_per_node as usize;
-        let epoch = self.epoch;
-        let mut wrong_epoch = 0;
-        let mut bytes = 0;
-        let n = self.consumer.poll(max, &mut |s, e, payload| {
-            if e != epoch {
-                wrong_epoch += 1;
-                return;
-            }
-            bytes += payload.len() as u64;
-            sink(
-                EndpointAddr::new((s / t) as NodeId, (s % t) as ThreadId),
-                payload,
-            );
-        });
-        let c = &self.consumer.header().counters;
-        c.add(Counter::RxDroppedWrongEpoch, wrong_epoch);
-        c.add(Counter::RxDatagrams, n as u64 - wrong_epoch);
-        c.add(Counter::RxBytes, bytes);
-        n - wrong_epoch as usize
+        let sh = &self.shared;
+        // A receiver whose block is missing or corrupt: nothing can land there.
+        self.ring
+            .send(&sh.config, batch, |idx| sh.block(idx).ok().cloned())
     }
 
     fn post(&mut self, ops: &[OneSidedOp<'_>]) -> Result<(), TransportError> {
@@ -953,8 +858,7 @@ impl Endpoint for ShmEndpoint {
                     Ok(r) => onesided::execute(r, &op.remote, &op.kind, max, &local),
                 }
             };
-            if let Err(e) = result {
-                self.counters.add(Counter::OnesidedErrors, 1);
+            if let Some(e) = self.ring.complete(op, n, result) {
                 if e != AccessError::UnknownNode && e != AccessError::BadLocalBuffer {
                     // Counted at the target, as its NIC would.
                     if let Some(c) = sh.node_counters(n) {
@@ -962,59 +866,10 @@ impl Endpoint for ShmEndpoint {
                     }
                 }
             }
-            if op.signaled || result.is_err() {
-                self.cq.push_back(Completion {
-                    wr_id: op.wr_id,
-                    op: op.kind.opcode(),
-                    node: n,
-                    status: result.map(|_| ()),
-                    value: result.unwrap_or(0),
-                });
-            }
         }
-        self.counters.add(Counter::OnesidedPosted, ops.len() as u64);
+        self.ring
+            .counters
+            .add_owned(Counter::OnesidedPosted, ops.len() as u64);
         Ok(())
-    }
-
-    fn poll_cq(&mut self, max: usize, out: &mut Vec<Completion>) -> usize {
-        let n = max.min(self.cq.len());
-        out.extend(self.cq.drain(..n));
-        n
-    }
-
-    fn outstanding(&self) -> usize {
-        0
-    }
-
-    fn wait(&mut self, timeout: Duration) {
-        if !self.cq.is_empty() {
-            return;
-        }
-        let ev = self.consumer.header().event.observe();
-        if self.consumer.has_pending() {
-            return;
-        }
-        let consumer = &self.consumer;
-        consumer
-            .header()
-            .event
-            .wait(ev, timeout, ambidex_transport::wait::Scope::Shared, || {
-                consumer.has_pending()
-            });
-    }
-
-    fn host_threads(&self) -> usize {
-        // Every node of this backend runs on this host.
-        self.config().endpoints()
-    }
-
-    fn set_epoch(&mut self, epoch: u32) {
-        self.epoch = epoch;
-    }
-
-    fn counters(&self) -> CounterSnapshot {
-        let mut s = self.counters.snapshot();
-        s.merge(&self.consumer.header().counters.snapshot());
-        s
     }
 }

@@ -1,0 +1,243 @@
+//! What the two ring backends (`local`: threads of one process; `shm`: processes of one
+//! host) share in an endpoint: sending into the receivers' rings with one publish per
+//! destination per doorbell, polling this endpoint's ring, the completion queue of
+//! one-sided operations (both execute them synchronously), parking, and the counters.
+//! The backends differ only in how a destination's ring is found and how a region is
+//! reached, which they pass in.
+
+use crate::counters::{Counter, CounterSnapshot, Counters};
+use crate::ring::{self, RingProducer, RxBlock, RxConsumer};
+use crate::types::*;
+use crate::wait::Scope;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+pub struct RingEndpoint {
+    pub addr: EndpointAddr,
+    pub epoch: u32,
+    consumer: RxConsumer,
+    producers: Vec<Option<RingProducer>>,
+    /// Address of every sender index (avoids a division per received datagram).
+    senders: Vec<EndpointAddr>,
+    touched: Vec<usize>,
+    cq: VecDeque<Completion>,
+    /// This endpoint's own counters (only it writes them).
+    pub counters: Counters,
+    /// Whom a publish wakes: threads of this process, or processes sharing the ring.
+    scope: Scope,
+}
+
+impl RingEndpoint {
+    /// An endpoint at `addr` receiving from `rx`.
+    pub fn new(cfg: &ClusterConfig, addr: EndpointAddr, rx: RxBlock, scope: Scope) -> Self {
+        let t = cfg.threads_per_node as usize;
+        RingEndpoint {
+            addr,
+            epoch: cfg.epoch,
+            consumer: RxConsumer::new(rx, cfg.mtu),
+            producers: (0..cfg.endpoints()).map(|_| None).collect(),
+            senders: (0..cfg.endpoints())
+                .map(|i| EndpointAddr::new((i / t) as NodeId, (i % t) as ThreadId))
+                .collect(),
+            touched: Vec::new(),
+            cq: VecDeque::new(),
+            counters: Counters::default(),
+            scope,
+        }
+    }
+
+    /// `Endpoint::send`. `ring(i)` gives the receive ring of endpoint index `i` the first
+    /// time this endpoint sends there; `None` (no such ring, or a corrupt one) drops the
+    /// datagrams as `RxDroppedUnknownDest`.
+    pub fn send(
+        &mut self,
+        cfg: &ClusterConfig,
+        batch: &[Datagram<'_>],
+        mut ring: impl FnMut(usize) -> Option<RxBlock>,
+    ) -> Result<(), TransportError> {
+        cfg.check_batch(batch)?;
+        let depth = cfg.recv_depth;
+        let me = cfg.endpoint_index(self.addr);
+        let epoch = self.epoch;
+        let (mut bytes, mut unreachable) = (0u64, 0u64);
+        let mut i = 0;
+        while i < batch.len() {
+            // Runs of datagrams to one destination reserve queue room with one atomic.
+            let dst = batch[i].dst;
+            let mut j = i + 1;
+            while j < batch.len() && batch[j].dst == dst {
+                j += 1;
+            }
+            let idx = cfg.endpoint_index(dst);
+            if self.producers[idx].is_none() {
+                match ring(idx) {
+                    Some(b) => self.producers[idx] = Some(RingProducer::new(b, me)),
+                    None => {
+                        unreachable += (j - i) as u64;
+                        i = j;
+                        continue;
+                    }
+                }
+            }
+            let prod = self.producers[idx].as_mut().expect("attached above");
+            let granted = ring::reserve(prod.header(), depth, (j - i) as u64);
+            let mut pushed = 0;
+            for d in &batch[i..i + granted as usize] {
+                if !prod.push(epoch, d.payload) {
+                    break;
+                }
+                bytes += d.payload.len() as u64;
+                pushed += 1;
+            }
+            ring::unreserve(prod.header(), granted - pushed);
+            prod.header()
+                .counters
+                .add(Counter::RxDroppedQueueFull, (j - i) as u64 - pushed);
+            if pushed > 0 && !self.touched.contains(&idx) {
+                self.touched.push(idx);
+            }
+            i = j;
+        }
+        for k in 0..self.touched.len() {
+            let idx = self.touched[k];
+            if let Some(p) = self.producers[idx].as_mut() {
+                if p.publish() {
+                    p.header().event.notify(self.scope);
+                }
+            }
+        }
+        self.touched.clear();
+        let c = &self.counters;
+        if unreachable > 0 {
+            c.add_owned(Counter::RxDroppedUnknownDest, unreachable);
+        }
+        c.add_owned(Counter::TxDatagrams, batch.len() as u64);
+        c.add_owned(Counter::TxBytes, bytes);
+        c.add_owned(Counter::TxDoorbells, 1);
+        Ok(())
+    }
+
+    /// `Endpoint::poll_recv`: datagrams of another epoch are dropped and counted.
+    pub fn poll_recv(&mut self, max: usize, sink: &mut dyn FnMut(EndpointAddr, &[u8])) -> usize {
+        let senders = &self.senders;
+        let epoch = self.epoch;
+        let mut wrong_epoch = 0;
+        let mut bytes = 0;
+        let n = self.consumer.poll(max, &mut |s, e, payload| {
+            if e != epoch {
+                wrong_epoch += 1;
+                return;
+            }
+            bytes += payload.len() as u64;
+            sink(senders[s], payload);
+        });
+        if n > 0 {
+            // Only this endpoint writes these (senders add only drops).
+            let c = &self.consumer.header().counters;
+            c.add_owned(Counter::RxDroppedWrongEpoch, wrong_epoch);
+            c.add_owned(Counter::RxDatagrams, n as u64 - wrong_epoch);
+            c.add_owned(Counter::RxBytes, bytes);
+        }
+        n - wrong_epoch as usize
+    }
+
+    /// Records the outcome of a one-sided operation executed at `node`: a completion if
+    /// it was signaled or failed, and the error count. Returns the error, if any, so that
+    /// the backend can count a violation at the target.
+    pub fn complete(
+        &mut self,
+        op: &OneSidedOp<'_>,
+        node: NodeId,
+        result: Result<u64, AccessError>,
+    ) -> Option<AccessError> {
+        if result.is_err() {
+            self.counters.add_owned(Counter::OnesidedErrors, 1);
+        }
+        if op.signaled || result.is_err() {
+            self.cq.push_back(Completion {
+                wr_id: op.wr_id,
+                op: op.kind.opcode(),
+                node,
+                status: result.map(|_| ()),
+                value: result.unwrap_or(0),
+            });
+        }
+        result.err()
+    }
+
+    /// `Endpoint::poll_cq`.
+    pub fn poll_cq(&mut self, max: usize, out: &mut Vec<Completion>) -> usize {
+        let n = max.min(self.cq.len());
+        out.extend(self.cq.drain(..n));
+        n
+    }
+
+    /// `Endpoint::wait`: parks until a datagram may be in the ring or `timeout` passes.
+    pub fn wait(&mut self, timeout: Duration) {
+        if !self.cq.is_empty() {
+            return;
+        }
+        let ev = self.consumer.header().event.observe();
+        if self.consumer.has_pending() {
+            return;
+        }
+        let consumer = &self.consumer;
+        consumer
+            .header()
+            .event
+            .wait(ev, timeout, self.scope, || consumer.has_pending());
+    }
+
+    /// `Endpoint::counters`: this endpoint's and its receive ring's.
+    pub fn counters(&self) -> CounterSnapshot {
+        let mut s = self.counters.snapshot();
+        s.merge(&self.consumer.header().counters.snapshot());
+        s
+    }
+}
+
+/// The `Endpoint` methods a ring backend's endpoint hands straight to its
+/// `RingEndpoint` (in a field named `ring`); the backend writes `config`, `send` and
+/// `post` itself.
+#[macro_export]
+macro_rules! delegate_to_ring_endpoint {
+    () => {
+        fn addr(&self) -> $crate::types::EndpointAddr {
+            self.ring.addr
+        }
+
+        fn poll_recv(
+            &mut self,
+            max: usize,
+            sink: &mut dyn FnMut($crate::types::EndpointAddr, &[u8]),
+        ) -> usize {
+            self.ring.poll_recv(max, sink)
+        }
+
+        fn poll_cq(&mut self, max: usize, out: &mut Vec<$crate::types::Completion>) -> usize {
+            self.ring.poll_cq(max, out)
+        }
+
+        fn outstanding(&self) -> usize {
+            // One-sided operations complete inside `post`.
+            0
+        }
+
+        fn wait(&mut self, timeout: std::time::Duration) {
+            self.ring.wait(timeout)
+        }
+
+        fn host_threads(&self) -> usize {
+            // Every node of a ring backend runs on this host.
+            self.config().endpoints()
+        }
+
+        fn set_epoch(&mut self, epoch: u32) {
+            self.ring.epoch = epoch;
+        }
+
+        fn counters(&self) -> $crate::counters::CounterSnapshot {
+            self.ring.counters()
+        }
+    };
+}
