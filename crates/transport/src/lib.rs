@@ -20,6 +20,8 @@
 //! (processes of one host), `ambidex-transport-udp` (hosts) and `ambidex-transport-sim`
 //! (a deterministic simulated network, every node in one thread) in `backends/`; and the
 //! [`fault`] wrapper for any of them. Every backend passes the [`conformance`] suite.
+//! The two ring backends (`local`, `shm`) share [`ring`] (the receive rings) and
+//! [`ring_endpoint`] (the datagram half of an endpoint).
 
 pub mod conformance;
 pub mod counters;
