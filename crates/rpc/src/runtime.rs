@@ -264,6 +264,10 @@ struct ClientWin {
 struct Served {
     seq: u64,
     status: u8,
+    /// The request came in segments (a duplicate must too).
+    segmented: bool,
+    /// Step time the response was last sent (resends are rate-limited).
+    sent_at: u64,
     resp: Vec<u8>,
 }
 
@@ -337,6 +341,9 @@ impl DestTx {
         self.buf.resize(want, 0);
     }
 }
+
+/// Bytes of an endpoint's outgoing buffer kept between steps (beyond, it is freed).
+const SHRINK_TX_ABOVE: usize = 1 << 20;
 
 #[derive(Default)]
 struct Tx {
@@ -449,6 +456,10 @@ impl Tx {
             t.len = 0;
             t.bounds.clear();
             t.touched = false;
+            // A burst of large responses must not pin its memory for good.
+            if t.buf.len() > SHRINK_TX_ABOVE {
+                t.buf = Vec::new();
+            }
         }
         self.touched.clear();
         (n, r)
@@ -1328,7 +1339,15 @@ impl State {
         let s = self.ep_index(src);
         if hdr.kind == wire::KIND_REQUEST {
             self.client_window(s, &hdr);
+            // A client sends the records of a request datagram in increasing seq order;
+            // a repeated or falling seq would only make this server repeat itself.
+            let mut last = 0;
             for r in recs {
+                if r.seq <= last {
+                    self.stats.rx_malformed += 1;
+                    continue;
+                }
+                last = r.seq;
                 self.on_request(s, src, &hdr, &r);
             }
         } else {
@@ -1353,6 +1372,8 @@ impl State {
                 slots: SeqArray::new(window, |_| Served {
                     seq: 0,
                     status: 0,
+                    segmented: false,
+                    sent_at: 0,
                     resp: Vec::new(),
                 }),
             })
@@ -1386,11 +1407,18 @@ impl State {
             self.stats.out_of_window_requests += 1;
             return;
         }
-        if win.slots.at(r.seq).seq == r.seq {
+        let sv = win.slots.at(r.seq);
+        if sv.seq == r.seq {
             // Executed before: resend the cached response, never rerun the handler. A
-            // retransmitted segmented request gets it once, at its first segment.
+            // duplicate must have the original's form, gets the response once (a
+            // segmented one at its first segment), and at most once per scan period: a
+            // real client retransmits only after its timeout, and nobody can make this
+            // server resend a large response faster than it would answer new requests.
             self.stats.duplicate_requests += 1;
-            if r.seg.is_none_or(|g| g.offset == 0) {
+            if r.seg.is_some() == sv.segmented
+                && r.seg.is_none_or(|g| g.offset == 0)
+                && self.now >= sv.sent_at.saturating_add((self.rto / 4).max(50_000))
+            {
                 self.respond_cached(s, hdr.session, r.seq);
             }
             return;
@@ -1417,6 +1445,8 @@ impl State {
         let win = self.clients[s].as_deref_mut().expect("client_window first");
         let sv = win.slots.at_mut(seq);
         sv.seq = seq;
+        sv.segmented = payload.len() > self.single_cap;
+        sv.sent_at = self.now;
         sv.resp.clear();
         let info = RequestInfo {
             src,
@@ -1438,10 +1468,11 @@ impl State {
     #[inline(always)]
     fn respond_cached(&mut self, s: usize, session: u32, seq: u64) {
         let sv = self.clients[s]
-            .as_deref()
+            .as_deref_mut()
             .expect("client_window first")
             .slots
-            .at(seq);
+            .at_mut(seq);
+        sv.sent_at = self.now;
         send_response(&mut self.tx, self.limits, s, session, seq, sv);
     }
 
@@ -1695,11 +1726,17 @@ impl State {
                     });
                     self.reasm.len() - 1
                 } else {
+                    // Full: evict the oldest message of the source holding the most
+                    // slots, so that one source (a flood of first segments) cannot
+                    // starve the others' messages.
                     self.stats.reassembly_evicted += 1;
+                    let held = |src: u32| self.reasm.iter().filter(|x| x.src == src).count();
+                    let hog = self.reasm.iter().map(|x| x.src).max_by_key(|&s| held(s))?;
                     let (i, _) = self
                         .reasm
                         .iter()
                         .enumerate()
+                        .filter(|(_, x)| x.src == hog)
                         .min_by_key(|(_, x)| x.touched)?;
                     i
                 };

@@ -616,48 +616,189 @@ fn bench_runs_both_phases() {
     assert_eq!(rep.rpc_stats.rpcs_failed, 0);
 }
 
-/// A segmented request sent twice (its client retransmitted every segment) runs its
-/// handler once, and the duplicate gets the cached response once, not once per segment.
-#[test]
-fn retransmitted_segmented_request_is_answered_once() {
-    let mut rts = runtimes(ClusterConfig::new(2, 1), RuntimeConfig::default());
+/// A server runtime on node 1 of a 2-node cluster with a manual clock, serving ECHO
+/// and counting handler runs; datagrams are injected as if from node 0.
+fn echo_server(cfg: RuntimeConfig) -> (Runtime, Arc<ManualClock>, Rc<Cell<u32>>) {
+    let fabric = LocalFabric::new(ClusterConfig::new(2, 1)).unwrap();
+    let clock = Arc::new(ManualClock::new(1_000_000_000));
+    let mut rt =
+        Runtime::with_clock(fabric.node(1).endpoint(0).unwrap(), cfg, clock.clone()).unwrap();
     let runs = Rc::new(Cell::new(0));
     let runs2 = runs.clone();
-    rts[1].register(ECHO, move |_, req, resp| {
+    rt.register(ECHO, move |_, req, resp| {
         runs2.set(runs2.get() + 1);
         resp.extend_from_slice(req);
     });
+    (rt, clock, runs)
+}
+
+/// The request datagrams of one message of `len` bytes (seq 1, `session`), in segments.
+fn segmented_request(session: u32, len: usize) -> Vec<Vec<u8>> {
     let mtu = ClusterConfig::new(2, 1).mtu;
     let sp = mtu - wire::DGRAM_HDR - wire::REC_HDR - wire::SEG_EXT;
-    let msg: Vec<u8> = (0..3 * sp as u32 - 100).map(|i| i as u8).collect();
-    let segments: Vec<Vec<u8>> = msg
-        .chunks(sp)
+    let msg: Vec<u8> = (0..len as u32).map(|i| i as u8).collect();
+    msg.chunks(sp)
         .enumerate()
         .map(|(k, chunk)| {
             let mut d = Vec::new();
-            let s = wire::begin(&mut d, wire::KIND_REQUEST, 77, 1);
+            let s = wire::begin(&mut d, wire::KIND_REQUEST, session, 1);
             let seg = wire::Seg {
-                total: msg.len() as u32,
+                total: len as u32,
                 offset: (k * sp) as u32,
             };
             wire::push_record(&mut d, s, 1, ECHO, Some(seg), chunk);
             d
         })
-        .collect();
+        .collect()
+}
+
+fn tx_datagrams(rt: &Runtime) -> u64 {
+    rt.endpoint_counters().get("tx_datagrams")
+}
+
+/// A segmented request sent twice (its client retransmitted every segment after its
+/// timeout) runs its handler once, and the duplicate gets the cached response once, not
+/// once per segment.
+#[test]
+fn retransmitted_segmented_request_is_answered_once() {
+    let (mut rt, clock, runs) = echo_server(RuntimeConfig::default());
+    let sp = ClusterConfig::new(2, 1).mtu - wire::DGRAM_HDR - wire::REC_HDR - wire::SEG_EXT;
+    let segments = segmented_request(77, 3 * sp - 100);
     assert_eq!(segments.len(), 3);
     let client = EndpointAddr::new(0, 0);
-    let sent = |rt: &Runtime| rt.endpoint_counters().get("tx_datagrams");
     for round in 0..2 {
-        let before = sent(&rts[1]);
+        let before = tx_datagrams(&rt);
         for d in &segments {
-            rts[1].inject(client, d);
+            rt.inject(client, d);
         }
-        rts[1].poll_once();
+        rt.poll_once();
         // The response is as long as the request: three segments, each its own datagram.
-        assert_eq!(sent(&rts[1]) - before, 3, "round {round}");
+        assert_eq!(tx_datagrams(&rt) - before, 3, "round {round}");
+        clock.advance(RuntimeConfig::default().retransmit_timeout.as_nanos() as u64);
     }
     assert_eq!(runs.get(), 1);
-    let st = rts[1].stats();
+    let st = rt.stats();
     assert_eq!(st.requests_served, 1);
     assert_eq!(st.duplicate_requests, 3);
+}
+
+/// Duplicates cannot make a server repeat itself faster than it would answer new
+/// requests: a datagram repeating one seq 255 times, a small record claiming the seq of
+/// a large (segmented) request, and duplicates sooner than a retransmission timeout all
+/// get nothing (found by fuzzing: one 3 KB datagram made 4,335 datagrams, 17 MiB).
+#[test]
+fn duplicate_requests_do_not_amplify() {
+    let (mut rt, clock, runs) = echo_server(RuntimeConfig::default());
+    let client = EndpointAddr::new(0, 0);
+    let max = rt.max_message();
+    let session = 0xa77a_c4e5;
+    // A large request, served once: its 64 KiB response is cached.
+    for d in segmented_request(session, max) {
+        rt.inject(client, &d);
+    }
+    rt.poll_once();
+    assert_eq!(runs.get(), 1);
+    // One datagram: 255 empty records, all seq 1 (the large request's).
+    let mut d = Vec::new();
+    let s = wire::begin(&mut d, wire::KIND_REQUEST, session, 0);
+    for _ in 0..wire::MAX_RECORDS {
+        wire::push_record(&mut d, s, 1, ECHO, None, &[]);
+    }
+    let before = tx_datagrams(&rt);
+    for _ in 0..4 {
+        rt.inject(client, &d);
+        rt.poll_once();
+        clock.advance(1_000_000_000);
+    }
+    assert_eq!(tx_datagrams(&rt), before, "answered a bogus duplicate");
+    // A small request and its duplicates: one resend per timeout, no more.
+    let small = |seq: u64| {
+        let mut d = Vec::new();
+        let s = wire::begin(&mut d, wire::KIND_REQUEST, session, 0);
+        wire::push_record(&mut d, s, seq, ECHO, None, b"abc");
+        d
+    };
+    rt.inject(client, &small(2));
+    rt.poll_once();
+    assert_eq!(runs.get(), 2);
+    let before = tx_datagrams(&rt);
+    for _ in 0..10 {
+        rt.inject(client, &small(2));
+        rt.poll_once();
+    }
+    assert_eq!(tx_datagrams(&rt), before, "resent sooner than a timeout");
+    clock.advance(RuntimeConfig::default().retransmit_timeout.as_nanos() as u64);
+    rt.inject(client, &small(2));
+    rt.poll_once();
+    assert_eq!(
+        tx_datagrams(&rt),
+        before + 1,
+        "a real retransmission is answered"
+    );
+    assert_eq!(runs.get(), 2);
+    assert!(rt.stats().rx_malformed >= 4 * (wire::MAX_RECORDS as u64 - 1));
+}
+
+/// A flood of first segments from one source cannot evict another source's message
+/// from the reassembly pool: the source holding the most slots loses one.
+#[test]
+fn reassembly_flood_does_not_starve_other_sources() {
+    let cc = ClusterConfig::new(2, 1);
+    let fabric = LocalFabric::new(cc.clone()).unwrap();
+    let clock = Arc::new(ManualClock::new(1_000_000_000));
+    let cfg = RuntimeConfig {
+        max_retries: 5,
+        ..Default::default()
+    };
+    let mut client = Runtime::with_clock(
+        fabric.node(0).endpoint(0).unwrap(),
+        cfg.clone(),
+        clock.clone(),
+    )
+    .unwrap();
+    let mut server = Runtime::with_clock(
+        fabric.node(1).endpoint(0).unwrap(),
+        RuntimeConfig {
+            poll_batch: 1,
+            ..cfg.clone()
+        },
+        clock.clone(),
+    )
+    .unwrap();
+    server.register(ECHO, |_, req, resp| resp.extend_from_slice(req));
+    let sp = cc.mtu - wire::DGRAM_HDR - wire::REC_HDR - wire::SEG_EXT;
+    let result = Rc::new(RefCell::new(None));
+    let r2 = result.clone();
+    client.spawn(move |ctx| async move {
+        let h = ctx.queue(1, ECHO, &vec![7u8; 2 * sp + 10]).unwrap();
+        let f = ctx.flush().await;
+        *r2.borrow_mut() = Some((f, ctx.response(h, |r| r.len())));
+    });
+    let mut flood_seq = 1u64;
+    let mut rounds = 0;
+    while result.borrow().is_none() {
+        client.poll_once();
+        for _ in 0..cfg.reassembly_slots {
+            let mut d = Vec::new();
+            let s = wire::begin(&mut d, wire::KIND_REQUEST, 0xbad, 0);
+            let seg = wire::Seg {
+                total: 2 * sp as u32,
+                offset: 0,
+            };
+            wire::push_record(&mut d, s, flood_seq % 200 + 1, 0, Some(seg), &vec![0; sp]);
+            flood_seq += 1;
+            // From another cluster address than the honest client's.
+            server.inject(EndpointAddr::new(1, 0), &d);
+        }
+        server.poll_once();
+        clock.advance(1_000_000);
+        rounds += 1;
+        assert!(rounds < 100_000);
+    }
+    let r = result.borrow().clone().unwrap();
+    assert_eq!(r.1, Ok(2 * sp + 10), "{r:?}, {:?}", server.stats());
+    assert!(
+        server.stats().reassembly_evicted > 0,
+        "the flood filled the pool"
+    );
 }
