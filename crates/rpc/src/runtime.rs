@@ -1415,11 +1415,14 @@ impl State {
             // real client retransmits only after its timeout, and nobody can make this
             // server resend a large response faster than it would answer new requests.
             self.stats.duplicate_requests += 1;
-            if r.seg.is_some() == sv.segmented
-                && r.seg.is_none_or(|g| g.offset == 0)
-                && self.now >= sv.sent_at.saturating_add((self.rto / 4).max(50_000))
-            {
-                self.respond_cached(s, hdr.session, r.seq);
+            if r.seg.is_some() == sv.segmented && r.seg.is_none_or(|g| g.offset == 0) {
+                // A fresh clock: the step's is read after the poll, and a thread that
+                // was descheduled would hold a stale one and turn real retransmissions
+                // away.
+                let now = self.clock.now_ns();
+                if now >= sv.sent_at.saturating_add(self.scan_period()) {
+                    self.respond_cached(s, hdr.session, r.seq, now);
+                }
             }
             return;
         }
@@ -1466,13 +1469,13 @@ impl State {
 
     /// Sends the response kept in the slot of client `s`'s request `seq`.
     #[inline(always)]
-    fn respond_cached(&mut self, s: usize, session: u32, seq: u64) {
+    fn respond_cached(&mut self, s: usize, session: u32, seq: u64, now: u64) {
         let sv = self.clients[s]
             .as_deref_mut()
             .expect("client_window first")
             .slots
             .at_mut(seq);
-        sv.sent_at = self.now;
+        sv.sent_at = now;
         send_response(&mut self.tx, self.limits, s, session, seq, sv);
     }
 
