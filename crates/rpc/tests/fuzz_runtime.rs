@@ -21,6 +21,10 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
+#[path = "common/mutation.rs"]
+mod mutation;
+use mutation::{mutate, mutation, Mutation};
+
 // ---------------------------------------------------------------------------------------
 // Per-thread allocation accounting (tests of this file run on several threads).
 
@@ -307,43 +311,6 @@ enum Action {
     },
     Poll(u8),
     Advance(u32),
-}
-
-#[derive(Debug, Clone)]
-enum Mutation {
-    Flip(usize, u8),
-    Truncate(usize),
-    Insert(usize, u8),
-    Remove(usize),
-}
-
-fn mutation() -> impl Strategy<Value = Mutation> {
-    prop_oneof![
-        (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Flip(i, b)),
-        any::<usize>().prop_map(Mutation::Truncate),
-        (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Insert(i, b)),
-        any::<usize>().prop_map(Mutation::Remove),
-    ]
-}
-
-fn mutate(b: &mut Vec<u8>, ms: &[Mutation]) {
-    for m in ms {
-        let n = b.len().max(1);
-        match *m {
-            Mutation::Flip(i, x) => {
-                if !b.is_empty() {
-                    b[i % n] ^= x | 1;
-                }
-            }
-            Mutation::Truncate(i) => b.truncate(i % n),
-            Mutation::Insert(i, x) => b.insert(i % (b.len() + 1), x),
-            Mutation::Remove(i) => {
-                if !b.is_empty() {
-                    b.remove(i % n);
-                }
-            }
-        }
-    }
 }
 
 fn seq_sel() -> impl Strategy<Value = SeqSel> {

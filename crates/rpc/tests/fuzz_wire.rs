@@ -10,6 +10,10 @@ use ambidex_transport::{ClusterConfig, EndpointAddr};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
+#[path = "common/mutation.rs"]
+mod mutation;
+use mutation::{mutate, mutation};
+
 #[derive(Debug, Clone)]
 struct Rec {
     seq: u64,
@@ -55,44 +59,6 @@ fn valid_datagram() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
-#[derive(Debug, Clone)]
-enum Mutation {
-    Flip(usize, u8),
-    Truncate(usize),
-    Insert(usize, u8),
-    Remove(usize),
-}
-
-fn mutation() -> impl Strategy<Value = Mutation> {
-    prop_oneof![
-        (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Flip(i, b)),
-        any::<usize>().prop_map(Mutation::Truncate),
-        (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Insert(i, b)),
-        any::<usize>().prop_map(Mutation::Remove),
-    ]
-}
-
-fn mutate(mut b: Vec<u8>, ms: &[Mutation]) -> Vec<u8> {
-    for m in ms {
-        let n = b.len().max(1);
-        match *m {
-            Mutation::Flip(i, x) => {
-                if !b.is_empty() {
-                    b[i % n] ^= x | 1;
-                }
-            }
-            Mutation::Truncate(i) => b.truncate(i % n),
-            Mutation::Insert(i, x) => b.insert(i % (b.len() + 1), x),
-            Mutation::Remove(i) => {
-                if !b.is_empty() {
-                    b.remove(i % n);
-                }
-            }
-        }
-    }
-    b
-}
-
 fn check_decode(b: &[u8]) {
     if let Ok((h, recs)) = wire::decode(b) {
         let mut n = 0;
@@ -117,7 +83,9 @@ proptest! {
     #[test]
     fn decode_mutated_valid(b in valid_datagram(), ms in prop::collection::vec(mutation(), 1..4)) {
         prop_assert!(wire::decode(&b).is_ok(), "generator must produce valid datagrams");
-        check_decode(&mutate(b, &ms));
+        let mut b = b;
+        mutate(&mut b, &ms);
+        check_decode(&b);
     }
 }
 
@@ -148,8 +116,10 @@ fn runtime_receive_path_never_panics() {
     let strat = (
         prop_oneof![
             prop::collection::vec(any::<u8>(), 0..200),
-            (valid_datagram(), prop::collection::vec(mutation(), 0..3))
-                .prop_map(|(b, m)| mutate(b, &m)),
+            (valid_datagram(), prop::collection::vec(mutation(), 0..3)).prop_map(|(mut b, m)| {
+                mutate(&mut b, &m);
+                b
+            }),
         ],
         0u16..2,
         0u16..2,
