@@ -503,9 +503,8 @@ pub(crate) struct State {
     session: u32,
     credits: u32,
     window: usize,
-    single_cap: usize,
-    seg_payload: usize,
     max_message: usize,
+    /// Single-record and segment payload caps, MTU and coalescing (for every send).
     limits: SendLimits,
     handlers: Box<[Option<Handler>; 256]>,
     dests: Vec<Option<Box<Dest>>>,
@@ -515,6 +514,9 @@ pub(crate) struct State {
     credit_waiters: Vec<u16>,
     tx: Tx,
     reasm: Vec<Reasm>,
+    /// Scratch of reassembly eviction: slots held per source endpoint (all zero between
+    /// uses).
+    reasm_held: Vec<u32>,
     need: Vec<Need>,
     need_touched: Vec<u32>,
     inflight: u64,
@@ -630,8 +632,6 @@ impl Runtime {
             rto: cfg.retransmit_timeout.as_nanos().max(1) as u64,
             credits,
             window,
-            single_cap,
-            seg_payload,
             max_message,
             limits: SendLimits {
                 single_cap,
@@ -651,6 +651,7 @@ impl Runtime {
                 ..Default::default()
             },
             reasm: Vec::new(),
+            reasm_held: vec![0; n],
             need: vec![Need::default(); n],
             need_touched: Vec::new(),
             inflight: 0,
@@ -989,7 +990,7 @@ impl State {
         } else if d != co.dest0 {
             co.multi = true;
         }
-        if payload.len() > self.single_cap {
+        if payload.len() > self.limits.single_cap {
             co.big = true;
             // Offsets into the arena are u32. Only large requests can reach that: below
             // u16::MAX requests of at most one datagram each stay far under 4 GiB.
@@ -1112,7 +1113,7 @@ impl State {
     fn check_needs(&mut self, id: u16) -> Result<bool, RpcError> {
         let mtu = self.cluster.mtu;
         let coalesce = self.cfg.coalesce;
-        let single_cap = self.single_cap;
+        let single_cap = self.limits.single_cap;
         let co = &self.cos[id as usize];
         for q in &co.reqs {
             let d = q.dest as usize;
@@ -1123,7 +1124,7 @@ impl State {
             n.reqs += 1;
             let len = q.len as usize;
             if len > single_cap {
-                n.dgrams += len.div_ceil(self.seg_payload);
+                n.dgrams += len.div_ceil(self.limits.seg_payload);
                 n.fill = 0;
             } else {
                 let rl = wire::record_len(len, false);
@@ -1172,7 +1173,7 @@ impl State {
     fn encode_batch(&mut self, id: u16) {
         let mtu = self.cluster.mtu;
         let coalesce = self.cfg.coalesce;
-        let single_cap = self.single_cap;
+        let single_cap = self.limits.single_cap;
         let deadline = self.now + self.rto;
         let session = self.session;
         let co = &mut self.cos[id as usize];
@@ -1209,7 +1210,7 @@ impl State {
                 dg = t.cur_dg;
                 self.tx.push(d, seq, q.rtype, None, payload);
             } else {
-                let segs = payload.len().div_ceil(self.seg_payload);
+                let segs = payload.len().div_ceil(self.limits.seg_payload);
                 dg = dest.alloc_dg(segs as u16);
                 push_segments(
                     &mut self.tx,
@@ -1220,7 +1221,7 @@ impl State {
                     seq,
                     q.rtype,
                     payload,
-                    self.seg_payload,
+                    self.limits.seg_payload,
                     mtu,
                 );
             }
@@ -1448,7 +1449,7 @@ impl State {
         let win = self.clients[s].as_deref_mut().expect("client_window first");
         let sv = win.slots.at_mut(seq);
         sv.seq = seq;
-        sv.segmented = payload.len() > self.single_cap;
+        sv.segmented = payload.len() > self.limits.single_cap;
         sv.sent_at = self.now;
         sv.resp.clear();
         let info = RequestInfo {
@@ -1627,7 +1628,7 @@ impl State {
                 let co = &self.cos[rec.co as usize];
                 let q = co.reqs[rec.idx as usize];
                 let payload = &co.arena[q.off as usize..(q.off + q.len) as usize];
-                if payload.len() <= self.single_cap {
+                if payload.len() <= self.limits.single_cap {
                     let rl = wire::record_len(payload.len(), false);
                     self.tx.ensure(
                         d,
@@ -1650,7 +1651,7 @@ impl State {
                         seq,
                         q.rtype,
                         payload,
-                        self.seg_payload,
+                        self.limits.seg_payload,
                         mtu,
                     );
                 }
@@ -1686,7 +1687,7 @@ impl State {
         r: &wire::Record<'_>,
         seg: Seg,
     ) -> Option<usize> {
-        let sp = self.seg_payload;
+        let sp = self.limits.seg_payload;
         let total = seg.total as usize;
         let off = seg.offset as usize;
         // Segments are cut at fixed boundaries by a sender of the same MTU.
@@ -1733,8 +1734,18 @@ impl State {
                     // slots, so that one source (a flood of first segments) cannot
                     // starve the others' messages.
                     self.stats.reassembly_evicted += 1;
-                    let held = |src: u32| self.reasm.iter().filter(|x| x.src == src).count();
-                    let hog = self.reasm.iter().map(|x| x.src).max_by_key(|&s| held(s))?;
+                    // One pass to count the slots per source (scratch indexed by source).
+                    let held = &mut self.reasm_held;
+                    let mut hog = 0;
+                    for x in &self.reasm {
+                        held[x.src as usize] += 1;
+                        if held[x.src as usize] > held[hog as usize] {
+                            hog = x.src;
+                        }
+                    }
+                    for x in &self.reasm {
+                        held[x.src as usize] = 0;
+                    }
                     let (i, _) = self
                         .reasm
                         .iter()
