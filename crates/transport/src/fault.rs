@@ -39,21 +39,26 @@ impl Default for FaultConfig {
     }
 }
 
+/// Checks that every named fault probability lies within 0..=1.
+pub fn check_probabilities(ps: &[(&str, f64)]) -> Result<(), TransportError> {
+    for &(name, p) in ps {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(TransportError::Config(format!(
+                "fault probability {name}={p} is not within 0..=1"
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl FaultConfig {
     pub fn validate(&self) -> Result<(), TransportError> {
-        for (name, p) in [
+        check_probabilities(&[
             ("drop", self.drop),
             ("duplicate", self.duplicate),
             ("reorder", self.reorder),
             ("delay", self.delay),
-        ] {
-            if !(0.0..=1.0).contains(&p) {
-                return Err(TransportError::Config(format!(
-                    "fault probability {name}={p} is not within 0..=1"
-                )));
-            }
-        }
-        Ok(())
+        ])
     }
 }
 

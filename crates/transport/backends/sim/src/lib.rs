@@ -114,7 +114,7 @@ impl SimFaults {
     }
 
     pub fn validate(&self) -> Result<(), TransportError> {
-        for (name, p) in [
+        ambidex_transport::fault::check_probabilities(&[
             ("drop", self.drop),
             ("duplicate", self.duplicate),
             ("reorder", self.reorder),
@@ -122,13 +122,7 @@ impl SimFaults {
             ("onesided_loss", self.onesided_loss),
             ("onesided_duplicate", self.onesided_duplicate),
             ("onesided_delay", self.onesided_delay),
-        ] {
-            if !(0.0..=1.0).contains(&p) {
-                return Err(TransportError::Config(format!(
-                    "fault probability {name}={p} is not within 0..=1"
-                )));
-            }
-        }
+        ])?;
         if self.min_latency_ns > self.max_latency_ns {
             return Err(TransportError::Config(
                 "min_latency_ns exceeds max_latency_ns".into(),
