@@ -122,19 +122,7 @@ pub fn run(
                     });
                 }
                 rt.run_until(|_| live.load(Ordering::SeqCst) == 0);
-                // Keep serving briefly so the last responses and retransmissions land.
-                let until = Instant::now() + Duration::from_millis(20);
-                rt.run_until(|_| Instant::now() >= until);
-                let stuck = rt.live_tasks();
-                if let Some(mut h) = th.take_history() {
-                    h.flush();
-                }
-                results.lock().unwrap().push((
-                    th.stats(),
-                    rt.stats(),
-                    rt.endpoint_counters(),
-                    stuck,
-                ));
+                results.lock().unwrap().push(finish_thread(&mut rt, &th));
                 Ok(())
             }));
         }
@@ -169,4 +157,20 @@ pub fn run(
         r.stuck_workers += stuck;
     }
     Ok(r)
+}
+
+/// What a node thread reports when it ends: its transaction and RPC counters, its
+/// transport counters, and how many of its coroutines had not finished.
+pub type ThreadResult = (TxnStats, RpcStats, CounterSnapshot, usize);
+
+/// The end of a node thread whose workers are done: serves 20 ms more so that the last
+/// responses and retransmissions land, flushes its history, and reports.
+pub fn finish_thread(rt: &mut Runtime, th: &TxnThread) -> ThreadResult {
+    let until = Instant::now() + Duration::from_millis(20);
+    rt.run_until(|_| Instant::now() >= until);
+    let stuck = rt.live_tasks();
+    if let Some(mut h) = th.take_history() {
+        h.flush();
+    }
+    (th.stats(), rt.stats(), rt.endpoint_counters(), stuck)
 }

@@ -17,14 +17,14 @@ use crate::driver::{
 use ambidex_rpc::{RpcStats, Runtime, RuntimeConfig};
 use ambidex_transport::fault::{FaultConfig, FaultyEndpoint};
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
-use ambidex_txn::runner::{Worker, WorkerCtx};
+use ambidex_txn::runner::{finish_thread, ThreadResult, Worker, WorkerCtx};
 use ambidex_txn::{NodeDb, Placement, TxnConfig, TxnStats, TxnThread};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// How a node process runs its threads.
 #[derive(Clone, Debug, Default)]
@@ -91,8 +91,6 @@ pub fn load_node(cfg: &BenchConfig, node: NodeId) -> Result<LoadedNode, String> 
     }
     dispatch(cfg, Load { cfg, node })
 }
-
-type ThreadResult = (TxnStats, RpcStats, CounterSnapshot, usize);
 
 /// A node whose threads are running (from `start` until `finish`).
 pub struct RunningNode {
@@ -214,19 +212,7 @@ impl LoadedNode {
                     }
                     // Serve until the launcher says every node's workers are done.
                     rt.run_until(|_| drain.load(Ordering::SeqCst));
-                    // Keep serving briefly so the last responses and retransmissions land.
-                    let until = Instant::now() + Duration::from_millis(20);
-                    rt.run_until(|_| Instant::now() >= until);
-                    let stuck = rt.live_tasks();
-                    if let Some(mut h) = th.take_history() {
-                        h.flush();
-                    }
-                    results.lock().unwrap().push((
-                        th.stats(),
-                        rt.stats(),
-                        rt.endpoint_counters(),
-                        stuck,
-                    ));
+                    results.lock().unwrap().push(finish_thread(&mut rt, &th));
                 });
             match spawned {
                 Ok(h) => handles.push(h),
