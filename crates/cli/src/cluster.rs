@@ -822,15 +822,8 @@ impl NodeProcesses {
         loop {
             for i in 0..self.procs.len() {
                 // Nothing is expected now: an event here is an error report, or early.
-                if let Some(front) = self.pending[i].front() {
-                    if front.get("event").and_then(|e| e.as_str()) == Some("error") {
-                        let msg = front
-                            .get("message")
-                            .and_then(|m| m.as_str())
-                            .unwrap_or("(no message)")
-                            .to_string();
-                        return Err(self.failure(i as u16, &format!("reported an error: {msg}")));
-                    }
+                if let Some(msg) = self.pending[i].front().and_then(error_report) {
+                    return Err(self.failure(i as u16, &format!("reported an error: {msg}")));
                 }
             }
             if let Some(i) = (0..self.procs.len()).find(|&i| self.procs[i].eof) {
@@ -895,15 +888,10 @@ impl NodeProcesses {
         let Some(front) = self.pending[i].front() else {
             return Ok(None);
         };
-        let kind = front.get("event").and_then(|e| e.as_str()).unwrap_or("");
-        if kind == "error" {
-            let msg = front
-                .get("message")
-                .and_then(|m| m.as_str())
-                .unwrap_or("(no message)")
-                .to_string();
+        if let Some(msg) = error_report(front) {
             return Err(self.failure(i as u16, &format!("reported an error: {msg}")));
         }
+        let kind = front.get("event").and_then(|e| e.as_str()).unwrap_or("");
         if kind == event {
             return Ok(self.pending[i].pop_front());
         }
@@ -1071,4 +1059,13 @@ pub fn describe_exit(st: std::process::ExitStatus) -> String {
         }
         None => format!("ended ({st})"),
     }
+}
+
+/// The message of a node's `error` event (None for any other event).
+fn error_report(ev: &serde_json::Value) -> Option<String> {
+    if ev.get("event").and_then(|e| e.as_str()) != Some("error") {
+        return None;
+    }
+    let msg = ev.get("message").and_then(|m| m.as_str());
+    Some(msg.unwrap_or("(no message)").to_string())
 }
