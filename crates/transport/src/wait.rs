@@ -2,11 +2,11 @@
 //! word may live in shared memory) through the non-private futex calls.
 //!
 //! A receiver reads the count, announces itself as a sleeper, checks its queues again and
-//! sleeps only if they are empty and the count is unchanged. A sender publishes with a
-//! sequentially consistent store and then checks for sleepers; only if there is one does
-//! it bump the count and wake it. The two store-then-load sequences (Dekker's pattern)
-//! guarantee that either the sender sees the sleeper or the sleeper sees the work, so an
-//! idle node costs no CPU and a busy sender pays one load per doorbell.
+//! sleeps only if they are empty and the count is unchanged. A sender publishes, fences
+//! and then checks for sleepers; only if there is one does it bump the count and wake it.
+//! The two store-then-load sequences (Dekker's pattern) guarantee that either the sender
+//! sees the sleeper or the sleeper sees the work, so an idle node costs no CPU and a busy
+//! sender pays a fence and one load per doorbell.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -20,10 +20,15 @@ pub struct EventCount {
 }
 
 impl EventCount {
-    /// Called by a producer after publishing work with a `SeqCst` store. `scope` must be
-    /// the one the sleeper waits with.
+    /// Called by a producer after publishing work. `scope` must be the one the sleeper
+    /// waits with.
     #[inline]
     pub fn notify(&self, scope: Scope) {
+        // The publishing store may be a mere release store (a ring's tail), and a later
+        // load may pass a release store (x86 reorders a store with a later load). Without
+        // this fence the producer could read "no sleeper" while the sleeper still reads
+        // the old tail, and the sleeper would miss the wake-up for a whole timeout.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if self.sleepers.load(Ordering::SeqCst) != 0 {
             self.count.fetch_add(1, Ordering::SeqCst);
             futex_wake(&self.count, scope);
