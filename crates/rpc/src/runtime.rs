@@ -109,8 +109,8 @@ enum Phase {
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum ReqStatus {
+    /// Not settled yet.
     Queued,
-    Pending,
     Ok,
     NoHandler,
     TooLarge,
@@ -124,11 +124,16 @@ struct QReq {
     dest: u32,
     rtype: u8,
     status: ReqStatus,
+    /// Next request of its group (queued as the next request of the batch; a flush
+    /// that groups otherwise rewrites it). Not read past a group's last request.
+    next: u16,
     off: u32,
     len: u32,
     roff: u32,
     rlen: u32,
 }
+
+
 
 /// A worker coroutine's batch. Buffers keep their capacity across batches, so a steady
 /// state allocates nothing.
@@ -201,6 +206,9 @@ impl<T> SeqArray<T> {
 struct ReqRec {
     seq: u64,
     live: bool,
+    /// Items of the group this seq carries (its first request is `idx`, the others
+    /// follow `QReq::next`); 0 for a lone request sent as its own (segmented) message.
+    count: u8,
     co: u16,
     idx: u16,
     dg: u16,
@@ -224,6 +232,7 @@ struct Dest {
     /// Every seq below is settled (sent in request headers as `ack`).
     ack: u64,
     win: SeqArray<ReqRec>,
+    /// Window entries in flight.
     inflight: u32,
 }
 
@@ -263,9 +272,11 @@ struct ClientWin {
 
 struct Served {
     seq: u64,
-    status: u8,
-    /// The request came in segments (a duplicate must too).
+    /// Tag of the response record: its status, or a group's item count.
+    tag: u8,
+    /// The request came in segments, or as a group (a duplicate must too).
     segmented: bool,
+    group: bool,
     /// Step time the response was last sent (resends are rate-limited).
     sent_at: u64,
     resp: Vec<u8>,
@@ -299,7 +310,20 @@ struct DestTx {
     /// Credit slot of the open request datagram (NO_SLOT if it has none).
     cur_dg: u16,
     touched: bool,
+    /// The group a flush is building in the open datagram, which later requests of the
+    /// same flush to this endpoint join while it is the datagram's last record: its
+    /// record's position (NO_DG if none), flush number, seq, items, body bytes and last
+    /// request.
+    grp_pos: usize,
+    grp_flush: u64,
+    grp_seq: u64,
+    grp_count: u8,
+    grp_len: usize,
+    grp_last: u16,
 }
+
+/// `DestTx::grp_last` of no group.
+const NO_REQ: u16 = u16::MAX;
 
 impl Default for DestTx {
     fn default() -> Self {
@@ -312,6 +336,12 @@ impl Default for DestTx {
             open_count: 0,
             cur_dg: NO_SLOT,
             touched: false,
+            grp_pos: NO_DG,
+            grp_flush: 0,
+            grp_seq: 0,
+            grp_count: 0,
+            grp_len: 0,
+            grp_last: NO_REQ,
         }
     }
 }
@@ -325,6 +355,31 @@ impl DestTx {
             self.open = NO_DG;
             self.open_key = NO_KEY;
         }
+        self.grp_pos = NO_DG;
+    }
+
+    /// Whether a request of `item` bytes (header included) of flush `flush` can join the
+    /// group that flush is building.
+    #[inline(always)]
+    fn joins_group(&self, flush: u64, item: usize, mtu: usize) -> bool {
+        self.grp_pos != NO_DG
+            && self.grp_flush == flush
+            && self.len == self.grp_pos + wire::REC_HDR + self.grp_len
+            && (self.grp_count as usize) < wire::MAX_ITEMS
+            && self.len - self.open + item <= mtu
+    }
+
+    /// Writes a group record of `count` items (`items` bytes, copied from `body`) at the
+    /// end of the open datagram (which `ensure` sized); returns the record's position.
+    #[inline(always)]
+    fn put_group(&mut self, seq: u64, count: u8, body: &[u8]) -> usize {
+        let pos = self.len;
+        let end = pos + wire::REC_HDR + body.len();
+        wire::write_group_header(&mut self.buf, pos, seq, count, body.len() as u16);
+        self.buf[pos + wire::REC_HDR..end].copy_from_slice(body);
+        self.len = end;
+        self.open_count += 1;
+        pos
     }
 
     /// Makes room for `n` more bytes.
@@ -408,13 +463,22 @@ impl Tx {
     }
 
     #[inline(always)]
-    fn push(&mut self, d: usize, seq: u64, tag: u8, seg: Option<Seg>, payload: &[u8]) {
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &mut self,
+        d: usize,
+        seq: u64,
+        tag: u8,
+        seg: Option<Seg>,
+        group: bool,
+        payload: &[u8],
+    ) {
         let t = &mut self.per[d];
         debug_assert!(t.open != NO_DG, "ensure before push");
         // `ensure` checked that the record fits the datagram, which `open_new` sized (and
         // the slicing in `write_record` checks it again).
         debug_assert!(t.len + wire::record_len(payload.len(), seg.is_some()) <= t.buf.len());
-        t.len = wire::write_record(&mut t.buf, t.len, seq, tag, seg, payload);
+        t.len = wire::write_record(&mut t.buf, t.len, seq, tag, seg, group, payload);
         t.open_count += 1;
     }
 
@@ -485,7 +549,9 @@ struct Reasm {
 #[derive(Clone, Copy, Default)]
 struct Need {
     fill: usize,
+    /// Records in the datagram being filled, items in its last group.
     count: usize,
+    items: usize,
     dgrams: usize,
     reqs: usize,
 }
@@ -519,6 +585,9 @@ pub(crate) struct State {
     reasm_held: Vec<u32>,
     need: Vec<Need>,
     need_touched: Vec<u32>,
+    /// A group item's handler writes its response here (then it joins the group's).
+    scratch: Vec<u8>,
+    /// Window entries in flight (a group is one).
     inflight: u64,
     next_scan: u64,
     clock_skips: u32,
@@ -635,6 +704,7 @@ impl Runtime {
             max_message,
             limits: SendLimits {
                 single_cap,
+                group_cap: single_cap - wire::ITEM_HDR,
                 seg_payload,
                 mtu: cluster.mtu,
                 coalesce: cfg.coalesce,
@@ -654,6 +724,7 @@ impl Runtime {
             reasm_held: vec![0; n],
             need: vec![Need::default(); n],
             need_touched: Vec::new(),
+            scratch: Vec::new(),
             inflight: 0,
             next_scan: now,
             clock_skips: 0,
@@ -990,11 +1061,11 @@ impl State {
         } else if d != co.dest0 {
             co.multi = true;
         }
-        if payload.len() > self.limits.single_cap {
+        if payload.len() > self.limits.group_cap {
             co.big = true;
             // Offsets into the arena are u32. Only large requests can reach that: below
             // u16::MAX requests of at most one datagram each stay far under 4 GiB.
-            if co.arena.len() + wire::REC_HDR + payload.len() > u32::MAX as usize {
+            if co.arena.len() + wire::ITEM_HDR + payload.len() > u32::MAX as usize {
                 let t = self.threads;
                 return Err(RpcError::BatchTooLarge {
                     dest: EndpointAddr::new((d as usize / t) as u16, (d as usize % t) as u16),
@@ -1003,12 +1074,13 @@ impl State {
                 });
             }
         }
-        // The arena holds each request as a wire record (seq filled in at the flush).
-        let off = wire::extend_request(&mut co.arena, rtype, payload);
+        // The arena holds each request as a group item, ready to be copied.
+        let off = wire::extend_item(&mut co.arena, rtype, payload);
         co.reqs.push(QReq {
             dest: d,
             rtype,
             status: ReqStatus::Queued,
+            next: idx as u16 + 1,
             off: off as u32,
             len: payload.len() as u32,
             roff: 0,
@@ -1107,13 +1179,15 @@ impl State {
     }
 
     /// Phase 1 of a flush: what the batch needs per destination (mirrors the packing of
-    /// `encode_batch` as if every destination started a fresh datagram, so it is an upper
-    /// bound). Ok(false) if some destination lacks credits or window room now.
+    /// `encode_batch` as if every destination started a fresh datagram: starting in a
+    /// datagram already open never takes more new ones, so it is an upper bound; window
+    /// entries are bounded by the requests). Ok(false) if some destination lacks credits
+    /// or window room now.
     #[inline(never)]
     fn check_needs(&mut self, id: u16) -> Result<bool, RpcError> {
         let mtu = self.cluster.mtu;
         let coalesce = self.cfg.coalesce;
-        let single_cap = self.limits.single_cap;
+        let group_cap = self.limits.group_cap;
         let co = &self.cos[id as usize];
         for q in &co.reqs {
             let d = q.dest as usize;
@@ -1123,19 +1197,31 @@ impl State {
             }
             n.reqs += 1;
             let len = q.len as usize;
-            if len > single_cap {
+            if len > group_cap {
                 n.dgrams += len.div_ceil(self.limits.seg_payload);
                 n.fill = 0;
+                n.items = 0;
+                continue;
+            }
+            let item = wire::ITEM_HDR + len;
+            if coalesce && n.items > 0 && n.items < wire::MAX_ITEMS && n.fill + item <= mtu {
+                // Joins the group.
+                n.fill += item;
+                n.items += 1;
+            } else if coalesce
+                && n.fill > 0
+                && n.count < wire::MAX_RECORDS
+                && n.fill + wire::REC_HDR + item <= mtu
+            {
+                // A new group in the same datagram.
+                n.fill += wire::REC_HDR + item;
+                n.count += 1;
+                n.items = 1;
             } else {
-                let rl = wire::record_len(len, false);
-                if coalesce && n.fill > 0 && n.fill + rl <= mtu && n.count < wire::MAX_RECORDS {
-                    n.fill += rl;
-                    n.count += 1;
-                } else {
-                    n.dgrams += 1;
-                    n.fill = wire::DGRAM_HDR + rl;
-                    n.count = 1;
-                }
+                n.dgrams += 1;
+                n.fill = wire::DGRAM_HDR + wire::REC_HDR + item;
+                n.count = 1;
+                n.items = 1;
             }
         }
         let mut short = false;
@@ -1166,52 +1252,32 @@ impl State {
     }
 
     /// Phase 2 of a flush (needs checked): assigns sequence numbers and credits, encodes.
-    /// `now` is from this master step (deadlines are coarse: timeout/4 scans). Requests
-    /// may join a request datagram to the same destination opened earlier in this step
-    /// (by another flush): a datagram holds one credit however many flushes share it.
+    /// `now` is from this master step (deadlines are coarse: timeout/4 scans). The small
+    /// requests to one destination form groups (one seq each); a group may start in a
+    /// request datagram to that destination opened earlier in this step (by another
+    /// flush): a datagram holds one credit however many flushes share it.
     #[inline(never)]
     fn encode_batch(&mut self, id: u16) {
         let mtu = self.cluster.mtu;
         let coalesce = self.cfg.coalesce;
-        let single_cap = self.limits.single_cap;
+        let group_cap = self.limits.group_cap;
         let deadline = self.now + self.rto;
         let session = self.session;
+        let flush = self.stats.flushes;
         let co = &mut self.cos[id as usize];
         let nreq = co.reqs.len();
-        for (i, q) in co.reqs.iter_mut().enumerate() {
+        let mut entries = 0u64;
+        for i in 0..nreq {
+            let q = co.reqs[i];
             let d = q.dest as usize;
             let dest = self.dests[d].as_deref_mut().expect("created in phase 1");
-            let seq = dest.next_seq;
-            dest.next_seq += 1;
-            let payload = &co.arena[q.off as usize..(q.off + q.len) as usize];
-            let dg;
-            if payload.len() <= single_cap {
-                let rl = wire::record_len(payload.len(), false);
-                if !self.tx.ensure(
-                    d,
-                    wire::KIND_REQUEST,
-                    session,
-                    dest.ack,
-                    rl,
-                    mtu,
-                    coalesce,
-                    false,
-                ) && self.tx.per[d].cur_dg == NO_SLOT
-                {
-                    // The open datagram holds retransmissions (no credit of its own):
-                    // start a fresh one, so the batch never needs more credits than
-                    // phase 1 counted.
-                    self.tx.open_new(d, wire::KIND_REQUEST, session, dest.ack);
-                }
-                let t = &mut self.tx.per[d];
-                if t.cur_dg == NO_SLOT {
-                    t.cur_dg = dest.alloc_dg(1);
-                }
-                dg = t.cur_dg;
-                self.tx.push(d, seq, q.rtype, None, payload);
-            } else {
-                let segs = payload.len().div_ceil(self.limits.seg_payload);
-                dg = dest.alloc_dg(segs as u16);
+            let (lo, hi) = (q.off as usize, (q.off + q.len) as usize);
+            if q.len as usize > group_cap {
+                // Alone, in segments, each holding a credit.
+                let seq = dest.next_seq;
+                dest.next_seq += 1;
+                let segs = (hi - lo).div_ceil(self.limits.seg_payload);
+                let dg = dest.alloc_dg(segs as u16);
                 push_segments(
                     &mut self.tx,
                     d,
@@ -1220,15 +1286,77 @@ impl State {
                     dest.ack,
                     seq,
                     q.rtype,
-                    payload,
+                    &co.arena[lo..hi],
                     self.limits.seg_payload,
                     mtu,
+                    false,
                 );
+                dest.dg[dg as usize].remaining += 1;
+                *dest.win.at_mut(seq) = ReqRec {
+                    seq,
+                    live: true,
+                    count: 0,
+                    co: id,
+                    idx: i as u16,
+                    dg,
+                    retries: 0,
+                    deadline,
+                };
+                dest.inflight += 1;
+                entries += 1;
+                continue;
             }
+            let item = &co.arena[lo - wire::ITEM_HDR..hi];
+            let t = &mut self.tx.per[d];
+            if coalesce && t.joins_group(flush, item.len(), mtu) {
+                // In bounds: `open_new` sized the buffer for a whole datagram.
+                let at = t.len;
+                t.buf[at..at + item.len()].copy_from_slice(item);
+                t.len += item.len();
+                t.grp_len += item.len();
+                t.grp_count += 1;
+                wire::write_group_header(
+                    &mut t.buf,
+                    t.grp_pos,
+                    t.grp_seq,
+                    t.grp_count,
+                    t.grp_len as u16,
+                );
+                co.reqs[t.grp_last as usize].next = i as u16;
+                t.grp_last = i as u16;
+                dest.win.at_mut(t.grp_seq).count += 1;
+                continue;
+            }
+            // A new group: in the open request datagram if it fits and holds a credit
+            // (one holding only retransmissions has none), else in a fresh one.
+            if !self.tx.ensure(
+                d,
+                wire::KIND_REQUEST,
+                session,
+                dest.ack,
+                wire::REC_HDR + item.len(),
+                mtu,
+                coalesce,
+                false,
+            ) && self.tx.per[d].cur_dg == NO_SLOT
+            {
+                self.tx.open_new(d, wire::KIND_REQUEST, session, dest.ack);
+            }
+            let t = &mut self.tx.per[d];
+            if t.cur_dg == NO_SLOT {
+                t.cur_dg = dest.alloc_dg(1);
+            }
+            let dg = t.cur_dg;
+            let seq = dest.next_seq;
+            dest.next_seq += 1;
+            t.grp_pos = t.put_group(seq, 1, item);
+            (t.grp_flush, t.grp_seq, t.grp_count) = (flush, seq, 1);
+            (t.grp_len, t.grp_last) = (item.len(), i as u16);
             dest.dg[dg as usize].remaining += 1;
             *dest.win.at_mut(seq) = ReqRec {
                 seq,
                 live: true,
+                count: 1,
                 co: id,
                 idx: i as u16,
                 dg,
@@ -1236,10 +1364,10 @@ impl State {
                 deadline,
             };
             dest.inflight += 1;
-            q.status = ReqStatus::Pending;
+            entries += 1;
         }
         co.pending = nreq as u32;
-        self.inflight += nreq as u64;
+        self.inflight += entries;
         self.stats.rpcs_issued += nreq as u64;
         self.stats.flushes += 1;
         if self.next_scan <= self.now {
@@ -1247,10 +1375,10 @@ impl State {
         }
     }
 
-    /// `encode_batch` for a batch of single-datagram requests to one destination (the
-    /// common case), with the destination's state looked up once. The arena holds the
-    /// batch as wire records, so a batch that fits the open datagram (or a fresh one) is
-    /// one copy plus its sequence numbers.
+    /// `encode_batch` for a batch of small requests to one destination (the common
+    /// case), with the destination's state looked up once. The arena holds the batch as
+    /// group items, so each group (the whole batch when it fits the open datagram or a
+    /// fresh one) is a record header plus one copy.
     #[inline(always)]
     fn encode_one_dest(&mut self, id: u16) {
         let mtu = self.cluster.mtu;
@@ -1263,59 +1391,63 @@ impl State {
         let dest = self.dests[d].as_deref_mut().expect("checked by try_send");
         let tx = &mut self.tx;
         let nreq = co.reqs.len();
-        let bytes = co.arena.len();
-        // Join the open request datagram if it fits and holds a credit (one holding only
-        // retransmissions has none), else open one with a fresh credit.
-        let joins = |t: &DestTx, n: usize, b: usize| {
-            coalesce
-                && t.open_key == key
-                && t.cur_dg != NO_SLOT
-                && t.open_count + n <= wire::MAX_RECORDS
-                && t.len - t.open + b <= mtu
-        };
-        // The batch goes in as one run of records when it fits one datagram, else
-        // record by record.
-        let whole = coalesce && nreq <= wire::MAX_RECORDS && wire::DGRAM_HDR + bytes <= mtu;
+        // Without coalescing every request is a group of one in its own datagram.
+        let most = if coalesce { wire::MAX_ITEMS } else { 1 };
+        let mut entries = 0u32;
         let mut i = 0;
         while i < nreq {
-            let (n, lo, hi) = if whole {
-                (nreq, 0, bytes)
-            } else {
-                let q = &co.reqs[i];
-                (1, q.off as usize - wire::REC_HDR, (q.off + q.len) as usize)
-            };
-            if !joins(&tx.per[d], n, hi - lo) {
+            let lo = co.reqs[i].off as usize - wire::ITEM_HDR;
+            let first = co.reqs[i].off as usize + co.reqs[i].len as usize - lo;
+            // Join the open request datagram if the first request fits and it holds a
+            // credit (one holding only retransmissions has none), else open one.
+            let t = &tx.per[d];
+            if !(coalesce
+                && t.open_key == key
+                && t.cur_dg != NO_SLOT
+                && t.open_count < wire::MAX_RECORDS
+                && t.len - t.open + wire::REC_HDR + first <= mtu)
+            {
                 tx.open_new(d, wire::KIND_REQUEST, session, dest.ack);
                 tx.per[d].cur_dg = dest.alloc_dg(1);
             }
             let t = &mut tx.per[d];
-            let dg = t.cur_dg;
-            // Where arena[lo] lands in the datagram.
-            let base = t.len;
-            t.buf[base..base + hi - lo].copy_from_slice(&co.arena[lo..hi]);
-            t.len += hi - lo;
-            t.open_count += n;
-            dest.dg[dg as usize].remaining += n as u16;
-            for (k, q) in co.reqs[i..i + n].iter_mut().enumerate() {
-                let seq = dest.next_seq;
-                dest.next_seq += 1;
-                wire::set_seq(&mut t.buf, base + q.off as usize - wire::REC_HDR - lo, seq);
-                *dest.win.at_mut(seq) = ReqRec {
-                    seq,
-                    live: true,
-                    co: id,
-                    idx: (i + k) as u16,
-                    dg,
-                    retries: 0,
-                    deadline,
-                };
-                q.status = ReqStatus::Pending;
+            // The requests that fit: a run of the arena (usually all of it).
+            let room = mtu - (t.len - t.open) - wire::REC_HDR;
+            let (mut j, mut hi) = (i + 1, lo + first);
+            if i == 0 && nreq <= most && co.arena.len() <= room {
+                (j, hi) = (nreq, co.arena.len());
             }
-            i += n;
+            let last = nreq.min(i + most);
+            while j < last {
+                let e = (co.reqs[j].off + co.reqs[j].len) as usize;
+                if e - lo > room {
+                    break;
+                }
+                hi = e;
+                j += 1;
+            }
+            let seq = dest.next_seq;
+            dest.next_seq += 1;
+            let dg = t.cur_dg;
+            // The group's requests are consecutive: `QReq::next` as queued.
+            t.put_group(seq, (j - i) as u8, &co.arena[lo..hi]);
+            dest.dg[dg as usize].remaining += 1;
+            *dest.win.at_mut(seq) = ReqRec {
+                seq,
+                live: true,
+                count: (j - i) as u8,
+                co: id,
+                idx: i as u16,
+                dg,
+                retries: 0,
+                deadline,
+            };
+            entries += 1;
+            i = j;
         }
-        dest.inflight += nreq as u32;
+        dest.inflight += entries;
         co.pending = nreq as u32;
-        self.inflight += nreq as u64;
+        self.inflight += entries as u64;
         self.stats.rpcs_issued += nreq as u64;
         self.stats.flushes += 1;
         if self.next_scan <= self.now {
@@ -1372,8 +1504,9 @@ impl State {
                 base: 0,
                 slots: SeqArray::new(window, |_| Served {
                     seq: 0,
-                    status: 0,
+                    tag: 0,
                     segmented: false,
+                    group: false,
                     sent_at: 0,
                     resp: Vec::new(),
                 }),
@@ -1416,7 +1549,10 @@ impl State {
             // real client retransmits only after its timeout, and nobody can make this
             // server resend a large response faster than it would answer new requests.
             self.stats.duplicate_requests += 1;
-            if r.seg.is_some() == sv.segmented && r.seg.is_none_or(|g| g.offset == 0) {
+            if r.seg.is_some() == sv.segmented
+                && r.group == sv.group
+                && r.seg.is_none_or(|g| g.offset == 0)
+            {
                 // A fresh clock: the step's is read after the poll, and a thread that
                 // was descheduled would hold a stale one and turn real retransmissions
                 // away.
@@ -1427,15 +1563,28 @@ impl State {
             }
             return;
         }
+        if r.group {
+            // A client never segments a group, and runs no handler of a malformed one.
+            if r.seg.is_some()
+                || r.tag == 0
+                || !wire::check_items(r.payload, r.tag as usize, |_| true)
+            {
+                self.stats.rx_malformed += 1;
+                return;
+            }
+            self.serve_group(s, src, hdr.session, r.seq, r.tag, r.payload);
+            return;
+        }
         if r.seg.is_some() {
             self.on_segmented_request(s, src, hdr, r);
             return;
         }
-        self.serve(s, src, hdr.session, r.seq, r.tag, r.payload);
+        self.serve(s, src, hdr.session, r.seq, r.tag, r.payload, false);
     }
 
     /// Runs the handler of client `s`'s request `seq` (never run before), keeps its
     /// response in the request's slot of the client window and sends it.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn serve(
         &mut self,
@@ -1445,11 +1594,13 @@ impl State {
         seq: u64,
         tag: u8,
         payload: &[u8],
+        segmented: bool,
     ) {
         let win = self.clients[s].as_deref_mut().expect("client_window first");
         let sv = win.slots.at_mut(seq);
         sv.seq = seq;
-        sv.segmented = payload.len() > self.limits.single_cap;
+        sv.segmented = segmented;
+        sv.group = false;
         sv.sent_at = self.now;
         sv.resp.clear();
         let info = RequestInfo {
@@ -1457,7 +1608,7 @@ impl State {
             rtype: tag,
             seq,
         };
-        sv.status = run_handler(
+        sv.tag = run_handler(
             &mut self.handlers[tag as usize],
             &mut self.stats,
             &info,
@@ -1465,6 +1616,50 @@ impl State {
             &mut sv.resp,
             self.max_message,
         );
+        send_response(&mut self.tx, self.limits, s, session, seq, sv);
+    }
+
+    /// Runs the handlers of client `s`'s group `seq` (checked, never run before) in
+    /// order, keeps their responses as one group in the request's slot of the client
+    /// window and sends it. The responses of a group share one message of at most
+    /// `max_message` bytes: a response that would overflow it gets `TooLarge`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn serve_group(
+        &mut self,
+        s: usize,
+        src: EndpointAddr,
+        session: u32,
+        seq: u64,
+        count: u8,
+        body: &[u8],
+    ) {
+        let win = self.clients[s].as_deref_mut().expect("client_window first");
+        let sv = win.slots.at_mut(seq);
+        sv.seq = seq;
+        sv.tag = count;
+        sv.segmented = false;
+        sv.group = true;
+        sv.sent_at = self.now;
+        sv.resp.clear();
+        for (rtype, payload) in wire::items(body) {
+            let info = RequestInfo { src, rtype, seq };
+            // The handler writes into a buffer of its own (it may do anything to it).
+            self.scratch.clear();
+            let room = self
+                .max_message
+                .saturating_sub(sv.resp.len() + wire::ITEM_HDR);
+            let status = run_handler(
+                &mut self.handlers[rtype as usize],
+                &mut self.stats,
+                &info,
+                payload,
+                &mut self.scratch,
+                room,
+            );
+            // `run_handler` emptied the buffer unless the status is OK.
+            wire::extend_item(&mut sv.resp, status, &self.scratch);
+        }
         send_response(&mut self.tx, self.limits, s, session, seq, sv);
     }
 
@@ -1498,7 +1693,7 @@ impl State {
         self.reasm[i].active = false;
         let whole = std::mem::take(&mut self.reasm[i].buf);
         let total = self.reasm[i].total as usize;
-        self.serve(s, src, hdr.session, r.seq, r.tag, &whole[..total]);
+        self.serve(s, src, hdr.session, r.seq, r.tag, &whole[..total], true);
         self.reasm[i].buf = whole;
     }
 
@@ -1507,7 +1702,7 @@ impl State {
     /// counters added once per datagram; segments go through reassembly.
     #[inline(always)]
     fn on_responses(&mut self, s: usize, recs: wire::Records<'_>) {
-        let mut settled = 0u64;
+        let (mut entries, mut reqs) = (0u64, 0u64);
         let mut dest = self.dests[s]
             .as_deref_mut()
             .expect("checked by on_datagram");
@@ -1521,14 +1716,36 @@ impl State {
                 self.stats.rx_duplicate_response += 1;
                 continue;
             }
-            let status = match r.tag {
-                wire::STATUS_OK => ReqStatus::Ok,
-                wire::STATUS_NO_HANDLER => ReqStatus::NoHandler,
-                wire::STATUS_TOO_LARGE => ReqStatus::TooLarge,
-                _ => {
+            // A group's response is a group of as many items; a lone request's is not.
+            let count = rec.count;
+            if r.group != (count > 0) || (r.group && r.tag != count) {
+                self.stats.rx_malformed += 1;
+                continue;
+            }
+            if r.group {
+                if r.seg.is_some() {
+                    self.on_segmented_response(s, &r, ReqStatus::Ok);
+                    dest = self.dests[s]
+                        .as_deref_mut()
+                        .expect("checked by on_datagram");
+                } else if settle_group(
+                    dest,
+                    r.seq,
+                    r.payload,
+                    &mut self.cos,
+                    &mut self.ready,
+                    &mut self.credit_waiters,
+                ) {
+                    entries += 1;
+                    reqs += count as u64;
+                } else {
                     self.stats.rx_malformed += 1;
-                    continue;
                 }
+                continue;
+            }
+            let Some(status) = status_of(r.tag) else {
+                self.stats.rx_malformed += 1;
+                continue;
             };
             if r.seg.is_some() {
                 self.on_segmented_response(s, &r, status);
@@ -1537,7 +1754,8 @@ impl State {
                     .expect("checked by on_datagram");
                 continue;
             }
-            settled += 1;
+            entries += 1;
+            reqs += 1;
             settle_in(
                 dest,
                 r.seq,
@@ -1548,14 +1766,15 @@ impl State {
                 &mut self.credit_waiters,
             );
         }
-        if settled > 0 {
-            dest.inflight -= settled as u32;
-            self.inflight -= settled;
-            self.stats.rpcs_completed += settled;
+        if entries > 0 {
+            dest.inflight -= entries as u32;
+            self.inflight -= entries;
+            self.stats.rpcs_completed += reqs;
         }
     }
 
-    /// A segment of a live request's response: settles it once the message is whole.
+    /// A segment of a live request's (or group's) response: settles it once the message
+    /// is whole.
     #[inline(never)]
     fn on_segmented_response(&mut self, s: usize, r: &wire::Record<'_>, status: ReqStatus) {
         let seg = r.seg.expect("segmented");
@@ -1565,22 +1784,36 @@ impl State {
         };
         let ra = &mut self.reasm[i];
         ra.active = false;
-        let rec = *self.dests[s].as_deref().expect("checked").win.at(r.seq);
+        let dest = self.dests[s].as_deref_mut().expect("checked");
+        let rec = *dest.win.at(r.seq);
+        let body = &ra.buf[..ra.total as usize];
+        if rec.count > 0 {
+            let (cos, ready, waiters) = (&mut self.cos, &mut self.ready, &mut self.credit_waiters);
+            if settle_group(dest, r.seq, body, cos, ready, waiters) {
+                dest.inflight -= 1;
+                self.inflight -= 1;
+                self.stats.rpcs_completed += rec.count as u64;
+            } else {
+                self.stats.rx_malformed += 1;
+            }
+            return;
+        }
         let co = &mut self.cos[rec.co as usize];
         let q = &mut co.reqs[rec.idx as usize];
         q.roff = co.rarena.len() as u32;
         q.rlen = ra.total;
-        co.rarena.extend_from_slice(&ra.buf[..ra.total as usize]);
+        co.rarena.extend_from_slice(body);
         self.settle(s, r.seq, status);
     }
 
-    /// Completes (or fails) the live request `seq` to destination `s`: frees its window
-    /// entry and, with the last request of its datagram, the datagram's credits.
+    /// Completes (or fails) the live window entry `seq` to destination `s` with every
+    /// request it carries: frees the entry and, with the last entry of its datagram, the
+    /// datagram's credits.
     fn settle(&mut self, s: usize, seq: u64, status: ReqStatus) {
         let dest = self.dests[s]
             .as_deref_mut()
             .expect("settle of a known destination");
-        settle_in(
+        let n = settle_in(
             dest,
             seq,
             status,
@@ -1588,13 +1821,13 @@ impl State {
             &mut self.cos,
             &mut self.ready,
             &mut self.credit_waiters,
-        );
+        ) as u64;
         dest.inflight -= 1;
         self.inflight -= 1;
         if status == ReqStatus::Failed {
-            self.stats.rpcs_failed += 1;
+            self.stats.rpcs_failed += n;
         } else {
-            self.stats.rpcs_completed += 1;
+            self.stats.rpcs_completed += n;
         }
     }
 
@@ -1627,21 +1860,8 @@ impl State {
                 self.stats.retransmits += 1;
                 let co = &self.cos[rec.co as usize];
                 let q = co.reqs[rec.idx as usize];
-                let payload = &co.arena[q.off as usize..(q.off + q.len) as usize];
-                if payload.len() <= self.limits.single_cap {
-                    let rl = wire::record_len(payload.len(), false);
-                    self.tx.ensure(
-                        d,
-                        wire::KIND_REQUEST,
-                        self.session,
-                        dest.ack,
-                        rl,
-                        mtu,
-                        self.cfg.coalesce,
-                        false,
-                    );
-                    self.tx.push(d, seq, q.rtype, None, payload);
-                } else {
+                if rec.count == 0 {
+                    // A lone request, sent in segments.
                     push_segments(
                         &mut self.tx,
                         d,
@@ -1650,11 +1870,43 @@ impl State {
                         dest.ack,
                         seq,
                         q.rtype,
-                        payload,
+                        &co.arena[q.off as usize..(q.off + q.len) as usize],
                         self.limits.seg_payload,
                         mtu,
+                        false,
                     );
+                    continue;
                 }
+                // A group, rebuilt from its requests' items (it fit one datagram).
+                let (mut body, mut k) = (0, rec.idx);
+                for _ in 0..rec.count {
+                    let q = &co.reqs[k as usize];
+                    body += wire::ITEM_HDR + q.len as usize;
+                    k = q.next;
+                }
+                self.tx.ensure(
+                    d,
+                    wire::KIND_REQUEST,
+                    self.session,
+                    dest.ack,
+                    wire::REC_HDR + body,
+                    mtu,
+                    self.cfg.coalesce,
+                    false,
+                );
+                let t = &mut self.tx.per[d];
+                let pos = t.len;
+                wire::write_group_header(&mut t.buf, pos, seq, rec.count, body as u16);
+                let (mut at, mut k) = (pos + wire::REC_HDR, rec.idx);
+                for _ in 0..rec.count {
+                    let q = &co.reqs[k as usize];
+                    let (lo, hi) = (q.off as usize - wire::ITEM_HDR, (q.off + q.len) as usize);
+                    t.buf[at..at + hi - lo].copy_from_slice(&co.arena[lo..hi]);
+                    at += hi - lo;
+                    k = q.next;
+                }
+                t.len = at;
+                t.open_count += 1;
             }
             if give_up {
                 let node = (d / self.threads) as NodeId;
@@ -1784,10 +2036,66 @@ impl State {
     }
 }
 
-/// Completes (or fails) the live request `seq` of `dest`: frees its window entry and,
-/// with the last request of its datagram, the datagram's credits; stores `resp` (a
-/// whole response) as its response and resumes its worker once its batch is complete.
-/// The caller counts it out of `inflight` (its own and the destination's) and into the
+/// The response status of a record tag (None: no such status).
+#[inline(always)]
+fn status_of(tag: u8) -> Option<ReqStatus> {
+    match tag {
+        wire::STATUS_OK => Some(ReqStatus::Ok),
+        wire::STATUS_NO_HANDLER => Some(ReqStatus::NoHandler),
+        wire::STATUS_TOO_LARGE => Some(ReqStatus::TooLarge),
+        _ => None,
+    }
+}
+
+/// Frees the live window entry `seq` of `dest`: moves the acknowledged watermark and,
+/// with the last entry of its datagram, returns the datagram's credits. Returns the
+/// entry.
+#[inline(always)]
+fn retire(
+    dest: &mut Dest,
+    seq: u64,
+    cos: &mut [Co],
+    ready: &mut Vec<u16>,
+    credit_waiters: &mut Vec<u16>,
+) -> ReqRec {
+    let rec = dest.win.at_mut(seq);
+    rec.live = false;
+    let rec = *rec;
+    // The entry at `ack` is live unless it is this one (ack is the lowest unsettled
+    // seq), so the watermark moves only when the oldest entry settles.
+    if seq == dest.ack {
+        dest.ack += 1;
+        while dest.ack < dest.next_seq && !dest.win.at(dest.ack).live {
+            dest.ack += 1;
+        }
+    }
+    let slot = &mut dest.dg[rec.dg as usize];
+    slot.remaining -= 1;
+    if slot.remaining == 0 {
+        dest.credits += slot.weight as u32;
+        dest.dg_free.push(rec.dg);
+        if !credit_waiters.is_empty() {
+            wake_credit_waiters(cos, ready, credit_waiters);
+        }
+    }
+    rec
+}
+
+/// Counts `n` settled requests out of worker `co_id`'s batch; queues the worker once
+/// its batch is complete.
+#[inline(always)]
+fn batch_settled(co: &mut Co, co_id: u16, n: u32, ready: &mut Vec<u16>) {
+    co.pending -= n;
+    if co.pending == 0 && !co.in_ready {
+        co.in_ready = true;
+        ready.push(co_id);
+    }
+}
+
+/// Completes (or fails) the live window entry `seq` of `dest` (see [`retire`]) with
+/// `status` for every request it carries, and `resp` (a whole response) as the
+/// response of a lone request. Returns the requests settled. The caller counts the
+/// entry out of `inflight` (its own and the destination's) and the requests into the
 /// completed or failed counters.
 #[inline(always)]
 fn settle_in(
@@ -1798,43 +2106,60 @@ fn settle_in(
     cos: &mut [Co],
     ready: &mut Vec<u16>,
     credit_waiters: &mut Vec<u16>,
-) {
-    let rec = dest.win.at_mut(seq);
-    rec.live = false;
-    let (co_id, idx, dg) = (rec.co, rec.idx, rec.dg);
-    // The entry at `ack` is live unless it is this one (ack is the lowest unsettled
-    // seq), so the watermark moves only when the oldest request settles.
-    if seq == dest.ack {
-        dest.ack += 1;
-        while dest.ack < dest.next_seq && !dest.win.at(dest.ack).live {
-            dest.ack += 1;
-        }
-    }
-    let slot = &mut dest.dg[dg as usize];
-    slot.remaining -= 1;
-    if slot.remaining == 0 {
-        dest.credits += slot.weight as u32;
-        dest.dg_free.push(dg);
-        if !credit_waiters.is_empty() {
-            wake_credit_waiters(cos, ready, credit_waiters);
-        }
-    }
-    let co = &mut cos[co_id as usize];
+) -> u32 {
+    let rec = retire(dest, seq, cos, ready, credit_waiters);
+    let co = &mut cos[rec.co as usize];
+    let n = (rec.count as u32).max(1);
     if status == ReqStatus::Failed {
-        co.failed += 1;
+        co.failed += n;
     }
-    let q = &mut co.reqs[idx as usize];
+    let q = &mut co.reqs[rec.idx as usize];
     if let Some(p) = resp {
         q.roff = co.rarena.len() as u32;
         q.rlen = p.len() as u32;
         wire::extend_bytes(&mut co.rarena, p);
     }
     q.status = status;
-    co.pending -= 1;
-    if co.pending == 0 && !co.in_ready {
-        co.in_ready = true;
-        ready.push(co_id);
+    let mut next = q.next;
+    for _ in 1..n {
+        let q = &mut co.reqs[next as usize];
+        q.status = status;
+        next = q.next;
     }
+    batch_settled(co, rec.co, n, ready);
+    n
+}
+
+/// Completes the live group `seq` of `dest` with its response `body`; false (and
+/// nothing changed) if the body is not one well-formed response per request.
+#[inline(always)]
+fn settle_group(
+    dest: &mut Dest,
+    seq: u64,
+    body: &[u8],
+    cos: &mut [Co],
+    ready: &mut Vec<u16>,
+    credit_waiters: &mut Vec<u16>,
+) -> bool {
+    let count = dest.win.at(seq).count as usize;
+    if !wire::check_items(body, count, |t| status_of(t).is_some()) {
+        return false;
+    }
+    let rec = retire(dest, seq, cos, ready, credit_waiters);
+    let co = &mut cos[rec.co as usize];
+    // One copy of the whole group; each request's response is a range of it.
+    let base = co.rarena.len();
+    wire::extend_bytes(&mut co.rarena, body);
+    let mut idx = rec.idx;
+    for (tag, payload) in wire::items(body) {
+        let q = &mut co.reqs[idx as usize];
+        q.roff = (base + (payload.as_ptr() as usize - body.as_ptr() as usize)) as u32;
+        q.rlen = payload.len() as u32;
+        q.status = status_of(tag).unwrap_or(ReqStatus::TooLarge);
+        idx = q.next;
+    }
+    batch_settled(co, rec.co, count as u32, ready);
+    true
 }
 
 #[inline(never)]
@@ -1862,6 +2187,7 @@ fn push_segments(
     payload: &[u8],
     sp: usize,
     mtu: usize,
+    group: bool,
 ) {
     let total = payload.len() as u32;
     for (k, chunk) in payload.chunks(sp).enumerate() {
@@ -1883,6 +2209,7 @@ fn push_segments(
                 total,
                 offset: (k * sp) as u32,
             }),
+            group,
             chunk,
         );
         tx.close(d);
@@ -1922,6 +2249,9 @@ fn run_handler(
 #[derive(Clone, Copy)]
 struct SendLimits {
     single_cap: usize,
+    /// Largest request that travels in a group (one item in a fresh datagram); larger
+    /// ones are sent alone, in segments.
+    group_cap: usize,
     seg_payload: usize,
     mtu: usize,
     coalesce: bool,
@@ -1930,7 +2260,7 @@ struct SendLimits {
 /// Sends the response kept in `sv` (of request `seq` from client `d`).
 #[inline(always)]
 fn send_response(tx: &mut Tx, lim: SendLimits, d: usize, session: u32, seq: u64, sv: &Served) {
-    let (status, resp) = (sv.status, &sv.resp[..]);
+    let (tag, resp) = (sv.tag, &sv.resp[..]);
     if resp.len() <= lim.single_cap {
         tx.ensure(
             d,
@@ -1942,7 +2272,7 @@ fn send_response(tx: &mut Tx, lim: SendLimits, d: usize, session: u32, seq: u64,
             lim.coalesce,
             false,
         );
-        tx.push(d, seq, status, None, resp);
+        tx.push(d, seq, tag, None, sv.group, resp);
     } else {
         push_segments(
             tx,
@@ -1951,10 +2281,11 @@ fn send_response(tx: &mut Tx, lim: SendLimits, d: usize, session: u32, seq: u64,
             session,
             0,
             seq,
-            status,
+            tag,
             resp,
             lim.seg_payload,
             lim.mtu,
+            sv.group,
         );
     }
 }

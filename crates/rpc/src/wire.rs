@@ -15,6 +15,18 @@
 //! - `tag`: request type in requests; status in responses ([`STATUS_OK`] ...).
 //! - `flags & FLAG_SEG`: the record is one segment of a message of `total` bytes,
 //!   starting at `offset` (the 8-byte extension is present only then).
+//! - `flags & FLAG_GROUP`: the record's message is a group of `tag` (1..=255) items, the
+//!   coalesced requests of one flush to one endpoint (or their responses, in order),
+//!   sharing one `seq`:
+//!
+//! ```text
+//! group     = item{tag}                       (no trailing bytes)
+//! item      = tag:u8 len:u32 payload[len]     (request type, or response status)
+//! ```
+//!
+//! A group costs one sequence number, one window entry and one record header for all
+//! its requests, where separate records would cost one each. Requests are grouped only
+//! when small (never segmented); a group's responses may be segmented.
 
 pub const MAGIC: u16 = 0xADB1;
 pub const KIND_REQUEST: u8 = 1;
@@ -23,6 +35,10 @@ pub const DGRAM_HDR: usize = 16;
 pub const REC_HDR: usize = 12;
 pub const SEG_EXT: usize = 8;
 pub const FLAG_SEG: u8 = 1;
+pub const FLAG_GROUP: u8 = 2;
+pub const ITEM_HDR: usize = 5;
+/// Most items in a group (the count is the record's tag).
+pub const MAX_ITEMS: usize = 255;
 pub const MAX_RECORDS: usize = 255;
 /// Hard wire limit on a segmented message; the runtime's own limit is lower.
 pub const MAX_WIRE_MESSAGE: u32 = 16 << 20;
@@ -50,6 +66,8 @@ pub struct Record<'a> {
     pub seq: u64,
     pub tag: u8,
     pub seg: Option<Seg>,
+    /// The message is a group of `tag` items (see [`items`]).
+    pub group: bool,
     pub payload: &'a [u8],
 }
 
@@ -147,7 +165,7 @@ fn validate_records(body: &[u8], count: u8) -> Result<(), WireError> {
         if seq == 0 {
             return Err(WireError::ZeroSeq);
         }
-        if flags & !FLAG_SEG != 0 {
+        if flags & !(FLAG_SEG | FLAG_GROUP) != 0 {
             return Err(WireError::BadFlags);
         }
         pos += REC_HDR;
@@ -225,6 +243,7 @@ impl<'a> Iterator for Records<'a> {
                 seq,
                 tag,
                 seg,
+                group: flags & FLAG_GROUP != 0,
                 payload,
             })
         }
@@ -281,12 +300,14 @@ pub(crate) fn write_header(buf: &mut [u8], pos: usize, kind: u8, session: u32, a
 /// `REC_HDR + SEG_EXT + payload.len()` bytes); returns the position after it. The
 /// record is not counted in its datagram's header.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn write_record(
     buf: &mut [u8],
     pos: usize,
     seq: u64,
     tag: u8,
     seg: Option<Seg>,
+    group: bool,
     payload: &[u8],
 ) -> usize {
     let ext = if seg.is_some() { SEG_EXT } else { 0 };
@@ -296,7 +317,7 @@ pub(crate) fn write_record(
     let mut h = [0u8; REC_HDR];
     h[0..8].copy_from_slice(&seq.to_le_bytes());
     h[8] = tag;
-    h[9] = if seg.is_some() { FLAG_SEG } else { 0 };
+    h[9] = if seg.is_some() { FLAG_SEG } else { 0 } | if group { FLAG_GROUP } else { 0 };
     h[10..12].copy_from_slice(&(payload.len() as u16).to_le_bytes());
     // SAFETY: pos + REC_HDR + ext + payload.len() <= buf.len() (asserted above).
     unsafe {
@@ -363,34 +384,77 @@ pub(crate) fn extend_bytes(v: &mut Vec<u8>, src: &[u8]) {
     }
 }
 
-/// Appends a request record with seq 0 (the flush writes it with [`set_seq`]) to a
-/// worker's batch, so that a flush copies whole records instead of re-encoding them;
-/// returns the payload's offset. A payload too large for one record gets the header too
-/// (length 0, never sent as is: such a request is sent as segments).
+/// Appends a group item: a request to a worker's batch (so that a flush copies whole
+/// items instead of re-encoding them), or a response to a group's; returns the
+/// payload's offset.
 #[inline(always)]
-pub(crate) fn extend_request(v: &mut Vec<u8>, tag: u8, payload: &[u8]) -> usize {
+pub(crate) fn extend_item(v: &mut Vec<u8>, tag: u8, payload: &[u8]) -> usize {
     let n = payload.len();
-    let len = if n > u16::MAX as usize { 0 } else { n as u16 };
-    v.reserve(REC_HDR + n);
+    v.reserve(ITEM_HDR + n);
     let old = v.len();
-    let mut h = [0u8; REC_HDR];
-    h[8] = tag;
-    h[10..12].copy_from_slice(&len.to_le_bytes());
-    // SAFETY: `reserve` made room for REC_HDR + n more bytes, all written before
+    let mut h = [0u8; ITEM_HDR];
+    h[0] = tag;
+    h[1..5].copy_from_slice(&(n as u32).to_le_bytes());
+    // SAFETY: `reserve` made room for ITEM_HDR + n more bytes, all written before
     // `set_len`; `payload` cannot alias the spare capacity of `v`.
     unsafe {
         let d = v.as_mut_ptr().add(old);
-        std::ptr::write_unaligned(d as *mut [u8; REC_HDR], h);
-        copy_raw(d.add(REC_HDR), payload.as_ptr(), n);
-        v.set_len(old + REC_HDR + n);
+        std::ptr::write_unaligned(d as *mut [u8; ITEM_HDR], h);
+        copy_raw(d.add(ITEM_HDR), payload.as_ptr(), n);
+        v.set_len(old + ITEM_HDR + n);
     }
-    old + REC_HDR
+    old + ITEM_HDR
 }
 
-/// Writes the sequence number of the record at `buf[pos..]`.
+/// Writes the header of a group record at `buf[pos..pos + REC_HDR]`: `count` items in
+/// `len` bytes.
 #[inline(always)]
-pub(crate) fn set_seq(buf: &mut [u8], pos: usize, seq: u64) {
-    buf[pos..pos + 8].copy_from_slice(&seq.to_le_bytes());
+pub(crate) fn write_group_header(buf: &mut [u8], pos: usize, seq: u64, count: u8, len: u16) {
+    let mut h = [0u8; REC_HDR];
+    h[0..8].copy_from_slice(&seq.to_le_bytes());
+    h[8] = count;
+    h[9] = FLAG_GROUP;
+    h[10..12].copy_from_slice(&len.to_le_bytes());
+    let d: &mut [u8; REC_HDR] = (&mut buf[pos..pos + REC_HDR]).try_into().unwrap();
+    *d = h;
+}
+
+/// Checks that `body` is exactly `count` well-formed items whose tags `tag_ok` accepts.
+#[inline(always)]
+pub fn check_items(body: &[u8], count: usize, tag_ok: impl Fn(u8) -> bool) -> bool {
+    let mut rest = body;
+    for _ in 0..count {
+        let Some((h, tail)) = rest.split_first_chunk::<ITEM_HDR>() else {
+            return false;
+        };
+        let len = u32::from_le_bytes([h[1], h[2], h[3], h[4]]) as usize;
+        if !tag_ok(h[0]) || tail.len() < len {
+            return false;
+        }
+        rest = &tail[len..];
+    }
+    rest.is_empty()
+}
+
+/// The items of a group body that [`check_items`] accepted: (tag, payload) pairs.
+pub fn items(body: &[u8]) -> Items<'_> {
+    Items { rest: body }
+}
+
+pub struct Items<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Items<'a> {
+    type Item = (u8, &'a [u8]);
+    #[inline(always)]
+    fn next(&mut self) -> Option<(u8, &'a [u8])> {
+        let (h, tail) = self.rest.split_first_chunk::<ITEM_HDR>()?;
+        let len = (u32::from_le_bytes([h[1], h[2], h[3], h[4]]) as usize).min(tail.len());
+        let (payload, rest) = tail.split_at(len);
+        self.rest = rest;
+        Some((h[0], payload))
+    }
 }
 
 /// Appends a record without counting it in its datagram's header (the runtime writes
@@ -475,12 +539,12 @@ mod tests {
             let payload: Vec<u8> = (0..n as u8).collect();
             let mut buf = vec![0u8; 512];
             write_header(&mut buf, 0, KIND_REQUEST, 3, 1);
-            let p = write_record(&mut buf, DGRAM_HDR, 9, 4, None, &payload);
+            let p = write_record(&mut buf, DGRAM_HDR, 9, 4, None, false, &payload);
             let seg = Some(Seg {
                 total: 1000,
                 offset: 10,
             });
-            let end = write_record(&mut buf, p, 10, 5, seg, &payload);
+            let end = write_record(&mut buf, p, 10, 5, seg, true, &payload);
             buf[3] = 2;
             buf.truncate(end);
             if n == 0 {
@@ -498,7 +562,41 @@ mod tests {
                 (v[1].seq, v[1].tag, v[1].seg, v[1].payload),
                 (10, 5, seg, &payload[..])
             );
+            assert!(!v[0].group && v[1].group);
         }
+    }
+
+    #[test]
+    fn group_items_roundtrip_and_reject_bad_bodies() {
+        let mut body = Vec::new();
+        let a = extend_item(&mut body, 7, b"abc");
+        let b = extend_item(&mut body, 8, b"");
+        let c = extend_item(&mut body, 9, &[5u8; 40]);
+        assert_eq!((a, b, c), (5, 13, 18));
+        assert!(check_items(&body, 3, |_| true));
+        let v: Vec<_> = items(&body).collect();
+        assert_eq!(v, vec![(7, &b"abc"[..]), (8, &b""[..]), (9, &[5u8; 40][..])]);
+        // The count must match exactly, every tag must pass, nothing may trail.
+        assert!(!check_items(&body, 2, |_| true));
+        assert!(!check_items(&body, 4, |_| true));
+        assert!(!check_items(&body, 3, |t| t != 8));
+        for cut in 0..body.len() {
+            assert!(!check_items(&body[..cut], 3, |_| true), "cut {cut}");
+        }
+        let mut longer = body.clone();
+        longer.push(0);
+        assert!(!check_items(&longer, 3, |_| true));
+        // A group header decodes as a group record of `count` items.
+        let mut buf = vec![0u8; DGRAM_HDR + REC_HDR + body.len()];
+        write_header(&mut buf, 0, KIND_REQUEST, 1, 1);
+        write_group_header(&mut buf, DGRAM_HDR, 4, 3, body.len() as u16);
+        buf[DGRAM_HDR + REC_HDR..].copy_from_slice(&body);
+        buf[3] = 1;
+        let (_, mut recs) = decode(&buf).unwrap();
+        let r = recs.next().unwrap();
+        assert_eq!((r.seq, r.tag, r.group, r.payload), (4, 3, true, &body[..]));
+        buf[DGRAM_HDR + 9] = 4;
+        assert_eq!(decode(&buf).err(), Some(WireError::BadFlags));
     }
 
     #[test]
