@@ -585,7 +585,8 @@ pub(crate) struct State {
     reasm_held: Vec<u32>,
     need: Vec<Need>,
     need_touched: Vec<u32>,
-    /// A group item's handler writes its response here (then it joins the group's).
+    /// A group item's handler writes its response here (a buffer of its own, which it
+    /// may treat as it likes), then it joins the group's.
     scratch: Vec<u8>,
     /// Window entries in flight (a group is one).
     inflight: u64,
@@ -1644,7 +1645,6 @@ impl State {
         sv.resp.clear();
         for (rtype, payload) in wire::items(body) {
             let info = RequestInfo { src, rtype, seq };
-            // The handler writes into a buffer of its own (it may do anything to it).
             self.scratch.clear();
             let room = self
                 .max_message
@@ -2216,7 +2216,8 @@ fn push_segments(
     }
 }
 
-/// Runs the handler of a request (if any) into `resp`; returns the response status.
+/// Runs the handler of a request (if any) into `resp` (empty); returns the response
+/// status. A response over `max` bytes is dropped.
 #[inline(always)]
 fn run_handler(
     h: &mut Option<Handler>,
@@ -2224,13 +2225,13 @@ fn run_handler(
     info: &RequestInfo,
     payload: &[u8],
     resp: &mut Vec<u8>,
-    max_message: usize,
+    max: usize,
 ) -> u8 {
     match h.as_mut() {
         Some(h) => {
             stats.requests_served += 1;
             h(info, payload, resp);
-            if resp.len() > max_message {
+            if resp.len() > max {
                 resp.clear();
                 wire::STATUS_TOO_LARGE
             } else {

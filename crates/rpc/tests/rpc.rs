@@ -94,10 +94,10 @@ fn batching_and_coalescing_datagram_counts() {
     }
 }
 
-/// The one-destination flush copies a batch's wire records as one run: batches from two
-/// coroutines of one step share a datagram, a batch larger than a datagram is split
-/// record by record, and without coalescing each request has its own datagram. Every
-/// response must match its own request (each record got its own sequence number).
+/// The one-destination flush copies a batch's group items as one run: batches from two
+/// coroutines of one step share a datagram (a group each), a batch larger than a
+/// datagram is split into one group per datagram, and without coalescing each request
+/// has its own datagram. Every response must match its own request.
 #[test]
 fn one_destination_batches_coalesce_and_split() {
     for coalesce in [true, false] {
@@ -153,7 +153,7 @@ fn one_destination_batches_coalesce_and_split() {
         step_all(&mut rts, Duration::from_secs(10));
         assert_eq!(done.get(), 3);
         let sent = rts[0].endpoint_counters().get("tx_datagrams") - c0.get("tx_datagrams");
-        let per_dgram = (512 - wire::DGRAM_HDR) / (wire::REC_HDR + 32);
+        let per_dgram = (512 - wire::DGRAM_HDR - wire::REC_HDR) / (wire::ITEM_HDR + 32);
         let want = if coalesce {
             (big as usize).div_ceil(per_dgram) as u64
         } else {
@@ -163,6 +163,123 @@ fn one_destination_batches_coalesce_and_split() {
         assert_eq!(rts[0].stats().rpcs_completed, 8 + big as u64);
         assert_eq!(rts[1].stats().requests_served, 8 + big as u64);
     }
+}
+
+/// The small requests of one flush to one endpoint travel as one group record (one
+/// sequence number, one record header), even when the flush interleaves destinations;
+/// a request too large for a group goes alone, in segments, between groups. Every
+/// response lands at its own request.
+#[test]
+fn flush_groups_requests_per_destination() {
+    let mut rts = runtimes(ClusterConfig::new(3, 1), RuntimeConfig::default());
+    let ok = Rc::new(Cell::new(false));
+    let ok2 = ok.clone();
+    let big_len = 3 * ClusterConfig::new(3, 1).mtu;
+    rts[0].spawn(move |ctx| async move {
+        // 8 interleaved requests to nodes 1 and 2 (the multi-destination path).
+        let mut hs = Vec::new();
+        for i in 0..8u8 {
+            hs.push((ctx.queue(1 + (i % 2) as u16, ECHO, &[i; 32]).unwrap(), vec![i; 32]));
+        }
+        ctx.flush().await.unwrap();
+        for (h, p) in &hs {
+            ctx.response(*h, |r| assert_eq!(r, &p[..])).unwrap();
+        }
+        // Small, big, small to one node: the big one is sent alone.
+        let big: Vec<u8> = (0..big_len as u32).map(|i| i as u8).collect();
+        let hs = [
+            (ctx.queue(1, ECHO, b"first").unwrap(), b"first".to_vec()),
+            (ctx.queue(1, ECHO, &big).unwrap(), big.clone()),
+            (ctx.queue(1, ECHO, b"last").unwrap(), b"last".to_vec()),
+        ];
+        ctx.flush().await.unwrap();
+        for (h, p) in &hs {
+            ctx.response(*h, |r| assert_eq!(r, &p[..])).unwrap();
+        }
+        ok2.set(true);
+    });
+    // The first flush only: one datagram per server, each a single group of 4 items.
+    rts[0].poll_once();
+    let c = rts[0].endpoint_counters();
+    let group = (wire::DGRAM_HDR + wire::REC_HDR + 4 * (wire::ITEM_HDR + 32)) as u64;
+    assert_eq!(c.get("tx_datagrams"), 2);
+    assert_eq!(c.get("tx_bytes"), 2 * group, "one group record per destination");
+    step_all(&mut rts, Duration::from_secs(10));
+    assert!(ok.get());
+    assert_eq!(rts[0].stats().rpcs_completed, 11);
+    assert_eq!(rts[1].stats().requests_served, 7);
+    assert_eq!(rts[2].stats().requests_served, 4);
+}
+
+/// The responses of a group share one message of at most `max_message` bytes: a
+/// response that would overflow it is reported too large, the others arrive (in
+/// segments, as together they exceed a datagram).
+#[test]
+fn group_responses_share_the_message_limit() {
+    let mut rts = runtimes(ClusterConfig::new(2, 1), RuntimeConfig::default());
+    let max = rts[0].max_message();
+    let third = max / 3;
+    rts[1].register(2, move |_, req, resp| resp.resize(resp.len() + third, req[0]));
+    let ok = Rc::new(Cell::new(false));
+    let ok2 = ok.clone();
+    rts[0].spawn(move |ctx| async move {
+        let hs: Vec<_> = (0..4u8).map(|i| ctx.queue(1, 2, &[i]).unwrap()).collect();
+        ctx.flush().await.unwrap();
+        for (i, h) in hs.iter().enumerate() {
+            let r = ctx.response(*h, |r| (r.len(), r.iter().all(|&b| b == i as u8)));
+            if i < 2 {
+                assert_eq!(r, Ok((third, true)), "response {i}");
+            } else {
+                assert_eq!(r, Err(RpcError::ResponseTooLarge), "response {i}");
+            }
+        }
+        ok2.set(true);
+    });
+    step_all(&mut rts, Duration::from_secs(10));
+    assert!(ok.get());
+    assert_eq!(rts[1].stats().requests_served, 4, "every handler ran once");
+}
+
+/// A group whose items do not match its count, or run past its record, is dropped
+/// whole and counted: none of its handlers runs.
+#[test]
+fn malformed_groups_run_no_handler() {
+    let (mut rt, _clock, runs) = echo_server(RuntimeConfig::default());
+    let src = EndpointAddr::new(0, 0);
+    let item = |tag: u8, p: &[u8]| {
+        let mut v = vec![tag];
+        v.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        v.extend_from_slice(p);
+        v
+    };
+    let datagram = |seq: u64, count: u8, flags: u8, body: &[u8]| {
+        let mut d = Vec::new();
+        wire::begin(&mut d, wire::KIND_REQUEST, 9, 1);
+        d[3] = 1;
+        d.extend_from_slice(&seq.to_le_bytes());
+        d.extend_from_slice(&[count, flags]);
+        d.extend_from_slice(&(body.len() as u16).to_le_bytes());
+        d.extend_from_slice(body);
+        d
+    };
+    let two = [item(ECHO, b"ab"), item(ECHO, b"cd")].concat();
+    let mut long_item = item(ECHO, b"ab");
+    long_item[1] = 200; // runs past the record
+    let bad = [
+        datagram(1, 3, wire::FLAG_GROUP, &two),        // fewer items than counted
+        datagram(2, 1, wire::FLAG_GROUP, &two),        // trailing bytes
+        datagram(3, 0, wire::FLAG_GROUP, &[]),         // empty group
+        datagram(4, 1, wire::FLAG_GROUP, &long_item),  // item past its record
+    ];
+    let before = rt.stats().rx_malformed;
+    for d in &bad {
+        rt.inject(src, d);
+    }
+    assert_eq!(rt.stats().rx_malformed - before, bad.len() as u64);
+    assert_eq!(runs.get(), 0, "a handler of a malformed group ran");
+    // The same items, well counted, run both handlers once.
+    rt.inject(src, &datagram(5, 2, wire::FLAG_GROUP, &two));
+    assert_eq!(runs.get(), 2);
 }
 
 /// `respond_first`: a step that serves a request and resumes a worker sends the response
