@@ -919,3 +919,73 @@ fn reassembly_flood_does_not_starve_other_sources() {
         "the flood filled the pool"
     );
 }
+
+/// Random batches (mixed destinations, sizes from empty to segmented, some to this
+/// node itself) over a lossy, reordering network: every response lands at its own
+/// request.
+#[test]
+fn random_batches_get_their_own_responses() {
+    let cc = ClusterConfig::new(3, 1);
+    let cfg = RuntimeConfig {
+        retransmit_timeout: Duration::from_millis(3),
+        max_retries: 1000,
+        ..Default::default()
+    };
+    let mut rts = Vec::new();
+    for (i, ep) in endpoints(cc.clone()).into_iter().enumerate() {
+        let fc = FaultConfig {
+            seed: 7 + i as u64,
+            drop: 0.02,
+            reorder: 0.05,
+            duplicate: 0.02,
+            ..Default::default()
+        };
+        let mut rt = Runtime::new(FaultyEndpoint::wrap(ep, fc).unwrap(), cfg.clone()).unwrap();
+        // The response is the request reversed, plus its length: a mix-up shows.
+        rt.register(ECHO, |_, req, resp| {
+            resp.extend(req.iter().rev());
+            resp.extend_from_slice(&(req.len() as u32).to_le_bytes());
+        });
+        rts.push(rt);
+    }
+    let expect = |p: &[u8]| {
+        let mut v: Vec<u8> = p.iter().rev().copied().collect();
+        v.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        v
+    };
+    let done = Rc::new(Cell::new(0));
+    for w in 0..4u64 {
+        let done = done.clone();
+        rts[w as usize % 3].spawn(move |ctx| async move {
+            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ w;
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            for round in 0..60 {
+                let n = 1 + next() % 12;
+                let mut hs = Vec::new();
+                for k in 0..n {
+                    let node = (next() % 3) as u16;
+                    let len = match next() % 10 {
+                        0 => 0,
+                        1 => 3000 + (next() % 5000) as usize,
+                        _ => (next() % 200) as usize,
+                    };
+                    let p: Vec<u8> = (0..len).map(|i| (i as u64 ^ k ^ round) as u8).collect();
+                    hs.push((ctx.queue(node, ECHO, &p).unwrap(), expect(&p)));
+                }
+                ctx.flush().await.unwrap();
+                for (h, want) in &hs {
+                    ctx.response(*h, |r| assert_eq!(r, &want[..], "round {round}"))
+                        .unwrap();
+                }
+            }
+            done.set(done.get() + 1);
+        });
+    }
+    step_all(&mut rts, Duration::from_secs(60));
+    assert_eq!(done.get(), 4);
+}
