@@ -133,8 +133,6 @@ struct QReq {
     rlen: u32,
 }
 
-
-
 /// A worker coroutine's batch. Buffers keep their capacity across batches, so a steady
 /// state allocates nothing.
 struct Co {
@@ -464,15 +462,7 @@ impl Tx {
 
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    fn push(
-        &mut self,
-        d: usize,
-        seq: u64,
-        tag: u8,
-        seg: Option<Seg>,
-        group: bool,
-        payload: &[u8],
-    ) {
+    fn push(&mut self, d: usize, seq: u64, tag: u8, seg: Option<Seg>, group: bool, payload: &[u8]) {
         let t = &mut self.per[d];
         debug_assert!(t.open != NO_DG, "ensure before push");
         // `ensure` checked that the record fits the datagram, which `open_new` sized (and

@@ -575,7 +575,10 @@ mod tests {
         assert_eq!((a, b, c), (5, 13, 18));
         assert!(check_items(&body, 3, |_| true));
         let v: Vec<_> = items(&body).collect();
-        assert_eq!(v, vec![(7, &b"abc"[..]), (8, &b""[..]), (9, &[5u8; 40][..])]);
+        assert_eq!(
+            v,
+            vec![(7, &b"abc"[..]), (8, &b""[..]), (9, &[5u8; 40][..])]
+        );
         // The count must match exactly, every tag must pass, nothing may trail.
         assert!(!check_items(&body, 2, |_| true));
         assert!(!check_items(&body, 4, |_| true));

@@ -179,7 +179,10 @@ fn flush_groups_requests_per_destination() {
         // 8 interleaved requests to nodes 1 and 2 (the multi-destination path).
         let mut hs = Vec::new();
         for i in 0..8u8 {
-            hs.push((ctx.queue(1 + (i % 2) as u16, ECHO, &[i; 32]).unwrap(), vec![i; 32]));
+            hs.push((
+                ctx.queue(1 + (i % 2) as u16, ECHO, &[i; 32]).unwrap(),
+                vec![i; 32],
+            ));
         }
         ctx.flush().await.unwrap();
         for (h, p) in &hs {
@@ -203,7 +206,11 @@ fn flush_groups_requests_per_destination() {
     let c = rts[0].endpoint_counters();
     let group = (wire::DGRAM_HDR + wire::REC_HDR + 4 * (wire::ITEM_HDR + 32)) as u64;
     assert_eq!(c.get("tx_datagrams"), 2);
-    assert_eq!(c.get("tx_bytes"), 2 * group, "one group record per destination");
+    assert_eq!(
+        c.get("tx_bytes"),
+        2 * group,
+        "one group record per destination"
+    );
     step_all(&mut rts, Duration::from_secs(10));
     assert!(ok.get());
     assert_eq!(rts[0].stats().rpcs_completed, 11);
@@ -219,7 +226,9 @@ fn group_responses_share_the_message_limit() {
     let mut rts = runtimes(ClusterConfig::new(2, 1), RuntimeConfig::default());
     let max = rts[0].max_message();
     let third = max / 3;
-    rts[1].register(2, move |_, req, resp| resp.resize(resp.len() + third, req[0]));
+    rts[1].register(2, move |_, req, resp| {
+        resp.resize(resp.len() + third, req[0])
+    });
     let ok = Rc::new(Cell::new(false));
     let ok2 = ok.clone();
     rts[0].spawn(move |ctx| async move {
@@ -266,10 +275,10 @@ fn malformed_groups_run_no_handler() {
     let mut long_item = item(ECHO, b"ab");
     long_item[1] = 200; // runs past the record
     let bad = [
-        datagram(1, 3, wire::FLAG_GROUP, &two),        // fewer items than counted
-        datagram(2, 1, wire::FLAG_GROUP, &two),        // trailing bytes
-        datagram(3, 0, wire::FLAG_GROUP, &[]),         // empty group
-        datagram(4, 1, wire::FLAG_GROUP, &long_item),  // item past its record
+        datagram(1, 3, wire::FLAG_GROUP, &two), // fewer items than counted
+        datagram(2, 1, wire::FLAG_GROUP, &two), // trailing bytes
+        datagram(3, 0, wire::FLAG_GROUP, &[]),  // empty group
+        datagram(4, 1, wire::FLAG_GROUP, &long_item), // item past its record
     ];
     let before = rt.stats().rx_malformed;
     for d in &bad {
