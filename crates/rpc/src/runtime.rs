@@ -28,6 +28,7 @@ use std::time::Duration;
 pub struct RequestInfo {
     pub src: EndpointAddr,
     pub rtype: u8,
+    /// Sequence number of the request's record (shared by the requests of a group).
     pub seq: u64,
 }
 
@@ -247,6 +248,27 @@ impl Dest {
         }
     }
 
+    /// Opens the window entry of the next seq: `count` items (0: a lone request) of
+    /// worker `co`'s batch from its request `idx`, in credit slot `dg`. Returns the seq.
+    #[inline(always)]
+    fn open_entry(&mut self, count: u8, co: u16, idx: u16, dg: u16, deadline: u64) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.dg[dg as usize].remaining += 1;
+        *self.win.at_mut(seq) = ReqRec {
+            seq,
+            live: true,
+            count,
+            co,
+            idx,
+            dg,
+            retries: 0,
+            deadline,
+        };
+        self.inflight += 1;
+        seq
+    }
+
     fn alloc_dg(&mut self, weight: u16) -> u16 {
         let s = self
             .dg_free
@@ -320,9 +342,6 @@ struct DestTx {
     grp_last: u16,
 }
 
-/// `DestTx::grp_last` of no group.
-const NO_REQ: u16 = u16::MAX;
-
 impl Default for DestTx {
     fn default() -> Self {
         DestTx {
@@ -339,7 +358,7 @@ impl Default for DestTx {
             grp_seq: 0,
             grp_count: 0,
             grp_len: 0,
-            grp_last: NO_REQ,
+            grp_last: 0,
         }
     }
 }
@@ -1265,10 +1284,9 @@ impl State {
             let (lo, hi) = (q.off as usize, (q.off + q.len) as usize);
             if q.len as usize > group_cap {
                 // Alone, in segments, each holding a credit.
-                let seq = dest.next_seq;
-                dest.next_seq += 1;
                 let segs = (hi - lo).div_ceil(self.limits.seg_payload);
                 let dg = dest.alloc_dg(segs as u16);
+                let seq = dest.open_entry(0, id, i as u16, dg, deadline);
                 push_segments(
                     &mut self.tx,
                     d,
@@ -1282,18 +1300,6 @@ impl State {
                     mtu,
                     false,
                 );
-                dest.dg[dg as usize].remaining += 1;
-                *dest.win.at_mut(seq) = ReqRec {
-                    seq,
-                    live: true,
-                    count: 0,
-                    co: id,
-                    idx: i as u16,
-                    dg,
-                    retries: 0,
-                    deadline,
-                };
-                dest.inflight += 1;
                 entries += 1;
                 continue;
             }
@@ -1337,24 +1343,10 @@ impl State {
             if t.cur_dg == NO_SLOT {
                 t.cur_dg = dest.alloc_dg(1);
             }
-            let dg = t.cur_dg;
-            let seq = dest.next_seq;
-            dest.next_seq += 1;
+            let seq = dest.open_entry(1, id, i as u16, t.cur_dg, deadline);
             t.grp_pos = t.put_group(seq, 1, item);
             (t.grp_flush, t.grp_seq, t.grp_count) = (flush, seq, 1);
             (t.grp_len, t.grp_last) = (item.len(), i as u16);
-            dest.dg[dg as usize].remaining += 1;
-            *dest.win.at_mut(seq) = ReqRec {
-                seq,
-                live: true,
-                count: 1,
-                co: id,
-                idx: i as u16,
-                dg,
-                retries: 0,
-                deadline,
-            };
-            dest.inflight += 1;
             entries += 1;
         }
         co.pending = nreq as u32;
@@ -1417,26 +1409,12 @@ impl State {
                 hi = e;
                 j += 1;
             }
-            let seq = dest.next_seq;
-            dest.next_seq += 1;
-            let dg = t.cur_dg;
             // The group's requests are consecutive: `QReq::next` as queued.
+            let seq = dest.open_entry((j - i) as u8, id, i as u16, t.cur_dg, deadline);
             t.put_group(seq, (j - i) as u8, &co.arena[lo..hi]);
-            dest.dg[dg as usize].remaining += 1;
-            *dest.win.at_mut(seq) = ReqRec {
-                seq,
-                live: true,
-                count: (j - i) as u8,
-                co: id,
-                idx: i as u16,
-                dg,
-                retries: 0,
-                deadline,
-            };
             entries += 1;
             i = j;
         }
-        dest.inflight += entries;
         co.pending = nreq as u32;
         self.inflight += entries as u64;
         self.stats.rpcs_issued += nreq as u64;
