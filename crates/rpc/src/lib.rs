@@ -40,11 +40,13 @@
 pub mod bench;
 pub mod clock;
 pub mod config;
+pub mod reply;
 pub mod runtime;
 pub mod wire;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{IdleStep, RpcError, RuntimeConfig, ThreadMap, DEFAULT_MAX_MESSAGE};
+pub use reply::Reply;
 pub use runtime::{Ctx, Flush, Handler, ReqHandle, RequestInfo, RpcStats, Runtime, YieldNow};
 
 use ambidex_transport::SharedNode;

@@ -11,6 +11,7 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{IdleStep, RpcError, RuntimeConfig, ThreadMap};
+use crate::reply::Reply;
 use crate::wire::{self, Seg};
 use ambidex_transport::{ClusterConfig, CounterSnapshot, Datagram, Endpoint, EndpointAddr, NodeId};
 use serde::{Deserialize, Serialize};
@@ -33,8 +34,8 @@ pub struct RequestInfo {
 }
 
 /// A request handler: runs inline in the master loop and writes its response into the
-/// (cleared) buffer. It must not block.
-pub type Handler = Box<dyn FnMut(&RequestInfo, &[u8], &mut Vec<u8>)>;
+/// [`Reply`] (empty when the handler starts). It must not block.
+pub type Handler = Box<dyn FnMut(&RequestInfo, &[u8], &mut Reply<'_>)>;
 
 /// Counters of one runtime; every drop and retransmission is here.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -594,9 +595,6 @@ pub(crate) struct State {
     reasm_held: Vec<u32>,
     need: Vec<Need>,
     need_touched: Vec<u32>,
-    /// A group item's handler writes its response here (a buffer of its own, which it
-    /// may treat as it likes), then it joins the group's.
-    scratch: Vec<u8>,
     /// Window entries in flight (a group is one).
     inflight: u64,
     next_scan: u64,
@@ -734,7 +732,6 @@ impl Runtime {
             reasm_held: vec![0; n],
             need: vec![Need::default(); n],
             need_touched: Vec::new(),
-            scratch: Vec::new(),
             inflight: 0,
             next_scan: now,
             clock_skips: 0,
@@ -765,7 +762,7 @@ impl Runtime {
     pub fn register(
         &mut self,
         rtype: u8,
-        handler: impl FnMut(&RequestInfo, &[u8], &mut Vec<u8>) + 'static,
+        handler: impl FnMut(&RequestInfo, &[u8], &mut Reply<'_>) + 'static,
     ) {
         self.core.borrow_mut().st.handlers[rtype as usize] = Some(Box::new(handler));
     }
@@ -1613,20 +1610,19 @@ impl State {
         sv.resp.clear();
         for (rtype, payload) in wire::items(body) {
             let info = RequestInfo { src, rtype, seq };
-            self.scratch.clear();
-            let room = self
-                .max_message
-                .saturating_sub(sv.resp.len() + wire::ITEM_HDR);
+            // The item's header first (patched after), then the handler writes its
+            // response in place.
+            let at = wire::open_item(&mut sv.resp);
+            let room = self.max_message.saturating_sub(at + wire::ITEM_HDR);
             let status = run_handler(
                 &mut self.handlers[rtype as usize],
                 &mut self.stats,
                 &info,
                 payload,
-                &mut self.scratch,
+                &mut sv.resp,
                 room,
             );
-            // `run_handler` emptied the buffer unless the status is OK.
-            wire::extend_item(&mut sv.resp, status, &self.scratch);
+            wire::close_item(&mut sv.resp, at, status);
         }
         send_response(&mut self.tx, self.limits, s, session, seq, sv);
     }
@@ -2184,8 +2180,8 @@ fn push_segments(
     }
 }
 
-/// Runs the handler of a request (if any) into `resp` (empty); returns the response
-/// status. A response over `max` bytes is dropped.
+/// Runs the handler of a request (if any), appending its response to `resp`; returns
+/// the response status. A response over `max` bytes is dropped.
 #[inline(always)]
 fn run_handler(
     h: &mut Option<Handler>,
@@ -2198,9 +2194,10 @@ fn run_handler(
     match h.as_mut() {
         Some(h) => {
             stats.requests_served += 1;
-            h(info, payload, resp);
-            if resp.len() > max {
-                resp.clear();
+            let mut r = Reply::new(resp);
+            h(info, payload, &mut r);
+            if r.len() > max {
+                r.clear();
                 wire::STATUS_TOO_LARGE
             } else {
                 wire::STATUS_OK

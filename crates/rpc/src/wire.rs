@@ -406,6 +406,26 @@ pub(crate) fn extend_item(v: &mut Vec<u8>, tag: u8, payload: &[u8]) -> usize {
     old + ITEM_HDR
 }
 
+/// Opens an item at the end of `v` (its header written by [`close_item`] once its
+/// payload follows); returns the header's offset.
+#[inline(always)]
+pub(crate) fn open_item(v: &mut Vec<u8>) -> usize {
+    let at = v.len();
+    extend_bytes(v, &[0; ITEM_HDR]);
+    at
+}
+
+/// Writes the header of the item opened at `at`: `tag`, and the bytes after it.
+#[inline(always)]
+pub(crate) fn close_item(v: &mut [u8], at: usize, tag: u8) {
+    let n = (v.len() - at - ITEM_HDR) as u32;
+    let mut h = [0u8; ITEM_HDR];
+    h[0] = tag;
+    h[1..5].copy_from_slice(&n.to_le_bytes());
+    let d: &mut [u8; ITEM_HDR] = (&mut v[at..at + ITEM_HDR]).try_into().unwrap();
+    *d = h;
+}
+
 /// Writes the header of a group record at `buf[pos..pos + REC_HDR]`: `count` items in
 /// `len` bytes.
 #[inline(always)]

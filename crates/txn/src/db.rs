@@ -135,17 +135,23 @@ impl NodeDb {
         Ok(true)
     }
 
-    /// Reads `key`: its status, transaction version, and (found) value appended to `out`.
-    pub fn read(&self, table: u32, key: u64, out: &mut Vec<u8>) -> Fetched {
+    /// Reads `key`: its status, transaction version, and (found) value appended to `out`
+    /// (a `Vec<u8>`, or an RPC handler's `Reply`).
+    pub fn read(&self, table: u32, key: u64, out: &mut impl for<'v> Extend<&'v u8>) -> Fetched {
         self.read_into(table, key, Some(out))
     }
 
     /// The current status and transaction version of `key` (validation).
     pub fn validate(&self, table: u32, key: u64) -> Fetched {
-        self.read_into(table, key, None)
+        self.read_into(table, key, None::<&mut Vec<u8>>)
     }
 
-    fn read_into(&self, table: u32, key: u64, out: Option<&mut Vec<u8>>) -> Fetched {
+    fn read_into(
+        &self,
+        table: u32,
+        key: u64,
+        out: Option<&mut impl for<'v> Extend<&'v u8>>,
+    ) -> Fetched {
         let Some((spec, t)) = self.table(table) else {
             return Fetched::just(status::BAD_REQUEST);
         };
@@ -162,7 +168,7 @@ impl NodeDb {
                     if meta & TOMBSTONE != 0 {
                         f.status = status::ABSENT;
                     } else if let Some(out) = out {
-                        out.extend_from_slice(val);
+                        out.extend(val);
                     }
                     f
                 }
@@ -173,7 +179,13 @@ impl NodeDb {
     /// Locks `key` for a write of `kind` and reads it under the lock. On `OK` (present)
     /// and `ABSENT_LOCKED` (an insert of an absent key) the caller holds the lock (the
     /// token releases it); on any other status nothing is held.
-    pub fn lock(&self, table: u32, key: u64, kind: WriteKind, out: &mut Vec<u8>) -> Fetched {
+    pub fn lock(
+        &self,
+        table: u32,
+        key: u64,
+        kind: WriteKind,
+        out: &mut impl for<'v> Extend<&'v u8>,
+    ) -> Fetched {
         let Some((spec, t)) = self.table(table) else {
             return Fetched::just(status::BAD_REQUEST);
         };
@@ -210,7 +222,7 @@ impl NodeDb {
             if st != status::OK && st != status::ABSENT_LOCKED {
                 t.unlock(lk, false);
             } else if live {
-                out.extend_from_slice(val);
+                out.extend(val);
             }
             Fetched {
                 status: st,

@@ -49,7 +49,7 @@ pub fn register(rt: &mut Runtime, db: Arc<NodeDb>, log: Rc<RefCell<LogReplica>>)
         };
         let f = d.validate(table, key);
         resp.push(f.status);
-        wire::put_u64(resp, f.version);
+        resp.extend_from_slice(&f.version.to_le_bytes());
     });
     let d = db.clone();
     rt.register(rtype::UNLOCK, move |_, req, resp| {
