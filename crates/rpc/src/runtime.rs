@@ -1531,14 +1531,15 @@ impl State {
         }
         if r.group {
             // A client never segments a group, and runs no handler of a malformed one.
-            if r.seg.is_some()
-                || r.tag == 0
-                || !wire::check_items(r.payload, r.tag as usize, |_| true)
-            {
+            let items = match r.seg.is_none() && r.tag > 0 {
+                true => wire::group_items(r.payload, r.tag as usize, |_| true),
+                false => None,
+            };
+            let Some(items) = items else {
                 self.stats.rx_malformed += 1;
                 return;
-            }
-            self.serve_group(s, src, hdr.session, r.seq, r.tag, r.payload);
+            };
+            self.serve_group(s, src, hdr.session, r.seq, r.tag, items);
             return;
         }
         if r.seg.is_some() {
@@ -1598,7 +1599,7 @@ impl State {
         session: u32,
         seq: u64,
         count: u8,
-        body: &[u8],
+        items: wire::Items<'_>,
     ) {
         let win = self.clients[s].as_deref_mut().expect("client_window first");
         let sv = win.slots.at_mut(seq);
@@ -1608,8 +1609,9 @@ impl State {
         sv.group = true;
         sv.sent_at = self.now;
         sv.resp.clear();
-        for (rtype, payload) in wire::items(body) {
-            let info = RequestInfo { src, rtype, seq };
+        let mut info = RequestInfo { src, rtype: 0, seq };
+        for (rtype, payload) in items {
+            info.rtype = rtype;
             // The item's header first (patched after), then the handler writes its
             // response in place.
             let at = wire::open_item(&mut sv.resp);
@@ -2106,16 +2108,16 @@ fn settle_group(
     credit_waiters: &mut Vec<u16>,
 ) -> bool {
     let count = dest.win.at(seq).count as usize;
-    if !wire::check_items(body, count, |t| status_of(t).is_some()) {
+    let Some(items) = wire::group_items(body, count, |t| t <= wire::STATUS_MAX) else {
         return false;
-    }
+    };
     let rec = retire(dest, seq, cos, ready, credit_waiters);
     let co = &mut cos[rec.co as usize];
     // One copy of the whole group; each request's response is a range of it.
     let base = co.rarena.len();
     wire::extend_bytes(&mut co.rarena, body);
     let mut idx = rec.idx;
-    for (tag, payload) in wire::items(body) {
+    for (tag, payload) in items {
         let q = &mut co.reqs[idx as usize];
         q.roff = (base + (payload.as_ptr() as usize - body.as_ptr() as usize)) as u32;
         q.rlen = payload.len() as u32;

@@ -46,6 +46,8 @@ pub const MAX_WIRE_MESSAGE: u32 = 16 << 20;
 pub const STATUS_OK: u8 = 0;
 pub const STATUS_NO_HANDLER: u8 = 1;
 pub const STATUS_TOO_LARGE: u8 = 2;
+/// Every status is at most this.
+pub const STATUS_MAX: u8 = STATUS_TOO_LARGE;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
@@ -411,7 +413,12 @@ pub(crate) fn extend_item(v: &mut Vec<u8>, tag: u8, payload: &[u8]) -> usize {
 #[inline(always)]
 pub(crate) fn open_item(v: &mut Vec<u8>) -> usize {
     let at = v.len();
-    extend_bytes(v, &[0; ITEM_HDR]);
+    v.reserve(ITEM_HDR);
+    // SAFETY: `reserve` made room for the ITEM_HDR bytes written before `set_len`.
+    unsafe {
+        std::ptr::write_unaligned(v.as_mut_ptr().add(at) as *mut [u8; ITEM_HDR], [0; ITEM_HDR]);
+        v.set_len(at + ITEM_HDR);
+    }
     at
 }
 
@@ -442,38 +449,63 @@ pub(crate) fn write_group_header(buf: &mut [u8], pos: usize, seq: u64, count: u8
 /// Checks that `body` is exactly `count` well-formed items whose tags `tag_ok` accepts.
 #[inline(always)]
 pub fn check_items(body: &[u8], count: usize, tag_ok: impl Fn(u8) -> bool) -> bool {
-    let mut rest = body;
+    group_items(body, count, tag_ok).is_some()
+}
+
+/// The items of a group body, as (tag, payload) pairs, if `body` is exactly `count`
+/// well-formed items whose tags `tag_ok` accepts (checked here, before any is read).
+#[inline(always)]
+pub fn group_items(body: &[u8], count: usize, tag_ok: impl Fn(u8) -> bool) -> Option<Items<'_>> {
+    let (p, n) = (body.as_ptr(), body.len());
+    let mut pos = 0usize;
     for _ in 0..count {
-        let Some((h, tail)) = rest.split_first_chunk::<ITEM_HDR>() else {
-            return false;
-        };
-        let len = u32::from_le_bytes([h[1], h[2], h[3], h[4]]) as usize;
-        if !tag_ok(h[0]) || tail.len() < len {
-            return false;
+        if n - pos < ITEM_HDR {
+            return None;
         }
-        rest = &tail[len..];
+        // SAFETY: ITEM_HDR bytes at pos are inside `body` (checked above).
+        let (tag, len) = unsafe {
+            let q = p.add(pos);
+            (
+                *q,
+                u32::from_le_bytes(std::ptr::read_unaligned(q.add(1) as *const [u8; 4])),
+            )
+        };
+        pos += ITEM_HDR;
+        if !tag_ok(tag) || n - pos < len as usize {
+            return None;
+        }
+        pos += len as usize;
     }
-    rest.is_empty()
+    (pos == n).then_some(Items {
+        rest: body,
+        left: count,
+    })
 }
 
-/// The items of a group body that [`check_items`] accepted: (tag, payload) pairs.
-pub fn items(body: &[u8]) -> Items<'_> {
-    Items { rest: body }
-}
-
+/// The items of a group body that [`group_items`] checked.
 pub struct Items<'a> {
+    /// Invariant (established by [`group_items`]): exactly `left` well-formed items.
     rest: &'a [u8],
+    left: usize,
 }
 
 impl<'a> Iterator for Items<'a> {
     type Item = (u8, &'a [u8]);
     #[inline(always)]
     fn next(&mut self) -> Option<(u8, &'a [u8])> {
-        let (h, tail) = self.rest.split_first_chunk::<ITEM_HDR>()?;
-        let len = (u32::from_le_bytes([h[1], h[2], h[3], h[4]]) as usize).min(tail.len());
-        let (payload, rest) = tail.split_at(len);
-        self.rest = rest;
-        Some((h[0], payload))
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        // SAFETY: `group_items` checked that `rest` holds `left + 1` well-formed items,
+        // so the header and payload read here lie inside it.
+        unsafe {
+            let q = self.rest.as_ptr();
+            let len = u32::from_le_bytes(std::ptr::read_unaligned(q.add(1) as *const [u8; 4]));
+            let payload = std::slice::from_raw_parts(q.add(ITEM_HDR), len as usize);
+            self.rest = self.rest.get_unchecked(ITEM_HDR + len as usize..);
+            Some((*q, payload))
+        }
     }
 }
 
@@ -594,7 +626,7 @@ mod tests {
         let c = extend_item(&mut body, 9, &[5u8; 40]);
         assert_eq!((a, b, c), (5, 13, 18));
         assert!(check_items(&body, 3, |_| true));
-        let v: Vec<_> = items(&body).collect();
+        let v: Vec<_> = group_items(&body, 3, |_| true).unwrap().collect();
         assert_eq!(
             v,
             vec![(7, &b"abc"[..]), (8, &b""[..]), (9, &[5u8; 40][..])]
