@@ -1,5 +1,6 @@
-//! Runs the RPC benchmark on the local transport and prints the JSON report, until the
-//! CLI exposes it as `ambidex bench rpc`.
+//! Runs the RPC benchmark on the local transport and prints the JSON report: the
+//! benchmark of `ambidex bench rpc --transport local`, built with this crate alone (quick
+//! A/B builds of the runtime). The argument is an `RpcBenchConfig` as JSON.
 //! `cargo run --release -p ambidex-rpc --example rpc_bench -- '{"nodes":2,"batch":4}'`
 
 use ambidex_rpc::bench::{run_bench, RpcBenchConfig};

@@ -206,9 +206,9 @@ impl TableLayout {
         if self.buckets == 0 || self.capacity == 0 || self.overflow as u64 >= LINK_MASK {
             return bad("empty table");
         }
-        if self.buckets_off % LINE != 0
-            || self.overflow_off % LINE != 0
-            || self.items_off % LINE != 0
+        if !self.buckets_off.is_multiple_of(LINE)
+            || !self.overflow_off.is_multiple_of(LINE)
+            || !self.items_off.is_multiple_of(LINE)
         {
             return bad("misaligned section");
         }

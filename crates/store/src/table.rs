@@ -110,7 +110,7 @@ impl Table {
         layout
             .validate(region.mem.len() as u64)
             .map_err(StoreError::Layout)?;
-        if region.mem.as_ptr() as usize % LINE as usize != 0 {
+        if !(region.mem.as_ptr() as usize).is_multiple_of(LINE as usize) {
             return Err(StoreError::Layout(LayoutError::BadConfig(
                 "region not cache-line aligned".into(),
             )));
@@ -198,7 +198,7 @@ impl Table {
 
     #[inline]
     fn w(&self, off: u64) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= self.desc.layout.len);
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= self.desc.layout.len);
         // SAFETY: every offset passed here is derived from the validated layout (bucket
         // and item offsets are range-checked before use), so it is aligned and in bounds.
         unsafe { &*(self.base.add(off as usize) as *const AtomicU64) }

@@ -30,7 +30,8 @@ pub fn check(
     if !target.mem.range_ok(remote.offset, len) {
         return Err(AccessError::OutOfBounds);
     }
-    if matches!(kind, OneSidedKind::Cas { .. } | OneSidedKind::Faa { .. }) && remote.offset % 8 != 0
+    if matches!(kind, OneSidedKind::Cas { .. } | OneSidedKind::Faa { .. })
+        && !remote.offset.is_multiple_of(8)
     {
         return Err(AccessError::Misaligned);
     }

@@ -146,7 +146,10 @@ impl RegionMemory {
     /// The aligned word at `offset`, or `None` if misaligned or out of bounds.
     #[inline]
     pub fn word(&self, offset: u64) -> Option<&AtomicU64> {
-        if offset % 8 != 0 || !self.range_ok(offset, 8) || (self.ptr as usize) % 8 != 0 {
+        if !offset.is_multiple_of(8)
+            || !self.range_ok(offset, 8)
+            || !(self.ptr as usize).is_multiple_of(8)
+        {
             return None;
         }
         // SAFETY: in bounds, aligned, memory lives as long as self.
@@ -168,7 +171,7 @@ impl RegionMemory {
         let start = offset as usize;
         let mut i = 0;
         let n = out.len();
-        while i < n && (self.ptr as usize + start + i) % 8 != 0 {
+        while i < n && !(self.ptr as usize + start + i).is_multiple_of(8) {
             out[i] = self.byte(start + i).load(Ordering::Acquire);
             i += 1;
         }
@@ -194,7 +197,7 @@ impl RegionMemory {
         let start = offset as usize;
         let mut i = 0;
         let n = data.len();
-        while i < n && (self.ptr as usize + start + i) % 8 != 0 {
+        while i < n && !(self.ptr as usize + start + i).is_multiple_of(8) {
             self.byte(start + i).store(data[i], Ordering::Release);
             i += 1;
         }
@@ -226,7 +229,7 @@ impl RegionMemory {
                 src.ptr.add(src_off as usize),
             )
         };
-        if (d as usize | s as usize | len) % 8 == 0 {
+        if (d as usize | s as usize | len).is_multiple_of(8) {
             // The common case (aligned items): word to word, no bounce buffer.
             for i in (0..len).step_by(8) {
                 // SAFETY: aligned and in bounds.

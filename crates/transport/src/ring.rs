@@ -61,7 +61,7 @@ fn header_len() -> usize {
 
 /// Bytes of ring per sender: at least `min(depth, 64)` full-MTU records, a power of two.
 pub fn ring_bytes_for(mtu: usize, recv_depth: usize) -> usize {
-    let want = recv_depth.min(64).max(4) * (REC_HDR + round8(mtu));
+    let want = recv_depth.clamp(4, 64) * (REC_HDR + round8(mtu));
     want.next_power_of_two()
 }
 
@@ -175,7 +175,7 @@ impl RingProducer {
         // Only a rogue writer can leave a misaligned or absurd tail: continue from an
         // aligned, small one, rounding up so as not to fall behind the consumer's head
         // (the consumer counts the jump as corruption and resyncs).
-        if tail % 8 != 0 || tail > MAX_POS {
+        if !tail.is_multiple_of(8) || tail > MAX_POS {
             tail = ((tail & MAX_POS) + 7) & !7;
         }
         RingProducer {
@@ -335,7 +335,7 @@ impl RxConsumer {
                 let pos = (head & (cap - 1)) as usize;
                 // Heads and tails are shared words: a misaligned one is corruption (and
                 // would make the header read below misaligned).
-                if pos % 8 != 0 {
+                if !pos.is_multiple_of(8) {
                     counters.add(Counter::RxDroppedCorruptRing, 1);
                     head = tail;
                     break;

@@ -139,7 +139,7 @@ fn inserts_and_deletes_replicate() {
             let mut seed = 99 ^ ((w.node as u64) << 20) ^ w.coroutine as u64 | 1;
             for _ in 0..200 {
                 let key = rng_next(&mut seed) % 40;
-                let insert = rng_next(&mut seed) % 2 == 0;
+                let insert = rng_next(&mut seed).is_multiple_of(2);
                 let mut t = Txn::begin(&w.ctx, &w.th);
                 let kind = if insert {
                     WriteKind::Insert

@@ -44,7 +44,7 @@ fn run_rmw(backend: Backend, replication: u16, txn: TxnConfig, per_worker: usize
             for _ in 0..per_worker {
                 let a = next(&mut seed) % KEYS;
                 let b = (a + 1 + next(&mut seed) % (KEYS - 1)) % KEYS;
-                let target = if next(&mut seed) % 2 == 0 {
+                let target = if next(&mut seed).is_multiple_of(2) {
                     a
                 } else {
                     (b + 1) % KEYS

@@ -92,7 +92,7 @@ pub fn run(args: &Args) -> Result<Report, String> {
             config.recv_depth
         ));
     }
-    let cluster = BenchCluster::start(args.transport, config, "bench-transport", |n| peer(n))?;
+    let cluster = BenchCluster::start(args.transport, config, "bench-transport", peer)?;
     let result = drive(args, &cluster);
     let finished = cluster.finish();
     let report = result?;
