@@ -109,13 +109,16 @@ enum Phase {
     Done,
 }
 
+/// The settled statuses have the values of their wire statuses, so that reading one
+/// off the wire is a range check.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
 enum ReqStatus {
+    Ok = wire::STATUS_OK,
+    NoHandler = wire::STATUS_NO_HANDLER,
+    TooLarge = wire::STATUS_TOO_LARGE,
     /// Not settled yet.
     Queued,
-    Ok,
-    NoHandler,
-    TooLarge,
     Failed,
 }
 
