@@ -1380,6 +1380,19 @@ impl State {
         let most = if coalesce { wire::MAX_ITEMS } else { 1 };
         let mut entries = 0u32;
         let mut i = 0;
+        // The usual case first: the whole batch, one group, joins the open datagram.
+        let t = &mut tx.per[d];
+        if coalesce
+            && nreq <= wire::MAX_ITEMS
+            && t.open_key == key
+            && t.cur_dg != NO_SLOT
+            && t.open_count < wire::MAX_RECORDS
+            && t.len - t.open + wire::REC_HDR + co.arena.len() <= mtu
+        {
+            let seq = dest.open_entry(nreq as u8, id, 0, t.cur_dg, deadline);
+            t.put_group(seq, nreq as u8, &co.arena);
+            (entries, i) = (1, nreq);
+        }
         while i < nreq {
             let lo = co.reqs[i].off as usize - wire::ITEM_HDR;
             let first = co.reqs[i].off as usize + co.reqs[i].len as usize - lo;
