@@ -72,8 +72,57 @@ fn check_decode(b: &[u8]) {
     }
 }
 
+/// Group bodies: items (tag, payload) encoded as `tag:u8 len:u32 payload`.
+fn group_body(items: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for (tag, p) in items {
+        b.push(*tag);
+        b.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        b.extend_from_slice(p);
+    }
+    b
+}
+
+/// If `group_items` accepts a body, its (unchecked) iterator yields exactly `count`
+/// items that tile the body, each with a tag `tag_ok` accepts.
+fn check_group(b: &[u8], count: usize) {
+    let tag_ok = |t: u8| t < 200;
+    let Some(items) = wire::group_items(b, count, tag_ok) else {
+        return;
+    };
+    let mut at = 0;
+    let mut n = 0;
+    for (tag, payload) in items {
+        assert!(tag_ok(tag));
+        assert_eq!(b[at], tag);
+        let len = u32::from_le_bytes(b[at + 1..at + 5].try_into().unwrap()) as usize;
+        assert_eq!(payload, &b[at + wire::ITEM_HDR..at + wire::ITEM_HDR + len]);
+        at += wire::ITEM_HDR + len;
+        n += 1;
+    }
+    assert_eq!((n, at), (count, b.len()));
+}
+
 proptest! {
     #![proptest_config(Config { cases: 2000, ..Config::default() })]
+
+    #[test]
+    fn group_items_valid_mutated_and_random(
+        items in prop::collection::vec((0u8..255, prop::collection::vec(any::<u8>(), 0..40)), 1..12),
+        ms in prop::collection::vec(mutation(), 0..4),
+        random in prop::collection::vec(any::<u8>(), 0..120),
+        count in 0usize..14,
+    ) {
+        let b = group_body(&items);
+        let ok = items.iter().all(|(t, _)| *t < 200);
+        prop_assert_eq!(wire::group_items(&b, items.len(), |t| t < 200).is_some(), ok);
+        check_group(&b, items.len());
+        let mut m = b.clone();
+        mutate(&mut m, &ms);
+        check_group(&m, items.len());
+        check_group(&m, count);
+        check_group(&random, count);
+    }
 
     #[test]
     fn decode_random_bytes(b in prop::collection::vec(any::<u8>(), 0..300)) {
