@@ -379,6 +379,15 @@ impl DestTx {
         self.grp_pos = NO_DG;
     }
 
+    /// Whether a record of `rec_len` bytes can join the open datagram, whose kind and
+    /// session make `key`.
+    #[inline(always)]
+    fn has_room(&self, key: u64, rec_len: usize, mtu: usize) -> bool {
+        self.open_key == key
+            && self.open_count < wire::MAX_RECORDS
+            && self.len - self.open + rec_len <= mtu
+    }
+
     /// Whether a request of `item` bytes (header included) of flush `flush` can join the
     /// group that flush is building.
     #[inline(always)]
@@ -452,13 +461,7 @@ impl Tx {
         coalesce: bool,
         alone: bool,
     ) -> bool {
-        let t = &self.per[d];
-        if t.open_key == open_key(kind, session)
-            && coalesce
-            && !alone
-            && t.open_count < wire::MAX_RECORDS
-            && t.len - t.open + rec_len <= mtu
-        {
+        if coalesce && !alone && self.per[d].has_room(open_key(kind, session), rec_len, mtu) {
             return false;
         }
         self.open_new(d, kind, session, ack);
@@ -1384,10 +1387,8 @@ impl State {
         let t = &mut tx.per[d];
         if coalesce
             && nreq <= wire::MAX_ITEMS
-            && t.open_key == key
             && t.cur_dg != NO_SLOT
-            && t.open_count < wire::MAX_RECORDS
-            && t.len - t.open + wire::REC_HDR + co.arena.len() <= mtu
+            && t.has_room(key, wire::REC_HDR + co.arena.len(), mtu)
         {
             let seq = dest.open_entry(nreq as u8, id, 0, t.cur_dg, deadline);
             t.put_group(seq, nreq as u8, &co.arena);
@@ -1399,12 +1400,7 @@ impl State {
             // Join the open request datagram if the first request fits and it holds a
             // credit (one holding only retransmissions has none), else open one.
             let t = &tx.per[d];
-            if !(coalesce
-                && t.open_key == key
-                && t.cur_dg != NO_SLOT
-                && t.open_count < wire::MAX_RECORDS
-                && t.len - t.open + wire::REC_HDR + first <= mtu)
-            {
+            if !(coalesce && t.cur_dg != NO_SLOT && t.has_room(key, wire::REC_HDR + first, mtu)) {
                 tx.open_new(d, wire::KIND_REQUEST, session, dest.ack);
                 tx.per[d].cur_dg = dest.alloc_dg(1);
             }

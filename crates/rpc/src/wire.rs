@@ -68,7 +68,7 @@ pub struct Record<'a> {
     pub seq: u64,
     pub tag: u8,
     pub seg: Option<Seg>,
-    /// The message is a group of `tag` items (see [`items`]).
+    /// The message is a group of `tag` items (see [`group_items`]).
     pub group: bool,
     pub payload: &'a [u8],
 }
@@ -446,12 +446,6 @@ pub(crate) fn write_group_header(buf: &mut [u8], pos: usize, seq: u64, count: u8
     *d = h;
 }
 
-/// Checks that `body` is exactly `count` well-formed items whose tags `tag_ok` accepts.
-#[inline(always)]
-pub fn check_items(body: &[u8], count: usize, tag_ok: impl Fn(u8) -> bool) -> bool {
-    group_items(body, count, tag_ok).is_some()
-}
-
 /// The items of a group body, as (tag, payload) pairs, if `body` is exactly `count`
 /// well-formed items whose tags `tag_ok` accepts (checked here, before any is read).
 #[inline(always)]
@@ -625,22 +619,25 @@ mod tests {
         let b = extend_item(&mut body, 8, b"");
         let c = extend_item(&mut body, 9, &[5u8; 40]);
         assert_eq!((a, b, c), (5, 13, 18));
-        assert!(check_items(&body, 3, |_| true));
+        assert!(group_items(&body, 3, |_| true).is_some());
         let v: Vec<_> = group_items(&body, 3, |_| true).unwrap().collect();
         assert_eq!(
             v,
             vec![(7, &b"abc"[..]), (8, &b""[..]), (9, &[5u8; 40][..])]
         );
         // The count must match exactly, every tag must pass, nothing may trail.
-        assert!(!check_items(&body, 2, |_| true));
-        assert!(!check_items(&body, 4, |_| true));
-        assert!(!check_items(&body, 3, |t| t != 8));
+        assert!(group_items(&body, 2, |_| true).is_none());
+        assert!(group_items(&body, 4, |_| true).is_none());
+        assert!(group_items(&body, 3, |t| t != 8).is_none());
         for cut in 0..body.len() {
-            assert!(!check_items(&body[..cut], 3, |_| true), "cut {cut}");
+            assert!(
+                group_items(&body[..cut], 3, |_| true).is_none(),
+                "cut {cut}"
+            );
         }
         let mut longer = body.clone();
         longer.push(0);
-        assert!(!check_items(&longer, 3, |_| true));
+        assert!(group_items(&longer, 3, |_| true).is_none());
         // A group header decodes as a group record of `count` items.
         let mut buf = vec![0u8; DGRAM_HDR + REC_HDR + body.len()];
         write_header(&mut buf, 0, KIND_REQUEST, 1, 1);
