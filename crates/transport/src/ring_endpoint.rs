@@ -153,15 +153,7 @@ impl RingEndpoint {
         if result.is_err() {
             self.counters.add_owned(Counter::OnesidedErrors, 1);
         }
-        if op.signaled || result.is_err() {
-            self.cq.push_back(Completion {
-                wr_id: op.wr_id,
-                op: op.kind.opcode(),
-                node,
-                status: result.map(|_| ()),
-                value: result.unwrap_or(0),
-            });
-        }
+        self.cq.extend(Completion::of(op, node, result));
         result.err()
     }
 

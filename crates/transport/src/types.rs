@@ -289,6 +289,25 @@ pub struct Completion {
     pub value: u64,
 }
 
+impl Completion {
+    /// The completion of `op` on `node` with `result` (the word's old value for CAS and
+    /// FAA), if one is due: a signaled operation always completes, an unsignaled one
+    /// only if it failed.
+    pub fn of(
+        op: &OneSidedOp<'_>,
+        node: NodeId,
+        result: Result<u64, AccessError>,
+    ) -> Option<Completion> {
+        (op.signaled || result.is_err()).then(|| Completion {
+            wr_id: op.wr_id,
+            op: op.kind.opcode(),
+            node,
+            status: result.map(|_| ()),
+            value: result.unwrap_or(0),
+        })
+    }
+}
+
 /// A datagram to send.
 #[derive(Clone, Copy, Debug)]
 pub struct Datagram<'a> {

@@ -1128,15 +1128,7 @@ impl Endpoint for UdpEndpoint {
                 if r.is_err() {
                     c.counters.add(Counter::OnesidedErrors, 1);
                 }
-                if op.signaled || r.is_err() {
-                    c.cq.push_back(Completion {
-                        wr_id: op.wr_id,
-                        op: op.kind.opcode(),
-                        node: n,
-                        status: r.map(|_| ()),
-                        value: r.unwrap_or(0),
-                    });
-                }
+                c.cq.extend(Completion::of(op, n, r));
                 continue;
             }
             let (rop, read) = match op.kind {
