@@ -35,6 +35,36 @@ fn runtimes(cc: ClusterConfig, cfg: RuntimeConfig) -> Vec<Runtime> {
         .collect()
 }
 
+/// Runtimes over endpoints that drop, reorder and duplicate datagrams (seeded from
+/// `seed`, one seed per endpoint), retransmitting after 3 ms; no handlers registered.
+fn faulty_runtimes(
+    cc: ClusterConfig,
+    seed: u64,
+    drop: f64,
+    reorder: f64,
+    duplicate: f64,
+) -> Vec<Runtime> {
+    let cfg = RuntimeConfig {
+        retransmit_timeout: Duration::from_millis(3),
+        max_retries: 1000,
+        ..Default::default()
+    };
+    endpoints(cc)
+        .into_iter()
+        .enumerate()
+        .map(|(i, ep)| {
+            let fc = FaultConfig {
+                seed: seed + i as u64,
+                drop,
+                reorder,
+                duplicate,
+                ..Default::default()
+            };
+            Runtime::new(FaultyEndpoint::wrap(ep, fc).unwrap(), cfg.clone()).unwrap()
+        })
+        .collect()
+}
+
 /// Steps every runtime round-robin until all workers are done (or a deadline passes).
 fn step_all(rts: &mut [Runtime], limit: Duration) {
     let t0 = Instant::now();
@@ -396,24 +426,9 @@ fn credits_stop_overflow_under_burst() {
 /// exactly once per RPC, and responses are correct. Includes segmented messages.
 #[test]
 fn faults_every_rpc_exactly_once() {
-    let cc = ClusterConfig::new(3, 2);
-    let cfg = RuntimeConfig {
-        retransmit_timeout: Duration::from_millis(3),
-        max_retries: 1000,
-        ..Default::default()
-    };
     let executed: Rc<RefCell<HashMap<u64, u32>>> = Rc::default();
-    let mut rts = Vec::new();
-    for (i, ep) in endpoints(cc.clone()).into_iter().enumerate() {
-        let fc = FaultConfig {
-            seed: 42 + i as u64,
-            drop: 0.01,
-            reorder: 0.05,
-            duplicate: 0.01,
-            ..Default::default()
-        };
-        let ep = FaultyEndpoint::wrap(ep, fc).unwrap();
-        let mut rt = Runtime::new(ep, cfg.clone()).unwrap();
+    let mut rts = faulty_runtimes(ClusterConfig::new(3, 2), 42, 0.01, 0.05, 0.01);
+    for rt in rts.iter_mut() {
         let ex = executed.clone();
         rt.register(ECHO, move |_, req, resp| {
             let id = u64::from_le_bytes(req[..8].try_into().unwrap());
@@ -421,7 +436,6 @@ fn faults_every_rpc_exactly_once() {
             resp.extend_from_slice(req);
             resp.reverse();
         });
-        rts.push(rt);
     }
     let completed = Rc::new(Cell::new(0u64));
     let per_co = 60u64;
@@ -931,28 +945,13 @@ fn reassembly_flood_does_not_starve_other_sources() {
 /// request.
 #[test]
 fn random_batches_get_their_own_responses() {
-    let cc = ClusterConfig::new(3, 1);
-    let cfg = RuntimeConfig {
-        retransmit_timeout: Duration::from_millis(3),
-        max_retries: 1000,
-        ..Default::default()
-    };
-    let mut rts = Vec::new();
-    for (i, ep) in endpoints(cc.clone()).into_iter().enumerate() {
-        let fc = FaultConfig {
-            seed: 7 + i as u64,
-            drop: 0.02,
-            reorder: 0.05,
-            duplicate: 0.02,
-            ..Default::default()
-        };
-        let mut rt = Runtime::new(FaultyEndpoint::wrap(ep, fc).unwrap(), cfg.clone()).unwrap();
+    let mut rts = faulty_runtimes(ClusterConfig::new(3, 1), 7, 0.02, 0.05, 0.02);
+    for rt in rts.iter_mut() {
         // The response is the request reversed, plus its length: a mix-up shows.
         rt.register(ECHO, |_, req, resp| {
             resp.extend(req.iter().rev());
             resp.extend_from_slice(&(req.len() as u32).to_le_bytes());
         });
-        rts.push(rt);
     }
     let expect = |p: &[u8]| {
         let mut v: Vec<u8> = p.iter().rev().copied().collect();
