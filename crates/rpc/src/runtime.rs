@@ -1,9 +1,11 @@
 //! The per-thread runtime: one endpoint, a master loop and worker coroutines.
 //!
 //! [`Runtime::poll_once`] is one master step: poll the endpoint, run request handlers
-//! inline, resume the workers whose responses are all in, then send every response of
-//! that poll, due retransmissions and the requests of the step's flushes with one
-//! doorbell. Workers are `async` tasks that
+//! inline, send the responses of that poll (and due retransmissions) with one doorbell,
+//! resume the workers whose responses are all in, then send the requests of the step's
+//! flushes with a second doorbell. The requests of the step's flushes to one endpoint
+//! travel as one group (one seq) when they fit, each flush's batch a part of it (see
+//! `wire`). Workers are `async` tasks that
 //! reach the runtime through their [`Ctx`]; a worker queues requests without I/O and
 //! `ctx.flush().await` sends them with one doorbell and resumes once every response (or
 //! failure) is in. Everything lives in this one struct: no globals, no hidden threads,
@@ -45,6 +47,9 @@ pub struct RpcStats {
     pub rpcs_completed: u64,
     pub rpcs_failed: u64,
     pub flushes: u64,
+    /// Flushes whose batch joined another flush's group as a part (no window entry of
+    /// its own).
+    pub flushes_joined: u64,
     pub requests_served: u64,
     pub no_handler: u64,
     /// Duplicate requests answered from the response cache (handler not rerun).
@@ -75,6 +80,7 @@ impl RpcStats {
             rpcs_completed,
             rpcs_failed,
             flushes,
+            flushes_joined,
             requests_served,
             no_handler,
             duplicate_requests,
@@ -125,13 +131,16 @@ enum ReqStatus {
 /// One request of a batch: where its payload is in the request arena and, once in,
 /// where its response is in the response arena.
 #[derive(Clone, Copy)]
+#[repr(align(32))] // a power-of-two stride: indexing is a shift
 struct QReq {
     dest: u32,
     rtype: u8,
     status: ReqStatus,
-    /// Next request of its group (queued as the next request of the batch; a flush
-    /// that groups otherwise rewrites it). Not read past a group's last request.
+    /// Next request of its group: request `next` of worker `next_co` (queued as the
+    /// next request of the batch; a flush that groups otherwise, or another worker's
+    /// batch joining the group, rewrites it). Not read past a group's last request.
     next: u16,
+    next_co: u16,
     off: u32,
     len: u32,
     roff: u32,
@@ -209,9 +218,12 @@ impl<T> SeqArray<T> {
 struct ReqRec {
     seq: u64,
     live: bool,
-    /// Items of the group this seq carries (its first request is `idx`, the others
-    /// follow `QReq::next`); 0 for a lone request sent as its own (segmented) message.
+    /// Items of the group this seq carries (its first request is `idx` of worker `co`,
+    /// the others follow `QReq::next`); 0 for a lone request sent as its own
+    /// (segmented) message.
     count: u8,
+    /// Parts of the group (workers' batches): its response may take `max_message` each.
+    parts: u8,
     co: u16,
     idx: u16,
     dg: u16,
@@ -263,6 +275,7 @@ impl Dest {
             seq,
             live: true,
             count,
+            parts: 1,
             co,
             idx,
             dg,
@@ -334,16 +347,18 @@ struct DestTx {
     /// Credit slot of the open request datagram (NO_SLOT if it has none).
     cur_dg: u16,
     touched: bool,
-    /// The group a flush is building in the open datagram, which later requests of the
-    /// same flush to this endpoint join while it is the datagram's last record: its
-    /// record's position (NO_DG if none), flush number, seq, items, body bytes and last
-    /// request.
+    /// The last group built in the open datagram, which later requests of the same
+    /// flush, or later whole batches (as parts), join while it is the datagram's last
+    /// record: its record's position (NO_DG if none), flush number, seq, items, body
+    /// bytes, parts, and last request (request `grp_last` of worker `grp_co`).
     grp_pos: usize,
     grp_flush: u64,
     grp_seq: u64,
     grp_count: u8,
     grp_len: usize,
+    grp_parts: u8,
     grp_last: u16,
+    grp_co: u16,
 }
 
 impl Default for DestTx {
@@ -362,7 +377,9 @@ impl Default for DestTx {
             grp_seq: 0,
             grp_count: 0,
             grp_len: 0,
+            grp_parts: 0,
             grp_last: 0,
+            grp_co: 0,
         }
     }
 }
@@ -392,11 +409,36 @@ impl DestTx {
     /// group that flush is building.
     #[inline(always)]
     fn joins_group(&self, flush: u64, item: usize, mtu: usize) -> bool {
+        self.grp_flush == flush && self.group_has_room(1, item, mtu)
+    }
+
+    /// Whether `n` more items of `bytes` bytes (headers included) fit the last group
+    /// built in the open datagram, which is still its last record.
+    #[inline(always)]
+    fn group_has_room(&self, n: usize, bytes: usize, mtu: usize) -> bool {
         self.grp_pos != NO_DG
-            && self.grp_flush == flush
             && self.len == self.grp_pos + wire::REC_HDR + self.grp_len
-            && (self.grp_count as usize) < wire::MAX_ITEMS
-            && self.len - self.open + item <= mtu
+            && self.grp_count as usize + n <= wire::MAX_ITEMS
+            && self.len - self.open + bytes <= mtu
+    }
+
+    /// Appends items (`body`, `n` of them) to the last group (see `group_has_room`) and
+    /// rewrites its header.
+    #[inline(always)]
+    fn grow_group(&mut self, n: usize, body: &[u8]) {
+        let at = self.len;
+        // In bounds: `open_new` sized the buffer for a whole datagram.
+        self.buf[at..at + body.len()].copy_from_slice(body);
+        self.len += body.len();
+        self.grp_len += body.len();
+        self.grp_count += n as u8;
+        wire::write_group_header(
+            &mut self.buf,
+            self.grp_pos,
+            self.grp_seq,
+            self.grp_count,
+            self.grp_len as u16,
+        );
     }
 
     /// Writes a group record of `count` items (`items` bytes, copied from `body`) at the
@@ -586,6 +628,9 @@ pub(crate) struct State {
     credits: u32,
     window: usize,
     max_message: usize,
+    /// Most parts this runtime puts in a group: their responses' budgets together stay
+    /// within the wire's message limit.
+    max_parts: u8,
     /// Single-record and segment payload caps, MTU and coalescing (for every send).
     limits: SendLimits,
     handlers: Box<[Option<Handler>; 256]>,
@@ -716,6 +761,8 @@ impl Runtime {
             credits,
             window,
             max_message,
+            max_parts: (wire::MAX_WIRE_MESSAGE as usize / max_message).clamp(1, wire::MAX_PARTS)
+                as u8,
             limits: SendLimits {
                 single_cap,
                 group_cap: single_cap - wire::ITEM_HDR,
@@ -1089,13 +1136,15 @@ impl State {
                 });
             }
         }
-        // The arena holds each request as a group item, ready to be copied.
-        let off = wire::extend_item(&mut co.arena, rtype, payload);
+        // The arena holds each request as a group item, ready to be copied; the batch's
+        // first starts a part of whatever group it goes into.
+        let off = wire::extend_item(&mut co.arena, rtype, payload, idx == 0);
         co.reqs.push(QReq {
             dest: d,
             rtype,
             status: ReqStatus::Queued,
             next: idx as u16 + 1,
+            next_co: id,
             off: off as u32,
             len: payload.len() as u32,
             roff: 0,
@@ -1311,19 +1360,8 @@ impl State {
             let item = &co.arena[lo - wire::ITEM_HDR..hi];
             let t = &mut self.tx.per[d];
             if coalesce && t.joins_group(flush, item.len(), mtu) {
-                // In bounds: `open_new` sized the buffer for a whole datagram.
-                let at = t.len;
-                t.buf[at..at + item.len()].copy_from_slice(item);
-                t.len += item.len();
-                t.grp_len += item.len();
-                t.grp_count += 1;
-                wire::write_group_header(
-                    &mut t.buf,
-                    t.grp_pos,
-                    t.grp_seq,
-                    t.grp_count,
-                    t.grp_len as u16,
-                );
+                t.grow_group(1, item);
+                // The group is this flush's: its last request is this worker's.
                 co.reqs[t.grp_last as usize].next = i as u16;
                 t.grp_last = i as u16;
                 dest.win.at_mut(t.grp_seq).count += 1;
@@ -1351,7 +1389,7 @@ impl State {
             let seq = dest.open_entry(1, id, i as u16, t.cur_dg, deadline);
             t.grp_pos = t.put_group(seq, 1, item);
             (t.grp_flush, t.grp_seq, t.grp_count) = (flush, seq, 1);
-            (t.grp_len, t.grp_last) = (item.len(), i as u16);
+            (t.grp_len, t.grp_parts, t.grp_last, t.grp_co) = (item.len(), 1, i as u16, id);
             entries += 1;
         }
         co.pending = nreq as u32;
@@ -1365,8 +1403,9 @@ impl State {
 
     /// `encode_batch` for a batch of small requests to one destination (the common
     /// case), with the destination's state looked up once. The arena holds the batch as
-    /// group items, so each group (the whole batch when it fits the open datagram or a
-    /// fresh one) is a record header plus one copy.
+    /// group items, so the batch joins the last group of the open datagram as a part of
+    /// it (another worker's flush built it) or forms groups of its own, each a record
+    /// header plus one copy.
     #[inline(always)]
     fn encode_one_dest(&mut self, id: u16) {
         let mtu = self.cluster.mtu;
@@ -1374,24 +1413,47 @@ impl State {
         let deadline = self.now + self.rto;
         let session = self.session;
         let key = open_key(wire::KIND_REQUEST, session);
-        let co = &mut self.cos[id as usize];
-        let d = co.dest0 as usize;
+        let flush = self.stats.flushes;
+        let d = self.cos[id as usize].dest0 as usize;
+        let nreq = self.cos[id as usize].reqs.len();
+        let bytes = self.cos[id as usize].arena.len();
         let dest = self.dests[d].as_deref_mut().expect("checked by try_send");
         let tx = &mut self.tx;
-        let nreq = co.reqs.len();
+        let t = &mut tx.per[d];
+        // The usual case first: the whole batch joins the group another worker's flush
+        // built in this step, as a new part: no window entry, record or credit of its
+        // own. (The group's datagram holds a credit: a flush opened it.)
+        if coalesce && t.grp_parts < self.max_parts && t.group_has_room(nreq, bytes, mtu) {
+            debug_assert!(t.grp_co != id, "a worker flushes once per step");
+            let last = &mut self.cos[t.grp_co as usize].reqs[t.grp_last as usize];
+            (last.next, last.next_co) = (0, id);
+            t.grow_group(nreq, &self.cos[id as usize].arena);
+            t.grp_parts += 1;
+            (t.grp_last, t.grp_co) = ((nreq - 1) as u16, id);
+            let rec = dest.win.at_mut(t.grp_seq);
+            rec.count += nreq as u8;
+            rec.parts += 1;
+            self.cos[id as usize].pending = nreq as u32;
+            self.stats.rpcs_issued += nreq as u64;
+            self.stats.flushes += 1;
+            self.stats.flushes_joined += 1;
+            return;
+        }
+        let co = &mut self.cos[id as usize];
         // Without coalescing every request is a group of one in its own datagram.
         let most = if coalesce { wire::MAX_ITEMS } else { 1 };
         let mut entries = 0u32;
         let mut i = 0;
-        // The usual case first: the whole batch, one group, joins the open datagram.
-        let t = &mut tx.per[d];
+        // Next: the whole batch, one group, joins the open datagram.
         if coalesce
             && nreq <= wire::MAX_ITEMS
             && t.cur_dg != NO_SLOT
-            && t.has_room(key, wire::REC_HDR + co.arena.len(), mtu)
+            && t.has_room(key, wire::REC_HDR + bytes, mtu)
         {
             let seq = dest.open_entry(nreq as u8, id, 0, t.cur_dg, deadline);
-            t.put_group(seq, nreq as u8, &co.arena);
+            t.grp_pos = t.put_group(seq, nreq as u8, &co.arena);
+            (t.grp_flush, t.grp_seq, t.grp_count) = (flush, seq, nreq as u8);
+            (t.grp_len, t.grp_parts, t.grp_last, t.grp_co) = (bytes, 1, (nreq - 1) as u16, id);
             (entries, i) = (1, nreq);
         }
         while i < nreq {
@@ -1422,7 +1484,10 @@ impl State {
             }
             // The group's requests are consecutive: `QReq::next` as queued.
             let seq = dest.open_entry((j - i) as u8, id, i as u16, t.cur_dg, deadline);
-            t.put_group(seq, (j - i) as u8, &co.arena[lo..hi]);
+            t.grp_pos = t.put_group(seq, (j - i) as u8, &co.arena[lo..hi]);
+            (t.grp_flush, t.grp_seq, t.grp_count) = (flush, seq, (j - i) as u8);
+            (t.grp_len, t.grp_parts) = (hi - lo, 1);
+            (t.grp_last, t.grp_co) = ((j - 1) as u16, id);
             entries += 1;
             i = j;
         }
@@ -1546,7 +1611,7 @@ impl State {
         if r.group {
             // A client never segments a group, and runs no handler of a malformed one.
             let items = match r.seg.is_none() && r.tag > 0 {
-                true => wire::group_items(r.payload, r.tag as usize, |_| true),
+                true => wire::request_items(r.payload, r.tag as usize),
                 false => None,
             };
             let Some(items) = items else {
@@ -1602,8 +1667,8 @@ impl State {
 
     /// Runs the handlers of client `s`'s group `seq` (checked, never run before) in
     /// order, keeps their responses as one group in the request's slot of the client
-    /// window and sends it. The responses of a group share one message of at most
-    /// `max_message` bytes: a response that would overflow it gets `TooLarge`.
+    /// window and sends it. The responses of one part of a group (one worker's batch)
+    /// share `max_message` bytes: a response that would overflow them gets `TooLarge`.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn serve_group(
@@ -1624,12 +1689,24 @@ impl State {
         sv.sent_at = self.now;
         sv.resp.clear();
         let mut info = RequestInfo { src, rtype: 0, seq };
-        for (rtype, payload) in items {
+        let mut items = items;
+        // Where the current part's responses start.
+        let mut part = 0;
+        while items.len_left() > 0 {
+            if items.starts_part() {
+                part = sv.resp.len();
+            }
+            let Some((rtype, payload)) = items.next() else {
+                break;
+            };
             info.rtype = rtype;
             // The item's header first (patched after), then the handler writes its
             // response in place.
             let at = wire::open_item(&mut sv.resp);
-            let room = self.max_message.saturating_sub(at + wire::ITEM_HDR);
+            // The part's budget, within the wire's limit on the whole message.
+            let room = (self.max_message.saturating_sub(at - part))
+                .min(wire::MAX_WIRE_MESSAGE as usize - at)
+                .saturating_sub(wire::ITEM_HDR);
             let status = run_handler(
                 &mut self.handlers[rtype as usize],
                 &mut self.stats,
@@ -1666,7 +1743,8 @@ impl State {
         r: &wire::Record<'_>,
     ) {
         let seg = r.seg.expect("segmented");
-        let Some(i) = self.reassemble(s, wire::KIND_REQUEST, hdr.session, r, seg) else {
+        let max = self.max_message;
+        let Some(i) = self.reassemble(s, wire::KIND_REQUEST, hdr.session, r, seg, max) else {
             return;
         };
         // Borrow the buffer out of the pool (no allocation) while the handler runs.
@@ -1759,7 +1837,13 @@ impl State {
     fn on_segmented_response(&mut self, s: usize, r: &wire::Record<'_>, status: ReqStatus) {
         let seg = r.seg.expect("segmented");
         let session = self.session;
-        let Some(i) = self.reassemble(s, wire::KIND_RESPONSE, session, r, seg) else {
+        // A group's response takes up to `max_message` per part (the caller checked
+        // that `r.seq` is live).
+        let parts = self.dests[s]
+            .as_deref()
+            .map_or(1, |d| d.win.at(r.seq).parts);
+        let max = self.max_message * parts.max(1) as usize;
+        let Some(i) = self.reassemble(s, wire::KIND_RESPONSE, session, r, seg, max) else {
             return;
         };
         let ra = &mut self.reasm[i];
@@ -1840,6 +1924,7 @@ impl State {
                 self.stats.retransmits += 1;
                 let co = &self.cos[rec.co as usize];
                 let q = co.reqs[rec.idx as usize];
+                let cos = &self.cos;
                 if rec.count == 0 {
                     // A lone request, sent in segments.
                     push_segments(
@@ -1857,12 +1942,13 @@ impl State {
                     );
                     continue;
                 }
-                // A group, rebuilt from its requests' items (it fit one datagram).
-                let (mut body, mut k) = (0, rec.idx);
+                // A group, rebuilt from its requests' items (it fit one datagram); its
+                // parts' first items carry their flags in the workers' arenas.
+                let (mut body, mut c, mut k) = (0, rec.co, rec.idx);
                 for _ in 0..rec.count {
-                    let q = &co.reqs[k as usize];
+                    let q = &cos[c as usize].reqs[k as usize];
                     body += wire::ITEM_HDR + q.len as usize;
-                    k = q.next;
+                    (c, k) = (q.next_co, q.next);
                 }
                 self.tx.ensure(
                     d,
@@ -1877,13 +1963,14 @@ impl State {
                 let t = &mut self.tx.per[d];
                 let pos = t.len;
                 wire::write_group_header(&mut t.buf, pos, seq, rec.count, body as u16);
-                let (mut at, mut k) = (pos + wire::REC_HDR, rec.idx);
+                let (mut at, mut c, mut k) = (pos + wire::REC_HDR, rec.co, rec.idx);
                 for _ in 0..rec.count {
+                    let co = &cos[c as usize];
                     let q = &co.reqs[k as usize];
                     let (lo, hi) = (q.off as usize - wire::ITEM_HDR, (q.off + q.len) as usize);
                     t.buf[at..at + hi - lo].copy_from_slice(&co.arena[lo..hi]);
                     at += hi - lo;
-                    k = q.next;
+                    (c, k) = (q.next_co, q.next);
                 }
                 t.len = at;
                 t.open_count += 1;
@@ -1910,7 +1997,8 @@ impl State {
         }
     }
 
-    /// Adds a segment; returns the reassembly slot once its message is complete.
+    /// Adds a segment of a message of at most `max` bytes; returns the reassembly slot
+    /// once its message is complete.
     fn reassemble(
         &mut self,
         src: usize,
@@ -1918,15 +2006,13 @@ impl State {
         session: u32,
         r: &wire::Record<'_>,
         seg: Seg,
+        max: usize,
     ) -> Option<usize> {
         let sp = self.limits.seg_payload;
         let total = seg.total as usize;
         let off = seg.offset as usize;
         // Segments are cut at fixed boundaries by a sender of the same MTU.
-        if total > self.max_message
-            || !off.is_multiple_of(sp)
-            || r.payload.len() != sp.min(total - off)
-        {
+        if total > max || !off.is_multiple_of(sp) || r.payload.len() != sp.min(total - off) {
             self.stats.rx_bad_segment += 1;
             return None;
         }
@@ -2091,25 +2177,31 @@ fn settle_in(
     credit_waiters: &mut Vec<u16>,
 ) -> u32 {
     let rec = retire(dest, seq, cos, ready, credit_waiters);
-    let co = &mut cos[rec.co as usize];
     let n = (rec.count as u32).max(1);
-    if status == ReqStatus::Failed {
-        co.failed += n;
-    }
-    let q = &mut co.reqs[rec.idx as usize];
     if let Some(p) = resp {
+        let co = &mut cos[rec.co as usize];
+        let q = &mut co.reqs[rec.idx as usize];
         q.roff = co.rarena.len() as u32;
         q.rlen = p.len() as u32;
         wire::extend_bytes(&mut co.rarena, p);
     }
-    q.status = status;
-    let mut next = q.next;
-    for _ in 1..n {
-        let q = &mut co.reqs[next as usize];
+    // The items of one worker are consecutive in a group (its part).
+    let (mut c, mut k, mut run) = (rec.co, rec.idx, 0);
+    for left in (0..n).rev() {
+        let co = &mut cos[c as usize];
+        let q = &mut co.reqs[k as usize];
         q.status = status;
-        next = q.next;
+        run += 1;
+        let (nc, nk) = (q.next_co, q.next);
+        if left == 0 || nc != c {
+            if status == ReqStatus::Failed {
+                co.failed += run;
+            }
+            batch_settled(co, c, run, ready);
+            run = 0;
+        }
+        (c, k) = (nc, nk);
     }
-    batch_settled(co, rec.co, n, ready);
     n
 }
 
@@ -2125,23 +2217,34 @@ fn settle_group(
     credit_waiters: &mut Vec<u16>,
 ) -> bool {
     let count = dest.win.at(seq).count as usize;
-    let Some(items) = wire::group_items(body, count, |t| t <= wire::STATUS_MAX) else {
+    let Some(mut items) = wire::group_items(body, count, |t| t <= wire::STATUS_MAX) else {
         return false;
     };
     let rec = retire(dest, seq, cos, ready, credit_waiters);
-    let co = &mut cos[rec.co as usize];
-    // One copy of the whole group; each request's response is a range of it.
-    let base = co.rarena.len();
-    wire::extend_bytes(&mut co.rarena, body);
-    let mut idx = rec.idx;
-    for (tag, payload) in items {
-        let q = &mut co.reqs[idx as usize];
-        q.roff = (base + (payload.as_ptr() as usize - body.as_ptr() as usize)) as u32;
-        q.rlen = payload.len() as u32;
-        q.status = status_of(tag).unwrap_or(ReqStatus::TooLarge);
-        idx = q.next;
+    // Part by part (a worker's consecutive items): one copy into the worker's response
+    // arena, of which each request's response is a range.
+    let b0 = body.as_ptr() as usize;
+    let (mut c, mut k, mut lo) = (rec.co, rec.idx, 0usize);
+    while items.len_left() > 0 {
+        let co = &mut cos[c as usize];
+        let base = co.rarena.len();
+        let (mut run, mut hi, mut next_co) = (0u32, lo, c);
+        for (tag, payload) in items.by_ref() {
+            let q = &mut co.reqs[k as usize];
+            let at = payload.as_ptr() as usize - b0;
+            q.roff = (base + at - lo) as u32;
+            q.rlen = payload.len() as u32;
+            q.status = status_of(tag).unwrap_or(ReqStatus::TooLarge);
+            (run, hi) = (run + 1, at + payload.len());
+            (next_co, k) = (q.next_co, q.next);
+            if next_co != c {
+                break;
+            }
+        }
+        wire::extend_bytes(&mut co.rarena, &body[lo..hi]);
+        batch_settled(co, c, run, ready);
+        (c, lo) = (next_co, hi);
     }
-    batch_settled(co, rec.co, count as u32, ready);
     true
 }
 

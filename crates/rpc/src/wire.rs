@@ -27,6 +27,14 @@
 //! A group costs one sequence number, one window entry and one record header for all
 //! its requests, where separate records would cost one each. Requests are grouped only
 //! when small (never segmented); a group's responses may be segmented.
+//!
+//! A request group may hold the batches of several flushes (of different workers) to
+//! one endpoint in one step. Each batch is a *part* of the group: the top bit of a
+//! request item's `len` ([`ITEM_PART`]) marks the first item of a part, and the group's
+//! first item starts one in any case. The responses of one part share a budget of
+//! `max_message` bytes, so one worker's large responses never fail another's requests;
+//! a group has at most [`MAX_PARTS`] parts, which bounds its response at
+//! `MAX_PARTS * max_message`. Response items carry no flag.
 
 pub const MAGIC: u16 = 0xADB1;
 pub const KIND_REQUEST: u8 = 1;
@@ -39,6 +47,10 @@ pub const FLAG_GROUP: u8 = 2;
 pub const ITEM_HDR: usize = 5;
 /// Most items in a group (the count is the record's tag).
 pub const MAX_ITEMS: usize = 255;
+/// In a request item's `len`: the item starts a part of its group (see the module doc).
+pub const ITEM_PART: u32 = 1 << 31;
+/// Most parts in a request group.
+pub const MAX_PARTS: usize = 8;
 pub const MAX_RECORDS: usize = 255;
 /// Hard wire limit on a segmented message; the runtime's own limit is lower.
 pub const MAX_WIRE_MESSAGE: u32 = 16 << 20;
@@ -387,16 +399,17 @@ pub(crate) fn extend_bytes(v: &mut Vec<u8>, src: &[u8]) {
 }
 
 /// Appends a group item: a request to a worker's batch (so that a flush copies whole
-/// items instead of re-encoding them), or a response to a group's; returns the
-/// payload's offset.
+/// items instead of re-encoding them; `part` flags the batch's first request), or a
+/// response to a group's; returns the payload's offset.
 #[inline(always)]
-pub(crate) fn extend_item(v: &mut Vec<u8>, tag: u8, payload: &[u8]) -> usize {
+pub(crate) fn extend_item(v: &mut Vec<u8>, tag: u8, payload: &[u8], part: bool) -> usize {
     let n = payload.len();
+    debug_assert!(n < ITEM_PART as usize);
     v.reserve(ITEM_HDR + n);
     let old = v.len();
     let mut h = [0u8; ITEM_HDR];
     h[0] = tag;
-    h[1..5].copy_from_slice(&(n as u32).to_le_bytes());
+    h[1..5].copy_from_slice(&(n as u32 | if part { ITEM_PART } else { 0 }).to_le_bytes());
     // SAFETY: `reserve` made room for ITEM_HDR + n more bytes, all written before
     // `set_len`; `payload` cannot alias the spare capacity of `v`.
     unsafe {
@@ -446,31 +459,55 @@ pub(crate) fn write_group_header(buf: &mut [u8], pos: usize, seq: u64, count: u8
     *d = h;
 }
 
-/// The items of a group body, as (tag, payload) pairs, if `body` is exactly `count`
-/// well-formed items whose tags `tag_ok` accepts (checked here, before any is read).
+/// The items of a group body of responses, as (tag, payload) pairs, if `body` is
+/// exactly `count` well-formed items whose tags `tag_ok` accepts (checked here, before
+/// any is read). Response items carry no part flag: a flagged length does not fit.
 #[inline(always)]
 pub fn group_items(body: &[u8], count: usize, tag_ok: impl Fn(u8) -> bool) -> Option<Items<'_>> {
+    check_items(body, count, tag_ok, u32::MAX, usize::MAX)
+}
+
+/// The items of a group body of requests, if `body` is exactly `count` well-formed
+/// items in at most [`MAX_PARTS`] parts (see [`Items::starts_part`]).
+#[inline(always)]
+pub fn request_items(body: &[u8], count: usize) -> Option<Items<'_>> {
+    check_items(body, count, |_| true, !ITEM_PART, MAX_PARTS)
+}
+
+/// `count` items whose lengths are `len & mask`, in at most `max_parts` parts.
+#[inline(always)]
+fn check_items(
+    body: &[u8],
+    count: usize,
+    tag_ok: impl Fn(u8) -> bool,
+    mask: u32,
+    max_parts: usize,
+) -> Option<Items<'_>> {
     let (p, n) = (body.as_ptr(), body.len());
     let mut pos = 0usize;
-    for _ in 0..count {
+    // The first item starts a part whether flagged or not.
+    let mut parts = 1;
+    for k in 0..count {
         if n - pos < ITEM_HDR {
             return None;
         }
         // SAFETY: ITEM_HDR bytes at pos are inside `body` (checked above).
-        let (tag, len) = unsafe {
+        let (tag, raw) = unsafe {
             let q = p.add(pos);
             (
                 *q,
                 u32::from_le_bytes(std::ptr::read_unaligned(q.add(1) as *const [u8; 4])),
             )
         };
+        let len = raw & mask;
+        parts += (k > 0 && raw != len) as usize;
         pos += ITEM_HDR;
         if !tag_ok(tag) || n - pos < len as usize {
             return None;
         }
         pos += len as usize;
     }
-    (pos == n).then_some(Items {
+    (pos == n && parts <= max_parts).then_some(Items {
         rest: body,
         left: count,
     })
@@ -483,6 +520,25 @@ pub struct Items<'a> {
     left: usize,
 }
 
+impl Items<'_> {
+    /// Items not yet read.
+    pub fn len_left(&self) -> usize {
+        self.left
+    }
+
+    /// Whether the next item carries the part flag (request groups only).
+    #[inline(always)]
+    pub fn starts_part(&self) -> bool {
+        // SAFETY: with an item left, its header lies inside `rest` (see `Items::next`).
+        self.left > 0
+            && unsafe {
+                let q = self.rest.as_ptr();
+                u32::from_le_bytes(std::ptr::read_unaligned(q.add(1) as *const [u8; 4])) & ITEM_PART
+                    != 0
+            }
+    }
+}
+
 impl<'a> Iterator for Items<'a> {
     type Item = (u8, &'a [u8]);
     #[inline(always)]
@@ -492,10 +548,12 @@ impl<'a> Iterator for Items<'a> {
         }
         self.left -= 1;
         // SAFETY: `group_items` checked that `rest` holds `left + 1` well-formed items,
-        // so the header and payload read here lie inside it.
+        // so the header and payload read here lie inside it. A checked response length
+        // never has the part bit set, so masking it changes only request lengths.
         unsafe {
             let q = self.rest.as_ptr();
-            let len = u32::from_le_bytes(std::ptr::read_unaligned(q.add(1) as *const [u8; 4]));
+            let len = u32::from_le_bytes(std::ptr::read_unaligned(q.add(1) as *const [u8; 4]))
+                & !ITEM_PART;
             let payload = std::slice::from_raw_parts(q.add(ITEM_HDR), len as usize);
             self.rest = self.rest.get_unchecked(ITEM_HDR + len as usize..);
             Some((*q, payload))
@@ -615,9 +673,9 @@ mod tests {
     #[test]
     fn group_items_roundtrip_and_reject_bad_bodies() {
         let mut body = Vec::new();
-        let a = extend_item(&mut body, 7, b"abc");
-        let b = extend_item(&mut body, 8, b"");
-        let c = extend_item(&mut body, 9, &[5u8; 40]);
+        let a = extend_item(&mut body, 7, b"abc", false);
+        let b = extend_item(&mut body, 8, b"", false);
+        let c = extend_item(&mut body, 9, &[5u8; 40], false);
         assert_eq!((a, b, c), (5, 13, 18));
         assert!(group_items(&body, 3, |_| true).is_some());
         let v: Vec<_> = group_items(&body, 3, |_| true).unwrap().collect();
@@ -649,6 +707,38 @@ mod tests {
         assert_eq!((r.seq, r.tag, r.group, r.payload), (4, 3, true, &body[..]));
         buf[DGRAM_HDR + 9] = 4;
         assert_eq!(decode(&buf).err(), Some(WireError::BadFlags));
+    }
+
+    #[test]
+    fn request_groups_have_parts() {
+        // Three batches: [a b] [c] [d e]; every batch's first request is flagged.
+        let mut body = Vec::new();
+        for (i, part) in [true, false, true, true, false].into_iter().enumerate() {
+            extend_item(&mut body, i as u8, &[i as u8; 3], part);
+        }
+        let mut items = request_items(&body, 5).expect("valid");
+        let mut seen = Vec::new();
+        while items.len_left() > 0 {
+            let part = items.starts_part();
+            let (tag, payload) = items.next().unwrap();
+            assert_eq!(payload, &[tag; 3]);
+            seen.push(part);
+        }
+        assert_eq!(seen, [true, false, true, true, false]);
+        // A response group never carries the flag.
+        assert!(group_items(&body, 5, |_| true).is_none());
+        // Up to MAX_PARTS parts (an unflagged first item starts one too).
+        for (first, flagged, ok) in [(false, MAX_PARTS - 1, true), (true, MAX_PARTS, false)] {
+            let mut body = Vec::new();
+            extend_item(&mut body, 0, b"x", first);
+            for _ in 0..flagged {
+                extend_item(&mut body, 0, b"y", true);
+            }
+            assert_eq!(request_items(&body, flagged + 1).is_some(), ok);
+            // One part more than allowed.
+            extend_item(&mut body, 0, b"z", true);
+            assert!(request_items(&body, flagged + 2).is_none());
+        }
     }
 
     #[test]

@@ -103,8 +103,59 @@ fn check_group(b: &[u8], count: usize) {
     assert_eq!((n, at), (count, b.len()));
 }
 
+/// If `request_items` accepts a body, its iterator yields exactly `count` items that
+/// tile the body (lengths without the part flag), in at most `MAX_PARTS` parts, and
+/// `starts_part` reports each item's flag.
+fn check_request_group(b: &[u8], count: usize) {
+    let Some(mut items) = wire::request_items(b, count) else {
+        return;
+    };
+    let (mut at, mut n, mut parts) = (0, 0, 1);
+    while items.len_left() > 0 {
+        let part = items.starts_part();
+        let (tag, payload) = items.next().unwrap();
+        let raw = u32::from_le_bytes(b[at + 1..at + 5].try_into().unwrap());
+        assert_eq!(part, raw & wire::ITEM_PART != 0);
+        parts += (n > 0 && part) as usize;
+        let len = (raw & !wire::ITEM_PART) as usize;
+        assert_eq!(b[at], tag);
+        assert_eq!(payload, &b[at + wire::ITEM_HDR..at + wire::ITEM_HDR + len]);
+        at += wire::ITEM_HDR + len;
+        n += 1;
+    }
+    assert!(items.next().is_none());
+    assert_eq!((n, at), (count, b.len()));
+    assert!(parts <= wire::MAX_PARTS);
+}
+
 proptest! {
     #![proptest_config(Config { cases: 2000, ..Config::default() })]
+
+    #[test]
+    fn request_items_valid_flagged_mutated_and_random(
+        items in prop::collection::vec((any::<u8>(), prop::collection::vec(any::<u8>(), 0..20), any::<bool>()), 1..14),
+        ms in prop::collection::vec(mutation(), 0..4),
+        random in prop::collection::vec(any::<u8>(), 0..120),
+        count in 0usize..16,
+    ) {
+        let mut b = group_body(&items.iter().map(|(t, p, _)| (*t, p.clone())).collect::<Vec<_>>());
+        // Flag the chosen items as part starts.
+        let mut at = 0;
+        for (_, p, part) in &items {
+            if *part {
+                b[at + 4] |= 0x80;
+            }
+            at += wire::ITEM_HDR + p.len();
+        }
+        let parts = 1 + items.iter().skip(1).filter(|x| x.2).count();
+        prop_assert_eq!(wire::request_items(&b, items.len()).is_some(), parts <= wire::MAX_PARTS);
+        check_request_group(&b, items.len());
+        let mut m = b.clone();
+        mutate(&mut m, &ms);
+        check_request_group(&m, items.len());
+        check_request_group(&m, count);
+        check_request_group(&random, count);
+    }
 
     #[test]
     fn group_items_valid_mutated_and_random(

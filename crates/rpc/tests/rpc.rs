@@ -276,6 +276,102 @@ fn group_responses_share_the_message_limit() {
     assert_eq!(rts[1].stats().requests_served, 4, "every handler ran once");
 }
 
+/// The whole batches of several workers' flushes in one step to one endpoint travel as
+/// parts of one group (one seq, so one window entry): up to `wire::MAX_PARTS` of them,
+/// then another group in the same datagram. Every worker gets its own responses.
+#[test]
+fn batches_of_one_step_share_a_group() {
+    let mut rts = runtimes(ClusterConfig::new(2, 1), RuntimeConfig::default());
+    let seqs = Rc::new(RefCell::new(Vec::new()));
+    let seqs2 = seqs.clone();
+    rts[1].register(3, move |info, req, resp| {
+        seqs2.borrow_mut().push((info.seq, req[0]));
+        resp.extend_from_slice(req);
+        resp.push(0xee);
+    });
+    let workers = wire::MAX_PARTS + 2;
+    let done = Rc::new(Cell::new(0));
+    for w in 0..workers as u8 {
+        let done = done.clone();
+        rts[0].spawn(move |ctx| async move {
+            let hs: Vec<_> = (0..2u8)
+                .map(|k| ctx.queue(1, 3, &[w, k, 7]).unwrap())
+                .collect();
+            ctx.flush().await.unwrap();
+            for (k, h) in hs.iter().enumerate() {
+                ctx.response(*h, |r| assert_eq!(r, [w, k as u8, 7, 0xee]))
+                    .unwrap();
+            }
+            done.set(done.get() + 1);
+        });
+    }
+    rts[0].poll_once();
+    // One datagram: a group of MAX_PARTS batches, then one of the other two.
+    let item = (wire::ITEM_HDR + 3) as u64;
+    let c = rts[0].endpoint_counters();
+    assert_eq!(c.get("tx_datagrams"), 1);
+    let want = (wire::DGRAM_HDR + 2 * wire::REC_HDR) as u64 + 2 * workers as u64 * item;
+    assert_eq!(c.get("tx_bytes"), want, "two group records");
+    step_all(&mut rts, Duration::from_secs(10));
+    assert_eq!(done.get(), workers);
+    let seqs = seqs.borrow();
+    assert_eq!(seqs.len(), 2 * workers);
+    // Served in order: the first MAX_PARTS workers' requests share seq 1, the rest 2.
+    for (i, &(seq, w)) in seqs.iter().enumerate() {
+        assert_eq!(w as usize, i / 2);
+        let want = if (w as usize) < wire::MAX_PARTS { 1 } else { 2 };
+        assert_eq!(seq, want, "request {i}");
+    }
+    assert_eq!(rts[0].stats().rpcs_completed, 2 * workers as u64);
+    assert_eq!(rts[0].stats().flushes_joined, workers as u64 - 2);
+}
+
+/// Each part of a group (one worker's batch) has a response budget of its own: large
+/// responses to one worker never make another's fail, even though the group's response
+/// then exceeds `max_message` (it travels in segments). Within a part the budget is
+/// shared, as in a group of one batch.
+#[test]
+fn parts_of_a_group_have_their_own_response_budget() {
+    let mut rts = runtimes(ClusterConfig::new(2, 1), RuntimeConfig::default());
+    let max = rts[0].max_message();
+    let big = 2 * max / 3;
+    let seqs = Rc::new(RefCell::new(Vec::new()));
+    let seqs2 = seqs.clone();
+    rts[1].register(2, move |info, req, resp| {
+        seqs2.borrow_mut().push(info.seq);
+        resp.resize(resp.len() + big, req[0])
+    });
+    let results = Rc::new(RefCell::new(Vec::new()));
+    for (w, n) in [(0u8, 1u8), (1, 1), (2, 2)] {
+        let results = results.clone();
+        rts[0].spawn(move |ctx| async move {
+            let hs: Vec<_> = (0..n)
+                .map(|k| ctx.queue(1, 2, &[10 * w + k]).unwrap())
+                .collect();
+            ctx.flush().await.unwrap();
+            for (k, h) in hs.iter().enumerate() {
+                let want = 10 * w + k as u8;
+                let r = ctx.response(*h, |r| (r.len(), r.iter().all(|&b| b == want)));
+                results.borrow_mut().push((w, k, r));
+            }
+        });
+    }
+    step_all(&mut rts, Duration::from_secs(10));
+    let mut r = results.borrow().clone();
+    r.sort_by_key(|x| (x.0, x.1));
+    assert_eq!(
+        r,
+        vec![
+            (0, 0, Ok((big, true))),
+            (1, 0, Ok((big, true))),
+            (2, 0, Ok((big, true))),
+            (2, 1, Err(RpcError::ResponseTooLarge)),
+        ]
+    );
+    assert_eq!(*seqs.borrow(), [1; 4], "one group");
+    assert_eq!(rts[1].stats().requests_served, 4, "every handler ran once");
+}
+
 /// A group whose items do not match its count, or run past its record, is dropped
 /// whole and counted: none of its handlers runs.
 #[test]
@@ -439,8 +535,9 @@ fn faults_every_rpc_exactly_once() {
     }
     let completed = Rc::new(Cell::new(0u64));
     let per_co = 60u64;
+    let cos = 6u64;
     for (ri, rt) in rts.iter_mut().enumerate() {
-        for c in 0..4u64 {
+        for c in 0..cos {
             let completed = completed.clone();
             rt.spawn(move |ctx| async move {
                 let me = ctx.addr().node;
@@ -454,7 +551,10 @@ fn faults_every_rpc_exactly_once() {
                         // Every 16th request is large enough to be segmented.
                         let len = if id.is_multiple_of(16) { 9000 } else { 24 };
                         buf.extend((8..len).map(|x| (x as u64 ^ id) as u8));
-                        let node = ((me as u64 + 1 + b) % 3) as u16;
+                        // Even workers spread a batch over the nodes; odd ones send it
+                        // to one node, where batches of one step share a group.
+                        let spread = if c % 2 == 0 { b } else { k };
+                        let node = ((me as u64 + 1 + spread) % 3) as u16;
                         hs.push((ctx.queue(node, ECHO, &buf).unwrap(), buf.clone()));
                     }
                     ctx.flush().await.unwrap();
@@ -468,7 +568,7 @@ fn faults_every_rpc_exactly_once() {
         }
     }
     step_all(&mut rts, Duration::from_secs(60));
-    let total = 6 * 4 * per_co * 3;
+    let total = 6 * cos * per_co * 3;
     assert_eq!(completed.get(), total);
     let ex = executed.borrow();
     assert_eq!(ex.len() as u64, total);
@@ -485,6 +585,7 @@ fn faults_every_rpc_exactly_once() {
         "faults must have happened: {st:?}"
     );
     assert_eq!(st.rpcs_failed, 0);
+    assert!(st.flushes_joined > 0, "no batches shared a group: {st:?}");
     eprintln!("fault test stats: {st:?}");
 }
 
@@ -691,6 +792,48 @@ fn silent_destination_is_suspected() {
     assert_eq!(rt.stats().retransmits, 0);
     assert_eq!(rt.take_suspects(), vec![1]);
     assert_eq!(seen.get(), 1);
+}
+
+/// Every part of a group to a silent destination fails, each worker with its own
+/// error, once the retries are used up.
+#[test]
+fn silent_destination_fails_every_part() {
+    let clock = Arc::new(ManualClock::new(1_000));
+    let mut eps = endpoints(ClusterConfig::new(2, 1));
+    let _silent = eps.pop().unwrap();
+    let mut rt =
+        Runtime::with_clock(eps.pop().unwrap(), RuntimeConfig::fasst(), clock.clone()).unwrap();
+    let results = Rc::new(RefCell::new(Vec::new()));
+    for _ in 0..3 {
+        let r2 = results.clone();
+        rt.spawn(move |ctx| async move {
+            let hs = [
+                ctx.queue(1, ECHO, b"a").unwrap(),
+                ctx.queue(1, ECHO, b"b").unwrap(),
+            ];
+            let f = ctx.flush().await;
+            let rs: Vec<_> = hs.iter().map(|h| ctx.response(*h, |_| ())).collect();
+            r2.borrow_mut().push((f, rs));
+        });
+    }
+    rt.poll_once();
+    assert_eq!(rt.endpoint_counters().get("tx_datagrams"), 1);
+    for _ in 0..4 {
+        clock.advance(600_000_000);
+        for _ in 0..40 {
+            rt.poll_once();
+        }
+    }
+    let dest = EndpointAddr::new(1, 0);
+    let err = Err(RpcError::Timeout { dest });
+    let results = results.borrow();
+    assert_eq!(results.len(), 3);
+    for (f, rs) in results.iter() {
+        assert_eq!(f, &err);
+        assert_eq!(rs, &vec![err.clone(), err.clone()]);
+    }
+    assert_eq!(rt.stats().rpcs_failed, 6);
+    assert_eq!(rt.live_tasks(), 0);
 }
 
 /// Real threads: one runtime per thread, parked when idle.
