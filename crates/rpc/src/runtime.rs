@@ -1218,6 +1218,12 @@ impl State {
     /// doorbell at the end of the step) if every destination has the credits and window
     /// room; Ok(false) if it must wait.
     fn try_send(&mut self, id: u16) -> Result<bool, RpcError> {
+        let co = &self.cos[id as usize];
+        // The usual case: the batch joins a group of this step as a part (it needs no
+        // credit or window entry of its own).
+        if !co.multi && !co.big && self.join_group(id) {
+            return Ok(true);
+        }
         // Fast path: a batch of single-datagram requests to one destination needs at
         // most one credit and one window entry per request.
         let co = &self.cos[id as usize];
@@ -1401,11 +1407,44 @@ impl State {
         }
     }
 
+    /// Adds worker `id`'s batch (small requests to one destination) to the last group
+    /// of the open datagram to that destination, if another worker's flush built it in
+    /// this step and the batch fits, as a new part: no window entry, record or credit of
+    /// its own (the group's datagram holds a credit: a flush opened it). Returns whether
+    /// it did.
+    #[inline(always)]
+    fn join_group(&mut self, id: u16) -> bool {
+        let co = &self.cos[id as usize];
+        let (d, nreq, bytes) = (co.dest0 as usize, co.reqs.len(), co.arena.len());
+        let t = &mut self.tx.per[d];
+        if !(self.cfg.coalesce
+            && t.grp_parts < self.max_parts
+            && t.group_has_room(nreq, bytes, self.cluster.mtu))
+        {
+            return false;
+        }
+        debug_assert!(t.grp_co != id, "a worker flushes once per step");
+        let last = &mut self.cos[t.grp_co as usize].reqs[t.grp_last as usize];
+        (last.next, last.next_co) = (0, id);
+        t.grow_group(nreq, &self.cos[id as usize].arena);
+        t.grp_parts += 1;
+        (t.grp_last, t.grp_co) = ((nreq - 1) as u16, id);
+        // A group exists only in a datagram to a destination with state.
+        if let Some(dest) = self.dests[d].as_deref_mut() {
+            let rec = dest.win.at_mut(t.grp_seq);
+            rec.count += nreq as u8;
+            rec.parts += 1;
+        }
+        self.cos[id as usize].pending = nreq as u32;
+        self.stats.rpcs_issued += nreq as u64;
+        self.stats.flushes += 1;
+        self.stats.flushes_joined += 1;
+        true
+    }
+
     /// `encode_batch` for a batch of small requests to one destination (the common
     /// case), with the destination's state looked up once. The arena holds the batch as
-    /// group items, so the batch joins the last group of the open datagram as a part of
-    /// it (another worker's flush built it) or forms groups of its own, each a record
-    /// header plus one copy.
+    /// group items, so each group it forms is a record header plus one copy.
     #[inline(always)]
     fn encode_one_dest(&mut self, id: u16) {
         let mtu = self.cluster.mtu;
@@ -1420,25 +1459,6 @@ impl State {
         let dest = self.dests[d].as_deref_mut().expect("checked by try_send");
         let tx = &mut self.tx;
         let t = &mut tx.per[d];
-        // The usual case first: the whole batch joins the group another worker's flush
-        // built in this step, as a new part: no window entry, record or credit of its
-        // own. (The group's datagram holds a credit: a flush opened it.)
-        if coalesce && t.grp_parts < self.max_parts && t.group_has_room(nreq, bytes, mtu) {
-            debug_assert!(t.grp_co != id, "a worker flushes once per step");
-            let last = &mut self.cos[t.grp_co as usize].reqs[t.grp_last as usize];
-            (last.next, last.next_co) = (0, id);
-            t.grow_group(nreq, &self.cos[id as usize].arena);
-            t.grp_parts += 1;
-            (t.grp_last, t.grp_co) = ((nreq - 1) as u16, id);
-            let rec = dest.win.at_mut(t.grp_seq);
-            rec.count += nreq as u8;
-            rec.parts += 1;
-            self.cos[id as usize].pending = nreq as u32;
-            self.stats.rpcs_issued += nreq as u64;
-            self.stats.flushes += 1;
-            self.stats.flushes_joined += 1;
-            return;
-        }
         let co = &mut self.cos[id as usize];
         // Without coalescing every request is a group of one in its own datagram.
         let most = if coalesce { wire::MAX_ITEMS } else { 1 };
