@@ -1,11 +1,12 @@
 //! The per-thread runtime: one endpoint, a master loop and worker coroutines.
 //!
 //! [`Runtime::poll_once`] is one master step: poll the endpoint, run request handlers
-//! inline, send the responses of that poll (and due retransmissions) with one doorbell,
-//! resume the workers whose responses are all in, then send the requests of the step's
-//! flushes with a second doorbell. The requests of the step's flushes to one endpoint
-//! travel as one group (one seq) when they fit, each flush's batch a part of it (see
-//! `wire`). Workers are `async` tasks that
+//! inline, send the responses of that poll (and due retransmissions) with one doorbell
+//! (with `respond_first`, the default), resume the workers whose responses are all in,
+//! then send the requests of the step's flushes with a second doorbell. A flush's whole
+//! batch of small requests to one endpoint joins the group an earlier flush of the step
+//! built there as a part, while it fits (see `wire` and `State::join_group`). Workers
+//! are `async` tasks that
 //! reach the runtime through their [`Ctx`]; a worker queues requests without I/O and
 //! `ctx.flush().await` sends them with one doorbell and resumes once every response (or
 //! failure) is in. Everything lives in this one struct: no globals, no hidden threads,
@@ -138,7 +139,7 @@ struct QReq {
     status: ReqStatus,
     /// Next request of its group: request `next` of worker `next_co` (queued as the
     /// next request of the batch; a flush that groups otherwise, or another worker's
-    /// batch joining the group, rewrites it). Not read past a group's last request.
+    /// batch joining the group, rewrites it). Not followed past a group's last request.
     next: u16,
     next_co: u16,
     off: u32,
@@ -219,8 +220,8 @@ struct ReqRec {
     seq: u64,
     live: bool,
     /// Items of the group this seq carries (its first request is `idx` of worker `co`,
-    /// the others follow `QReq::next`); 0 for a lone request sent as its own
-    /// (segmented) message.
+    /// the others follow `QReq::next` and `QReq::next_co`); 0 for a lone request sent
+    /// as its own (segmented) message.
     count: u8,
     /// Parts of the group (workers' batches): its response may take `max_message` each.
     parts: u8,
@@ -628,8 +629,8 @@ pub(crate) struct State {
     credits: u32,
     window: usize,
     max_message: usize,
-    /// Most parts this runtime puts in a group: their responses' budgets together stay
-    /// within the wire's message limit.
+    /// Most parts this runtime puts in a group, and accepts in one: their responses'
+    /// budgets (and the item headers) together stay within the wire's message limit.
     max_parts: u8,
     /// Single-record and segment payload caps, MTU and coalescing (for every send).
     limits: SendLimits,
@@ -761,8 +762,9 @@ impl Runtime {
             credits,
             window,
             max_message,
-            max_parts: (wire::MAX_WIRE_MESSAGE as usize / max_message).clamp(1, wire::MAX_PARTS)
-                as u8,
+            max_parts: ((wire::MAX_WIRE_MESSAGE as usize - wire::MAX_ITEMS * wire::ITEM_HDR)
+                / max_message)
+                .clamp(1, wire::MAX_PARTS) as u8,
             limits: SendLimits {
                 single_cap,
                 group_cap: single_cap - wire::ITEM_HDR,
@@ -1631,7 +1633,7 @@ impl State {
         if r.group {
             // A client never segments a group, and runs no handler of a malformed one.
             let items = match r.seg.is_none() && r.tag > 0 {
-                true => wire::request_items(r.payload, r.tag as usize),
+                true => wire::request_items(r.payload, r.tag as usize, self.max_parts as usize),
                 false => None,
             };
             let Some(items) = items else {
@@ -1723,10 +1725,13 @@ impl State {
             // The item's header first (patched after), then the handler writes its
             // response in place.
             let at = wire::open_item(&mut sv.resp);
-            // The part's budget, within the wire's limit on the whole message.
-            let room = (self.max_message.saturating_sub(at - part))
-                .min(wire::MAX_WIRE_MESSAGE as usize - at)
-                .saturating_sub(wire::ITEM_HDR);
+            // The part's budget, within the wire's limit on the whole message less the
+            // headers of the items still to come (each takes one, room or not).
+            let after = items.len_left() * wire::ITEM_HDR;
+            let room = self
+                .max_message
+                .saturating_sub(at - part + wire::ITEM_HDR)
+                .min((wire::MAX_WIRE_MESSAGE as usize).saturating_sub(at + wire::ITEM_HDR + after));
             let status = run_handler(
                 &mut self.handlers[rtype as usize],
                 &mut self.stats,
@@ -1857,12 +1862,16 @@ impl State {
     fn on_segmented_response(&mut self, s: usize, r: &wire::Record<'_>, status: ReqStatus) {
         let seg = r.seg.expect("segmented");
         let session = self.session;
-        // A group's response takes up to `max_message` per part (the caller checked
-        // that `r.seq` is live).
-        let parts = self.dests[s]
+        // A group's response takes up to `max_message` per part, plus the header of
+        // every item (one that found its part's budget spent still has one). The caller
+        // checked that `r.seq` is live.
+        let (count, parts) = self.dests[s]
             .as_deref()
-            .map_or(1, |d| d.win.at(r.seq).parts);
-        let max = self.max_message * parts.max(1) as usize;
+            .map_or((0, 1), |d| (d.win.at(r.seq).count, d.win.at(r.seq).parts));
+        let max = match count {
+            0 => self.max_message,
+            n => self.max_message * parts.max(1) as usize + n as usize * wire::ITEM_HDR,
+        };
         let Some(i) = self.reassemble(s, wire::KIND_RESPONSE, session, r, seg, max) else {
             return;
         };

@@ -16,12 +16,13 @@
 //! - `flags & FLAG_SEG`: the record is one segment of a message of `total` bytes,
 //!   starting at `offset` (the 8-byte extension is present only then).
 //! - `flags & FLAG_GROUP`: the record's message is a group of `tag` (1..=255) items, the
-//!   coalesced requests of one flush to one endpoint (or their responses, in order),
-//!   sharing one `seq`:
+//!   coalesced requests of one or more flushes to one endpoint (or their responses, in
+//!   order), sharing one `seq`:
 //!
 //! ```text
 //! group     = item{tag}                       (no trailing bytes)
-//! item      = tag:u8 len:u32 payload[len]     (request type, or response status)
+//! item      = tag:u8 len:u32 payload[len & !ITEM_PART]
+//!                                             (request type, or response status)
 //! ```
 //!
 //! A group costs one sequence number, one window entry and one record header for all
@@ -32,11 +33,14 @@
 //! one endpoint in one step. Each batch is a *part* of the group: the top bit of a
 //! request item's `len` ([`ITEM_PART`]) marks the first item of a part, and the group's
 //! first item starts one in any case. The responses of one part share a budget of
-//! `max_message` bytes, so one worker's large responses never fail another's requests;
-//! a group has at most [`MAX_PARTS`] parts, which bounds its response at
-//! `MAX_PARTS * max_message`. Response items carry no flag.
+//! `max_message` bytes (item headers included; an item that found the budget spent
+//! still takes its 5-byte header), so one worker's large responses never fail
+//! another's requests. A group has at most [`MAX_PARTS`] parts, so its response is at
+//! most `parts * max_message + count * ITEM_HDR` bytes, and the server keeps it within
+//! [`MAX_WIRE_MESSAGE`]. Response items carry no flag.
 
-pub const MAGIC: u16 = 0xADB1;
+/// Version 2: request group items may carry the part flag ([`ITEM_PART`]).
+pub const MAGIC: u16 = 0xADB2;
 pub const KIND_REQUEST: u8 = 1;
 pub const KIND_RESPONSE: u8 = 2;
 pub const DGRAM_HDR: usize = 16;
@@ -464,23 +468,23 @@ pub(crate) fn write_group_header(buf: &mut [u8], pos: usize, seq: u64, count: u8
 /// any is read). Response items carry no part flag: a flagged length does not fit.
 #[inline(always)]
 pub fn group_items(body: &[u8], count: usize, tag_ok: impl Fn(u8) -> bool) -> Option<Items<'_>> {
-    check_items(body, count, tag_ok, u32::MAX, usize::MAX)
+    check_items(body, count, tag_ok, 0)
 }
 
 /// The items of a group body of requests, if `body` is exactly `count` well-formed
-/// items in at most [`MAX_PARTS`] parts (see [`Items::starts_part`]).
+/// items in at most `max_parts` (1..=[`MAX_PARTS`]) parts (see [`Items::starts_part`]).
 #[inline(always)]
-pub fn request_items(body: &[u8], count: usize) -> Option<Items<'_>> {
-    check_items(body, count, |_| true, !ITEM_PART, MAX_PARTS)
+pub fn request_items(body: &[u8], count: usize, max_parts: usize) -> Option<Items<'_>> {
+    check_items(body, count, |_| true, max_parts.clamp(1, MAX_PARTS))
 }
 
-/// `count` items whose lengths are `len & mask`, in at most `max_parts` parts.
+/// `count` items (lengths without the part flag) in at most `max_parts` parts; with
+/// `max_parts` 0 no item may carry the flag.
 #[inline(always)]
 fn check_items(
     body: &[u8],
     count: usize,
     tag_ok: impl Fn(u8) -> bool,
-    mask: u32,
     max_parts: usize,
 ) -> Option<Items<'_>> {
     let (p, n) = (body.as_ptr(), body.len());
@@ -499,23 +503,25 @@ fn check_items(
                 u32::from_le_bytes(std::ptr::read_unaligned(q.add(1) as *const [u8; 4])),
             )
         };
-        let len = raw & mask;
-        parts += (k > 0 && raw != len) as usize;
+        let flagged = raw & ITEM_PART != 0;
+        let len = raw & !ITEM_PART;
+        parts += (k > 0 && flagged) as usize;
         pos += ITEM_HDR;
-        if !tag_ok(tag) || n - pos < len as usize {
+        if !tag_ok(tag) || n - pos < len as usize || (flagged && max_parts == 0) {
             return None;
         }
         pos += len as usize;
     }
-    (pos == n && parts <= max_parts).then_some(Items {
+    (pos == n && parts <= max_parts.max(1)).then_some(Items {
         rest: body,
         left: count,
     })
 }
 
-/// The items of a group body that [`group_items`] checked.
+/// The items of a group body that [`group_items`] or [`request_items`] checked.
 pub struct Items<'a> {
-    /// Invariant (established by [`group_items`]): exactly `left` well-formed items.
+    /// Invariant (established by `check_items`): exactly `left` well-formed items, each
+    /// `len` read without the part flag.
     rest: &'a [u8],
     left: usize,
 }
@@ -547,9 +553,9 @@ impl<'a> Iterator for Items<'a> {
             return None;
         }
         self.left -= 1;
-        // SAFETY: `group_items` checked that `rest` holds `left + 1` well-formed items,
-        // so the header and payload read here lie inside it. A checked response length
-        // never has the part bit set, so masking it changes only request lengths.
+        // SAFETY: `check_items` checked that `rest` holds `left + 1` well-formed items,
+        // lengths read without the part flag as here, so the header and payload read
+        // here lie inside it.
         unsafe {
             let q = self.rest.as_ptr();
             let len = u32::from_le_bytes(std::ptr::read_unaligned(q.add(1) as *const [u8; 4]))
@@ -716,7 +722,9 @@ mod tests {
         for (i, part) in [true, false, true, true, false].into_iter().enumerate() {
             extend_item(&mut body, i as u8, &[i as u8; 3], part);
         }
-        let mut items = request_items(&body, 5).expect("valid");
+        // Three parts: too many for a server that takes two.
+        assert!(request_items(&body, 5, 2).is_none());
+        let mut items = request_items(&body, 5, 3).expect("valid");
         let mut seen = Vec::new();
         while items.len_left() > 0 {
             let part = items.starts_part();
@@ -734,10 +742,10 @@ mod tests {
             for _ in 0..flagged {
                 extend_item(&mut body, 0, b"y", true);
             }
-            assert_eq!(request_items(&body, flagged + 1).is_some(), ok);
+            assert_eq!(request_items(&body, flagged + 1, MAX_PARTS).is_some(), ok);
             // One part more than allowed.
             extend_item(&mut body, 0, b"z", true);
-            assert!(request_items(&body, flagged + 2).is_none());
+            assert!(request_items(&body, flagged + 2, MAX_PARTS).is_none());
         }
     }
 

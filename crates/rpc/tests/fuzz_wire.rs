@@ -107,7 +107,7 @@ fn check_group(b: &[u8], count: usize) {
 /// tile the body (lengths without the part flag), in at most `MAX_PARTS` parts, and
 /// `starts_part` reports each item's flag.
 fn check_request_group(b: &[u8], count: usize) {
-    let Some(mut items) = wire::request_items(b, count) else {
+    let Some(mut items) = wire::request_items(b, count, wire::MAX_PARTS) else {
         return;
     };
     let (mut at, mut n, mut parts) = (0, 0, 1);
@@ -148,7 +148,9 @@ proptest! {
             at += wire::ITEM_HDR + p.len();
         }
         let parts = 1 + items.iter().skip(1).filter(|x| x.2).count();
-        prop_assert_eq!(wire::request_items(&b, items.len()).is_some(), parts <= wire::MAX_PARTS);
+        prop_assert_eq!(wire::request_items(&b, items.len(), wire::MAX_PARTS).is_some(), parts <= wire::MAX_PARTS);
+        // A response group never carries the flag.
+        prop_assert_eq!(wire::group_items(&b, items.len(), |_| true).is_some(), parts == 1 && !items[0].2);
         check_request_group(&b, items.len());
         let mut m = b.clone();
         mutate(&mut m, &ms);

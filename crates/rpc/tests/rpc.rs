@@ -372,6 +372,38 @@ fn parts_of_a_group_have_their_own_response_budget() {
     assert_eq!(rts[1].stats().requests_served, 4, "every handler ran once");
 }
 
+/// A part whose budget the first response used up whole still gets an answer for every
+/// request: the later ones as too large, each with its item header past the budget.
+#[test]
+fn a_spent_budget_still_answers_every_request() {
+    let mut rts = runtimes(ClusterConfig::new(2, 1), RuntimeConfig::default());
+    let max = rts[0].max_message();
+    rts[1].register(2, move |_, req, resp| {
+        let n = if req[0] == 0 { max - wire::ITEM_HDR } else { 1 };
+        resp.resize(resp.len() + n, 7)
+    });
+    let ok = Rc::new(Cell::new(false));
+    let ok2 = ok.clone();
+    rts[0].spawn(move |ctx| async move {
+        let hs: Vec<_> = (0..3u8).map(|i| ctx.queue(1, 2, &[i]).unwrap()).collect();
+        ctx.flush().await.unwrap();
+        let r: Vec<_> = hs.iter().map(|h| ctx.response(*h, |r| r.len())).collect();
+        assert_eq!(
+            r,
+            [
+                Ok(max - wire::ITEM_HDR),
+                Err(RpcError::ResponseTooLarge),
+                Err(RpcError::ResponseTooLarge)
+            ]
+        );
+        ok2.set(true);
+    });
+    step_all(&mut rts, Duration::from_secs(10));
+    assert!(ok.get());
+    assert_eq!(rts[0].stats().retransmits, 0);
+    assert_eq!(rts[0].stats().rx_bad_segment, 0);
+}
+
 /// A group whose items do not match its count, or run past its record, is dropped
 /// whole and counted: none of its handlers runs.
 #[test]
