@@ -442,17 +442,20 @@ impl DestTx {
         );
     }
 
-    /// Writes a group record of `count` items (`items` bytes, copied from `body`) at the
-    /// end of the open datagram (which `ensure` sized); returns the record's position.
+    /// Writes a group record of `count` items (copied from `body`) at the end of the
+    /// open datagram (which `ensure` sized) and makes it the last group (one part, built
+    /// by flush `flush` of worker `co`, whose request `last` it ends with).
     #[inline(always)]
-    fn put_group(&mut self, seq: u64, count: u8, body: &[u8]) -> usize {
+    #[allow(clippy::too_many_arguments)]
+    fn put_group(&mut self, seq: u64, count: u8, body: &[u8], flush: u64, co: u16, last: u16) {
         let pos = self.len;
         let end = pos + wire::REC_HDR + body.len();
         wire::write_group_header(&mut self.buf, pos, seq, count, body.len() as u16);
         self.buf[pos + wire::REC_HDR..end].copy_from_slice(body);
         self.len = end;
         self.open_count += 1;
-        pos
+        (self.grp_pos, self.grp_flush, self.grp_seq, self.grp_count) = (pos, flush, seq, count);
+        (self.grp_len, self.grp_parts, self.grp_last, self.grp_co) = (body.len(), 1, last, co);
     }
 
     /// Makes room for `n` more bytes.
@@ -1395,9 +1398,7 @@ impl State {
                 t.cur_dg = dest.alloc_dg(1);
             }
             let seq = dest.open_entry(1, id, i as u16, t.cur_dg, deadline);
-            t.grp_pos = t.put_group(seq, 1, item);
-            (t.grp_flush, t.grp_seq, t.grp_count) = (flush, seq, 1);
-            (t.grp_len, t.grp_parts, t.grp_last, t.grp_co) = (item.len(), 1, i as u16, id);
+            t.put_group(seq, 1, item, flush, id, i as u16);
             entries += 1;
         }
         co.pending = nreq as u32;
@@ -1431,12 +1432,12 @@ impl State {
         t.grow_group(nreq, &self.cos[id as usize].arena);
         t.grp_parts += 1;
         (t.grp_last, t.grp_co) = ((nreq - 1) as u16, id);
-        // A group exists only in a datagram to a destination with state.
-        if let Some(dest) = self.dests[d].as_deref_mut() {
-            let rec = dest.win.at_mut(t.grp_seq);
-            rec.count += nreq as u8;
-            rec.parts += 1;
-        }
+        let dest = self.dests[d]
+            .as_deref_mut()
+            .expect("a flush to it built the group");
+        let rec = dest.win.at_mut(t.grp_seq);
+        rec.count += nreq as u8;
+        rec.parts += 1;
         self.cos[id as usize].pending = nreq as u32;
         self.stats.rpcs_issued += nreq as u64;
         self.stats.flushes += 1;
@@ -1455,27 +1456,24 @@ impl State {
         let session = self.session;
         let key = open_key(wire::KIND_REQUEST, session);
         let flush = self.stats.flushes;
-        let d = self.cos[id as usize].dest0 as usize;
-        let nreq = self.cos[id as usize].reqs.len();
-        let bytes = self.cos[id as usize].arena.len();
+        let co = &mut self.cos[id as usize];
+        let (d, nreq) = (co.dest0 as usize, co.reqs.len());
         let dest = self.dests[d].as_deref_mut().expect("checked by try_send");
         let tx = &mut self.tx;
-        let t = &mut tx.per[d];
-        let co = &mut self.cos[id as usize];
         // Without coalescing every request is a group of one in its own datagram.
         let most = if coalesce { wire::MAX_ITEMS } else { 1 };
         let mut entries = 0u32;
         let mut i = 0;
-        // Next: the whole batch, one group, joins the open datagram.
+        // The usual case first (after `join_group`): the whole batch, one group, joins
+        // the open datagram.
+        let t = &mut tx.per[d];
         if coalesce
             && nreq <= wire::MAX_ITEMS
             && t.cur_dg != NO_SLOT
-            && t.has_room(key, wire::REC_HDR + bytes, mtu)
+            && t.has_room(key, wire::REC_HDR + co.arena.len(), mtu)
         {
             let seq = dest.open_entry(nreq as u8, id, 0, t.cur_dg, deadline);
-            t.grp_pos = t.put_group(seq, nreq as u8, &co.arena);
-            (t.grp_flush, t.grp_seq, t.grp_count) = (flush, seq, nreq as u8);
-            (t.grp_len, t.grp_parts, t.grp_last, t.grp_co) = (bytes, 1, (nreq - 1) as u16, id);
+            t.put_group(seq, nreq as u8, &co.arena, flush, id, (nreq - 1) as u16);
             (entries, i) = (1, nreq);
         }
         while i < nreq {
@@ -1506,10 +1504,14 @@ impl State {
             }
             // The group's requests are consecutive: `QReq::next` as queued.
             let seq = dest.open_entry((j - i) as u8, id, i as u16, t.cur_dg, deadline);
-            t.grp_pos = t.put_group(seq, (j - i) as u8, &co.arena[lo..hi]);
-            (t.grp_flush, t.grp_seq, t.grp_count) = (flush, seq, (j - i) as u8);
-            (t.grp_len, t.grp_parts) = (hi - lo, 1);
-            (t.grp_last, t.grp_co) = ((j - 1) as u16, id);
+            t.put_group(
+                seq,
+                (j - i) as u8,
+                &co.arena[lo..hi],
+                flush,
+                id,
+                (j - 1) as u16,
+            );
             entries += 1;
             i = j;
         }
@@ -1700,7 +1702,7 @@ impl State {
         session: u32,
         seq: u64,
         count: u8,
-        items: wire::Items<'_>,
+        mut items: wire::Items<'_>,
     ) {
         let win = self.clients[s].as_deref_mut().expect("client_window first");
         let sv = win.slots.at_mut(seq);
@@ -1711,7 +1713,6 @@ impl State {
         sv.sent_at = self.now;
         sv.resp.clear();
         let mut info = RequestInfo { src, rtype: 0, seq };
-        let mut items = items;
         // Where the current part's responses start.
         let mut part = 0;
         while items.len_left() > 0 {
@@ -1725,13 +1726,10 @@ impl State {
             // The item's header first (patched after), then the handler writes its
             // response in place.
             let at = wire::open_item(&mut sv.resp);
-            // The part's budget, within the wire's limit on the whole message less the
-            // headers of the items still to come (each takes one, room or not).
-            let after = items.len_left() * wire::ITEM_HDR;
-            let room = self
-                .max_message
-                .saturating_sub(at - part + wire::ITEM_HDR)
-                .min((wire::MAX_WIRE_MESSAGE as usize).saturating_sub(at + wire::ITEM_HDR + after));
+            // The part's budget. The whole response stays within the wire's limit
+            // because this server accepts at most `max_parts` parts (see there), each at
+            // most `max_message` plus the headers of items that found it spent.
+            let room = self.max_message.saturating_sub(at - part + wire::ITEM_HDR);
             let status = run_handler(
                 &mut self.handlers[rtype as usize],
                 &mut self.stats,

@@ -465,23 +465,28 @@ pub(crate) fn write_group_header(buf: &mut [u8], pos: usize, seq: u64, count: u8
 
 /// The items of a group body of responses, as (tag, payload) pairs, if `body` is
 /// exactly `count` well-formed items whose tags `tag_ok` accepts (checked here, before
-/// any is read). Response items carry no part flag: a flagged length does not fit.
+/// any is read). Response items carry no part flag: in a body under 2 GiB (anything
+/// longer is refused) a flagged length cannot fit.
 #[inline(always)]
 pub fn group_items(body: &[u8], count: usize, tag_ok: impl Fn(u8) -> bool) -> Option<Items<'_>> {
-    check_items(body, count, tag_ok, 0)
+    if body.len() >= ITEM_PART as usize {
+        return None;
+    }
+    check_items::<false>(body, count, tag_ok, 1)
 }
 
 /// The items of a group body of requests, if `body` is exactly `count` well-formed
 /// items in at most `max_parts` (1..=[`MAX_PARTS`]) parts (see [`Items::starts_part`]).
 #[inline(always)]
 pub fn request_items(body: &[u8], count: usize, max_parts: usize) -> Option<Items<'_>> {
-    check_items(body, count, |_| true, max_parts.clamp(1, MAX_PARTS))
+    check_items::<true>(body, count, |_| true, max_parts.clamp(1, MAX_PARTS))
 }
 
-/// `count` items (lengths without the part flag) in at most `max_parts` parts; with
-/// `max_parts` 0 no item may carry the flag.
+/// `count` items in at most `max_parts` parts. With `PARTS` a length's part flag is
+/// taken off (and counted); without, the length is read whole, so that a flagged one
+/// fails the bounds check exactly when the iterator's masked reading would differ.
 #[inline(always)]
-fn check_items(
+fn check_items<const PARTS: bool>(
     body: &[u8],
     count: usize,
     tag_ok: impl Fn(u8) -> bool,
@@ -503,16 +508,19 @@ fn check_items(
                 u32::from_le_bytes(std::ptr::read_unaligned(q.add(1) as *const [u8; 4])),
             )
         };
-        let flagged = raw & ITEM_PART != 0;
-        let len = raw & !ITEM_PART;
-        parts += (k > 0 && flagged) as usize;
+        let len = if PARTS {
+            parts += (k > 0 && raw & ITEM_PART != 0) as usize;
+            raw & !ITEM_PART
+        } else {
+            raw
+        };
         pos += ITEM_HDR;
-        if !tag_ok(tag) || n - pos < len as usize || (flagged && max_parts == 0) {
+        if !tag_ok(tag) || n - pos < len as usize {
             return None;
         }
         pos += len as usize;
     }
-    (pos == n && parts <= max_parts.max(1)).then_some(Items {
+    (pos == n && parts <= max_parts).then_some(Items {
         rest: body,
         left: count,
     })
@@ -521,7 +529,7 @@ fn check_items(
 /// The items of a group body that [`group_items`] or [`request_items`] checked.
 pub struct Items<'a> {
     /// Invariant (established by `check_items`): exactly `left` well-formed items, each
-    /// `len` read without the part flag.
+    /// `len` read without the part flag (a response length never has it).
     rest: &'a [u8],
     left: usize,
 }

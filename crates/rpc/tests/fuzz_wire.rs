@@ -12,7 +12,7 @@ use proptest::test_runner::{Config, TestRunner};
 
 #[path = "common/mutation.rs"]
 mod mutation;
-use mutation::{mutate, mutation};
+use mutation::{mutate, mutation, Mutation};
 
 #[derive(Debug, Clone)]
 struct Rec {
@@ -128,6 +128,24 @@ fn check_request_group(b: &[u8], count: usize) {
     assert!(parts <= wire::MAX_PARTS);
 }
 
+/// Runs `check` on a valid body `b` of `n` items, on it mutated by `ms` (with `n` and
+/// with `count` items), and on `random` bytes of `count` items.
+fn check_variants(
+    b: &[u8],
+    n: usize,
+    ms: &[Mutation],
+    random: &[u8],
+    count: usize,
+    check: fn(&[u8], usize),
+) {
+    check(b, n);
+    let mut m = b.to_vec();
+    mutate(&mut m, ms);
+    check(&m, n);
+    check(&m, count);
+    check(random, count);
+}
+
 proptest! {
     #![proptest_config(Config { cases: 2000, ..Config::default() })]
 
@@ -151,12 +169,7 @@ proptest! {
         prop_assert_eq!(wire::request_items(&b, items.len(), wire::MAX_PARTS).is_some(), parts <= wire::MAX_PARTS);
         // A response group never carries the flag.
         prop_assert_eq!(wire::group_items(&b, items.len(), |_| true).is_some(), parts == 1 && !items[0].2);
-        check_request_group(&b, items.len());
-        let mut m = b.clone();
-        mutate(&mut m, &ms);
-        check_request_group(&m, items.len());
-        check_request_group(&m, count);
-        check_request_group(&random, count);
+        check_variants(&b, items.len(), &ms, &random, count, check_request_group);
     }
 
     #[test]
@@ -169,12 +182,7 @@ proptest! {
         let b = group_body(&items);
         let ok = items.iter().all(|(t, _)| *t < 200);
         prop_assert_eq!(wire::group_items(&b, items.len(), |t| t < 200).is_some(), ok);
-        check_group(&b, items.len());
-        let mut m = b.clone();
-        mutate(&mut m, &ms);
-        check_group(&m, items.len());
-        check_group(&m, count);
-        check_group(&random, count);
+        check_variants(&b, items.len(), &ms, &random, count, check_group);
     }
 
     #[test]

@@ -776,15 +776,22 @@ fn segmentation_and_size_limit() {
     assert!(ok.get());
 }
 
+/// Node 0's runtime with FaSST's setting (no retransmission, the first timeout suspects)
+/// on a simulated clock, and node 1's endpoint, which nobody polls (keep it alive).
+fn fasst_runtime_beside_a_silent_node() -> (Runtime, Arc<ManualClock>, Box<dyn Endpoint>) {
+    let clock = Arc::new(ManualClock::new(1_000));
+    let mut eps = endpoints(ClusterConfig::new(2, 1));
+    let silent = eps.pop().unwrap();
+    let rt =
+        Runtime::with_clock(eps.pop().unwrap(), RuntimeConfig::fasst(), clock.clone()).unwrap();
+    (rt, clock, silent)
+}
+
 /// FaSST setting: no retransmission, the first timeout suspects the destination. The
 /// clock is simulated, so this is deterministic.
 #[test]
 fn silent_destination_is_suspected() {
-    let clock = Arc::new(ManualClock::new(1_000));
-    let mut eps = endpoints(ClusterConfig::new(2, 1));
-    let _silent = eps.pop().unwrap();
-    let mut rt =
-        Runtime::with_clock(eps.pop().unwrap(), RuntimeConfig::fasst(), clock.clone()).unwrap();
+    let (mut rt, clock, _silent) = fasst_runtime_beside_a_silent_node();
     let seen = Rc::new(Cell::new(0));
     let s2 = seen.clone();
     rt.on_suspect(move |n| {
@@ -830,11 +837,7 @@ fn silent_destination_is_suspected() {
 /// error, once the retries are used up.
 #[test]
 fn silent_destination_fails_every_part() {
-    let clock = Arc::new(ManualClock::new(1_000));
-    let mut eps = endpoints(ClusterConfig::new(2, 1));
-    let _silent = eps.pop().unwrap();
-    let mut rt =
-        Runtime::with_clock(eps.pop().unwrap(), RuntimeConfig::fasst(), clock.clone()).unwrap();
+    let (mut rt, clock, _silent) = fasst_runtime_beside_a_silent_node();
     let results = Rc::new(RefCell::new(Vec::new()));
     for _ in 0..3 {
         let r2 = results.clone();
