@@ -40,6 +40,7 @@ fn main() {
                 reason: None,
                 start_us: i,
                 end_us: i + 3,
+                clock_offset_us: None,
             };
             t.record_with(&hdr, |b| {
                 b.read(1, i % 1000, 7, Some(&value));

@@ -83,6 +83,11 @@ pub struct TxnRecord {
     pub reason: Option<String>,
     pub start_us: u64,
     pub end_us: u64,
+    /// How far ahead of the run's reference time the coordinator's clock was (µs), when
+    /// known (simulated runs): `start_us - clock_offset_us` is on one time line for
+    /// every node, so an external checker can order events across nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset_us: Option<u64>,
     #[serde(default)]
     pub reads: Vec<ReadRecord>,
     #[serde(default)]

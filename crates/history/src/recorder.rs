@@ -128,6 +128,8 @@ pub struct TxnHeader<'a> {
     pub reason: Option<&'a str>,
     pub start_us: u64,
     pub end_us: u64,
+    /// See [`TxnRecord::clock_offset_us`]; `None` for real clusters.
+    pub clock_offset_us: Option<u64>,
 }
 
 /// One worker thread's recording handle (`Send`, not shared).
@@ -174,6 +176,10 @@ impl ThreadRecorder {
         put_u64(buf, h.start_us);
         buf.extend_from_slice(b",\"end_us\":");
         put_u64(buf, h.end_us);
+        if let Some(off) = h.clock_offset_us {
+            buf.extend_from_slice(b",\"clock_offset_us\":");
+            put_u64(buf, off);
+        }
         buf.extend_from_slice(b",\"reads\":[");
         self.scratch.clear();
         let mut b = TxnBuilder {
@@ -201,6 +207,7 @@ impl ThreadRecorder {
             reason: rec.reason.as_deref(),
             start_us: rec.start_us,
             end_us: rec.end_us,
+            clock_offset_us: rec.clock_offset_us,
         };
         self.record_with(&header, |b| {
             for r in &rec.reads {

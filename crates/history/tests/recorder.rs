@@ -18,6 +18,7 @@ fn disabled_recorder_does_nothing() {
         reason: None,
         start_us: 0,
         end_us: 0,
+        clock_offset_us: None,
     };
     t.record_with(&hdr, |_| panic!("must not be called when disabled"));
     assert!(rec.flush().is_ok());
@@ -36,6 +37,7 @@ fn record_with_matches_owned_records() {
         reason: Some("ver\"sion_changed"),
         start_us: 3,
         end_us: 9,
+        clock_offset_us: None,
     };
     // Writes before reads: the builder keeps the arrays apart.
     t.record_with(&hdr, |b| {

@@ -44,7 +44,7 @@ pub mod reply;
 pub mod runtime;
 pub mod wire;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use config::{IdleStep, RpcError, RuntimeConfig, ThreadMap, DEFAULT_MAX_MESSAGE};
 pub use reply::Reply;
 pub use runtime::{Ctx, Flush, Handler, ReqHandle, RequestInfo, RpcStats, Runtime, YieldNow};

@@ -23,6 +23,8 @@ const MAX_LISTED: usize = 5;
 /// as `ambidex_txn::history::RecorderSink` writes them to a file (no JSON round trip).
 pub struct MemorySink {
     pub recs: Rc<RefCell<Vec<TxnRecord>>>,
+    /// The node's clock offset from simulated time (µs), written into every record.
+    pub clock_offset_us: u64,
 }
 
 impl HistorySink for MemorySink {
@@ -77,6 +79,7 @@ impl HistorySink for MemorySink {
             reason: outcome.err().map(|r| r.name().to_string()),
             start_us: start_ns / 1000,
             end_us: end_ns / 1000,
+            clock_offset_us: Some(self.clock_offset_us),
             reads,
             writes,
         });
@@ -369,6 +372,7 @@ mod tests {
             reason: None,
             start_us: 0,
             end_us: 1,
+            clock_offset_us: None,
             reads: vec![],
             writes: vec![WriteRecord {
                 table: T,

@@ -680,7 +680,10 @@ pub fn run_with<W: Workload>(spec: &SimSpec, wl: Arc<W>) -> Result<SimReport, St
             let mut rt = Runtime::with_clock(ep, rpc, clocks[n as usize].clone())
                 .map_err(|e| e.to_string())?;
             let th = TxnThread::install(&mut rt, dbs[n as usize].clone(), txn_cfg.clone());
-            th.set_history(Box::new(checks::MemorySink { recs: recs.clone() }));
+            th.set_history(Box::new(checks::MemorySink {
+                recs: recs.clone(),
+                clock_offset_us: offsets[n as usize] / 1000,
+            }));
             for c in 0..spec.coroutines {
                 let idx = (n as usize * spec.threads as usize + t as usize) * spec.coroutines + c;
                 let (wl, th, stop, tally, running) = (

@@ -13,7 +13,8 @@ use ambidex_transport::{
     AccessError, Completion, Endpoint, LocalBuf, NodeTransport, OneSidedKind, OneSidedOp, Perms,
     Region, TransportError,
 };
-use std::time::{Duration, Instant};
+use ambidex_transport::clock::{duration_ns, SharedClock, SystemClock};
+use std::time::Duration;
 
 /// Why a remote operation failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,6 +76,8 @@ pub struct RemoteReader {
     /// How long to wait for one completion.
     pub deadline: Duration,
     pub stats: RemoteStats,
+    /// Times `deadline` (the process's system clock unless given one).
+    clock: SharedClock,
 }
 
 fn bad(s: &str) -> RemoteError {
@@ -95,7 +98,19 @@ impl RemoteReader {
             max_retries: 10_000,
             deadline: Duration::from_secs(10),
             stats: RemoteStats::default(),
+            clock: SystemClock::shared(),
         })
+    }
+
+    /// Times completions by `clock` instead of the process's system clock.
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Whether `deadline` has passed since `start_ns`.
+    fn expired(&self, start_ns: u64) -> bool {
+        self.clock.now_ns().saturating_sub(start_ns) > duration_ns(self.deadline)
     }
 
     fn check_desc(&self, t: &TableDesc) -> Result<ItemShape, RemoteError> {
@@ -112,14 +127,14 @@ impl RemoteReader {
     fn run(&mut self, ep: &mut dyn Endpoint, op: OneSidedOp<'_>) -> Result<u64, RemoteError> {
         let wr_id = op.wr_id;
         ep.post(&[op]).map_err(RemoteError::Post)?;
-        let start = Instant::now();
+        let start = self.clock.now_ns();
         loop {
             self.cq.clear();
             ep.poll_cq(16, &mut self.cq);
             if let Some(c) = self.cq.iter().find(|c| c.wr_id == wr_id) {
                 return c.status.map(|_| c.value).map_err(RemoteError::Access);
             }
-            if start.elapsed() > self.deadline {
+            if self.expired(start) {
                 return Err(RemoteError::Timeout);
             }
             ep.wait(Duration::from_micros(200));
@@ -380,7 +395,7 @@ impl RemoteReader {
         });
         self.next_wr = last;
         ep.post(&ops).map_err(RemoteError::Post)?;
-        let start = Instant::now();
+        let start = self.clock.now_ns();
         loop {
             self.cq.clear();
             ep.poll_cq(16, &mut self.cq);
@@ -394,7 +409,7 @@ impl RemoteReader {
                     }
                 }
             }
-            if start.elapsed() > self.deadline {
+            if self.expired(start) {
                 return Err(RemoteError::Timeout);
             }
             ep.wait(Duration::from_micros(200));

@@ -2,16 +2,18 @@
 //! delay of outgoing datagrams. One-sided operations pass through untouched (on a real
 //! NIC they ride a reliable connection).
 //!
-//! The same seed and the same sequence of calls give the same decisions; the release of
-//! delayed datagrams depends on the wall clock (the simulator will bring its own clock).
+//! The same seed and the same sequence of calls give the same decisions; delayed
+//! datagrams are released by the [`Clock`] the endpoint is given (the process's system
+//! clock by default), never by reading `Instant` itself.
 
+use crate::clock::{duration_ns, SharedClock, SystemClock};
 use crate::counters::{Counter, CounterSnapshot, Counters};
 use crate::types::*;
 use crate::Endpoint;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Probabilities (0.0..=1.0) of each fault, applied to every outgoing datagram.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -65,7 +67,8 @@ impl FaultConfig {
 struct Held {
     dst: EndpointAddr,
     payload: Vec<u8>,
-    release: Instant,
+    /// Clock time (ns) at which a delayed datagram is due.
+    release: u64,
 }
 
 /// An endpoint whose outgoing datagrams suffer the configured faults.
@@ -78,12 +81,23 @@ pub struct FaultyEndpoint {
     /// Delayed datagrams, in insertion order (released when due).
     delayed: VecDeque<Held>,
     counters: Counters,
+    clock: SharedClock,
 }
 
 impl FaultyEndpoint {
+    /// Wraps `inner`; delays are timed by the process's system clock.
     pub fn wrap(
         inner: Box<dyn Endpoint>,
         cfg: FaultConfig,
+    ) -> Result<Box<dyn Endpoint>, TransportError> {
+        Self::wrap_with_clock(inner, cfg, SystemClock::shared())
+    }
+
+    /// Wraps `inner`; delays are timed by `clock`.
+    pub fn wrap_with_clock(
+        inner: Box<dyn Endpoint>,
+        cfg: FaultConfig,
+        clock: SharedClock,
     ) -> Result<Box<dyn Endpoint>, TransportError> {
         cfg.validate()?;
         let rng = SmallRng::seed_from_u64(
@@ -96,6 +110,7 @@ impl FaultyEndpoint {
             held: Vec::new(),
             delayed: VecDeque::new(),
             counters: Counters::default(),
+            clock,
         }))
     }
 
@@ -103,7 +118,7 @@ impl FaultyEndpoint {
         if self.delayed.is_empty() {
             return;
         }
-        let now = Instant::now();
+        let now = self.clock.now_ns();
         let mut due = Vec::new();
         self.delayed.retain_mut(|h| {
             if h.release <= now {
@@ -150,7 +165,7 @@ impl Endpoint for FaultyEndpoint {
         cfg.check_batch(batch)?;
         let mut now_batch: Vec<Datagram<'_>> = Vec::with_capacity(batch.len());
         let mut new_held = Vec::new();
-        let now = Instant::now();
+        let now = self.clock.now_ns();
         for d in batch {
             if self.rng.gen_bool(self.cfg.drop) {
                 self.counters.add(Counter::FaultDropped, 1);
@@ -165,8 +180,8 @@ impl Endpoint for FaultyEndpoint {
             for _ in 0..copies {
                 if self.rng.gen_bool(self.cfg.delay) {
                     self.counters.add(Counter::FaultDelayed, 1);
-                    let max = self.cfg.max_delay.as_nanos().max(1) as u64;
-                    let release = now + Duration::from_nanos(self.rng.gen_range(0..max));
+                    let max = duration_ns(self.cfg.max_delay).max(1);
+                    let release = now.saturating_add(self.rng.gen_range(0..max));
                     self.delayed.push_back(Held {
                         dst: d.dst,
                         payload: d.payload.to_vec(),
@@ -220,7 +235,9 @@ impl Endpoint for FaultyEndpoint {
             self.send_owned(&held);
         }
         let timeout = match self.delayed.iter().map(|h| h.release).min() {
-            Some(t) => timeout.min(t.saturating_duration_since(Instant::now())),
+            Some(t) => timeout.min(Duration::from_nanos(
+                t.saturating_sub(self.clock.now_ns()),
+            )),
             None => timeout,
         };
         self.inner.wait(timeout);

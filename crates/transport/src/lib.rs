@@ -23,6 +23,7 @@
 //! The two ring backends (`local`, `shm`) share [`ring`] (the receive rings) and
 //! [`ring_endpoint`] (the datagram half of an endpoint).
 
+pub mod clock;
 pub mod conformance;
 pub mod counters;
 pub mod cputime;
@@ -35,6 +36,7 @@ pub mod ring_endpoint;
 pub mod types;
 pub mod wait;
 
+pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use counters::{Counter, CounterSnapshot, Counters};
 pub use region::{Region, RegionMemory};
 pub use types::*;

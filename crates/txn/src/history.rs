@@ -37,6 +37,7 @@ impl HistorySink for RecorderSink {
             reason: outcome.err().map(|r| r.name()),
             start_us: start_ns / 1000,
             end_us: end_ns / 1000,
+            clock_offset_us: None,
         };
         self.0.record_with(&header, |b| {
             for it in items {

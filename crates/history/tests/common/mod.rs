@@ -28,6 +28,7 @@ pub fn txn(id: u64) -> T {
         reason: None,
         start_us: id,
         end_us: id + 1,
+        clock_offset_us: None,
         reads: vec![],
         writes: vec![],
     })
@@ -277,6 +278,7 @@ impl Gen {
                 reason: (!committed).then(|| "locked".to_string()),
                 start_us: n as u64 * 10,
                 end_us: n as u64 * 10 + 5,
+                clock_offset_us: None,
                 reads: vec![],
                 writes: vec![],
             };

@@ -38,6 +38,7 @@
 mod sys;
 pub mod wire;
 
+use ambidex_transport::clock::{duration_ns, SharedClock, SystemClock};
 use ambidex_transport::counters::{Counter, CounterSnapshot, Counters};
 use ambidex_transport::local::RegionTable;
 use ambidex_transport::onesided;
@@ -53,7 +54,7 @@ use std::collections::VecDeque;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use sys::RawAddr;
 use wire::{Body, Packet, ReqOp, Request, Response, HDR_LEN};
 
@@ -87,6 +88,9 @@ pub struct UdpOptions {
     /// difference, and the stack is traversed once per run. Turned off by itself if the
     /// kernel or the route refuses it.
     pub gso: bool,
+    /// Times retransmissions and the send buffer's patience (the process's system clock
+    /// unless a test or a simulator brings its own).
+    pub clock: SharedClock,
 }
 
 impl Default for UdpOptions {
@@ -99,6 +103,7 @@ impl Default for UdpOptions {
             send_patience: Duration::from_millis(50),
             loss: None,
             gso: true,
+            clock: SystemClock::shared(),
         }
     }
 }
@@ -390,7 +395,7 @@ impl Out {
         }
     }
 
-    fn flush(&mut self, fd: RawFd, dests: &[RawAddr], patience: Duration) {
+    fn flush(&mut self, fd: RawFd, dests: &[RawAddr], opts: &UdpOptions) {
         if self.items.is_empty() {
             return;
         }
@@ -408,7 +413,7 @@ impl Out {
             self.io.msgs.push(msghdr(&dests[dst], iov, 1));
         }
         // A packet the kernel refuses is recovered like a lost one (retransmission).
-        sys::send_all(fd, &mut self.io.msgs, patience, &mut |_| {});
+        sys::send_all(fd, &mut self.io.msgs, opts.send_patience, &*opts.clock, &mut |_| {});
         self.items.clear();
         self.arena.clear();
     }
@@ -425,7 +430,8 @@ struct Pending {
     read: Option<(LocalBuf, u32)>,
     /// The encoded request, kept for retransmission.
     pkt: Vec<u8>,
-    deadline: Instant,
+    /// Clock time (ns) of the next retransmission.
+    deadline: u64,
     retries: u32,
     done: Option<(Result<(), AccessError>, u64)>,
 }
@@ -502,7 +508,8 @@ struct Core {
     streams: Vec<Option<Stream>>,
     cq: VecDeque<Completion>,
     outstanding: usize,
-    next_deadline: Option<Instant>,
+    /// Earliest retransmission deadline (clock ns) of an in-flight request.
+    next_deadline: Option<u64>,
 }
 
 impl UdpEndpoint {
@@ -665,6 +672,7 @@ impl Core {
             self.sock.as_raw_fd(),
             &mut self.tx.msgs,
             self.sh.opts.send_patience,
+            &*self.sh.opts.clock,
             &mut |g| failed.extend(groups[g].0..groups[g].1),
         );
         self.tx_failed.len()
@@ -833,7 +841,7 @@ impl Core {
         };
         op.done = Some((status, r.value));
         self.deliver(x);
-        self.pump(x, Instant::now());
+        self.pump(x, self.now());
     }
 
     /// Moves the finished operations at the head of node `x`'s stream to the completion
@@ -872,17 +880,24 @@ impl Core {
             .endpoint_index(EndpointAddr::new(node as NodeId, thread))
     }
 
-    fn rto(&self, retries: u32) -> Duration {
+    /// Retransmission timeout (ns) after `retries` retransmissions: doubling, capped.
+    fn rto(&self, retries: u32) -> u64 {
         let o = &self.sh.opts;
-        o.rto_initial
-            .saturating_mul(1u32 << retries.min(20))
-            .min(o.rto_max)
+        duration_ns(
+            o.rto_initial
+                .saturating_mul(1u32 << retries.min(20))
+                .min(o.rto_max),
+        )
+    }
+
+    fn now(&self) -> u64 {
+        self.sh.opts.clock.now_ns()
     }
 
     /// Transmits node `x`'s queued operations as far as the window allows.
-    fn pump(&mut self, x: usize, now: Instant) {
+    fn pump(&mut self, x: usize, now: u64) {
         let dst = self.target_endpoint(x);
-        let deadline = now + self.rto(0);
+        let deadline = now.saturating_add(self.rto(0));
         let peer = &mut self.peers[x];
         let end = peer.front_seq + peer.ops.len() as u64;
         let mut sent = false;
@@ -901,8 +916,8 @@ impl Core {
 
     /// Retransmits overdue requests; fails a node's stream whose request ran out of
     /// retries.
-    fn run_timers(&mut self, now: Instant) {
-        let mut next: Option<Instant> = None;
+    fn run_timers(&mut self, now: u64) {
+        let mut next: Option<u64> = None;
         for x in 0..self.peers.len() {
             let dst = self.target_endpoint(x);
             let mut failed = false;
@@ -920,7 +935,7 @@ impl Core {
                         failed = true;
                         break;
                     }
-                    let d = now + self.rto(retries + 1);
+                    let d = now.saturating_add(self.rto(retries + 1));
                     let o = &mut self.peers[x].ops[i];
                     o.retries += 1;
                     o.deadline = d;
@@ -929,7 +944,7 @@ impl Core {
                     self.counters.add(Counter::OnesidedRetransmits, 1);
                 }
                 let d = self.peers[x].ops[i].deadline;
-                next = Some(next.map_or(d, |n: Instant| n.min(d)));
+                next = Some(next.map_or(d, |n: u64| n.min(d)));
             }
             if failed {
                 self.fail_peer(x);
@@ -956,17 +971,13 @@ impl Core {
     fn after_progress(&mut self) {
         if self.outstanding > 0 {
             if let Some(d) = self.next_deadline {
-                let now = Instant::now();
+                let now = self.now();
                 if d <= now {
                     self.run_timers(now);
                 }
             }
         }
-        self.out.flush(
-            self.sock.as_raw_fd(),
-            &self.sh.dests,
-            self.sh.opts.send_patience,
-        );
+        self.out.flush(self.sock.as_raw_fd(), &self.sh.dests, &self.sh.opts);
     }
 
     /// Runs an operation on this node's own memory at once (as the local backend does).
@@ -1160,7 +1171,7 @@ impl Endpoint for UdpEndpoint {
                 signaled: op.signaled,
                 read,
                 pkt,
-                deadline: Instant::now(),
+                deadline: 0,
                 retries: 0,
                 done: None,
             });
@@ -1169,12 +1180,11 @@ impl Endpoint for UdpEndpoint {
         }
         c.counters.add(Counter::OnesidedPosted, ops.len() as u64);
         if touched {
-            let now = Instant::now();
+            let now = c.now();
             for x in 0..c.peers.len() {
                 c.pump(x, now);
             }
-            c.out
-                .flush(c.sock.as_raw_fd(), &c.sh.dests, c.sh.opts.send_patience);
+            c.out.flush(c.sock.as_raw_fd(), &c.sh.dests, &c.sh.opts);
         }
         Ok(())
     }
@@ -1198,7 +1208,7 @@ impl Endpoint for UdpEndpoint {
         let mut t = timeout;
         if c.outstanding > 0 {
             if let Some(d) = c.next_deadline {
-                t = t.min(d.saturating_duration_since(Instant::now()));
+                t = t.min(Duration::from_nanos(d.saturating_sub(c.now())));
             }
         }
         sys::wait_fd(c.sock.as_raw_fd(), libc::POLLIN, t);

@@ -5,7 +5,8 @@ use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
-use std::time::{Duration, Instant};
+use ambidex_transport::clock::{duration_ns, Clock};
+use std::time::Duration;
 
 // Generic Linux values (x86, arm, riscv); defined here because libc exposes them only for
 // some targets.
@@ -164,15 +165,16 @@ pub const MAX_BATCH: usize = 1024;
 /// Sends every message of `msgs` with as few sendmmsg calls as the kernel allows (one,
 /// normally). A full send buffer is waited out for at most `patience`; a message the
 /// kernel refuses (or that is still unsent then) is skipped and reported to `failed`
-/// with its index.
+/// with its index. The patience is timed by `clock`.
 pub fn send_all(
     fd: RawFd,
     msgs: &mut [libc::mmsghdr],
     patience: Duration,
+    clock: &dyn Clock,
     failed: &mut dyn FnMut(usize),
 ) {
     let mut i = 0;
-    let mut deadline: Option<Instant> = None;
+    let mut deadline: Option<u64> = None;
     while i < msgs.len() {
         let n = (msgs.len() - i).min(MAX_BATCH);
         // SAFETY: the headers point at iovecs and addresses that outlive the call.
@@ -185,13 +187,14 @@ pub fn send_all(
         match e.raw_os_error() {
             Some(libc::EINTR) => {}
             Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {
-                let d = *deadline.get_or_insert_with(|| Instant::now() + patience);
-                let now = Instant::now();
+                let now = clock.now_ns();
+                let d = *deadline.get_or_insert_with(|| now.saturating_add(duration_ns(patience)));
                 if now >= d {
                     (i..msgs.len()).for_each(&mut *failed);
                     break;
                 }
-                wait_fd(fd, libc::POLLOUT, (d - now).min(Duration::from_millis(1)));
+                let left = Duration::from_nanos(d - now);
+                wait_fd(fd, libc::POLLOUT, left.min(Duration::from_millis(1)));
             }
             _ => {
                 // This message is refused (for example no route): skip it, send the rest.
