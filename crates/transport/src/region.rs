@@ -31,10 +31,20 @@ unsafe impl Sync for Mapping {}
 
 impl Mapping {
     /// Zero-filled private anonymous memory (page-aligned, pages materialise on first touch).
-    /// Large mappings ask for transparent huge pages, as RDMA systems register huge pages:
-    /// a random lookup in a big table otherwise pays a TLB miss on top of its cache miss.
+    /// Large mappings get huge pages, as RDMA systems register huge pages: a random
+    /// lookup in a big table otherwise pays a TLB miss on top of its cache miss. Reserved
+    /// huge pages (`/proc/sys/vm/nr_hugepages`) are used when enough are free; otherwise
+    /// the mapping asks for transparent huge pages, which the kernel gives when it can.
     pub fn anonymous(len: usize) -> Result<Mapping, TransportError> {
-        let m = Self::map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1)?;
+        let private = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        if len >= HUGE_PAGE {
+            let rounded = len.next_multiple_of(HUGE_PAGE);
+            // Fails at once (ENOMEM) when too few huge pages are reserved.
+            if let Ok(m) = Self::map(rounded, private | libc::MAP_HUGETLB, -1) {
+                return Ok(m);
+            }
+        }
+        let m = Self::map(len, private, -1)?;
         if m.len >= HUGE_PAGE {
             // SAFETY: advice on our own fresh mapping; failure (THP off) changes nothing.
             unsafe { libc::madvise(m.ptr as *mut libc::c_void, m.len, libc::MADV_HUGEPAGE) };
@@ -326,5 +336,40 @@ impl RegionDesc {
             key: u64::from_le_bytes(b[14..22].try_into().ok()?),
             perms: Perms(b[22]),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Free reserved huge pages, from /proc/meminfo.
+    fn free_huge_pages() -> Option<u64> {
+        let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = info.lines().find(|l| l.starts_with("HugePages_Free:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    #[test]
+    fn large_mappings_take_reserved_huge_pages() {
+        let before = free_huge_pages().unwrap_or(0);
+        if before < 2 {
+            eprintln!("skipped: fewer than 2 free reserved huge pages (nr_hugepages)");
+            return;
+        }
+        let m = RegionMemory::anonymous(HUGE_PAGE + 4096).unwrap();
+        // Touch both huge pages so the kernel faults them in.
+        assert!(m.write(0, &[1]));
+        assert!(m.write(HUGE_PAGE as u64, &[1]));
+        let after = free_huge_pages().unwrap();
+        assert!(
+            after + 2 <= before,
+            "a {}-byte region used no reserved huge pages ({before} free before, {after} after)",
+            m.len()
+        );
+        // Small regions never take one.
+        let small = RegionMemory::anonymous(4096).unwrap();
+        assert!(small.write(0, &[1]));
+        assert_eq!(free_huge_pages().unwrap(), after);
     }
 }
