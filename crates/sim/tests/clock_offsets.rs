@@ -13,7 +13,9 @@ use std::collections::HashMap;
 fn read_from_order(history: &[TxnRecord], apply_offsets: bool) -> (usize, usize) {
     let by_id: HashMap<u64, &TxnRecord> = history.iter().map(|r| (r.id, r)).collect();
     let on_line = |r: &TxnRecord, t: u64| {
-        let off = r.clock_offset_us.expect("simulated records carry an offset");
+        let off = r
+            .clock_offset_us
+            .expect("simulated records carry an offset");
         if apply_offsets {
             t as i128 - off as i128
         } else {
@@ -54,8 +56,14 @@ fn offsets_put_every_node_on_one_time_line() {
         bad_with += b;
         bad_without += read_from_order(&r.history, false).1;
     }
-    assert!(edges > 100, "too few read-from edges to say anything: {edges}");
-    assert_eq!(bad_with, 0, "{bad_with} of {edges} edges out of order with offsets");
+    assert!(
+        edges > 100,
+        "too few read-from edges to say anything: {edges}"
+    );
+    assert_eq!(
+        bad_with, 0,
+        "{bad_with} of {edges} edges out of order with offsets"
+    );
     assert!(
         bad_without > 0,
         "the skew never mattered, so this test shows nothing about the offsets"

@@ -6,12 +6,15 @@
 //!   scheme that makes one-sided reads safe under word atomicity are in [`layout`].
 //! - [`remote`]: one-sided access to a remote table through an `Endpoint` (READ with
 //!   retry on torn/locked items, CAS lock, WRITE-and-unlock).
+//! - [`catalog`]: every node's table descriptors (region, key, layout), exchanged at
+//!   start-up, checked before use.
 //! - [`loc_cache`]: the bounded location cache (set-associative, CLOCK per set).
 //! - [`btree`]: the ordered index (B+tree) for range scans.
 //! - [`bench`]: the benchmark behind `ambidex bench store`.
 
 pub mod bench;
 pub mod btree;
+pub mod catalog;
 pub mod layout;
 pub mod loc_cache;
 pub mod remote;
@@ -19,6 +22,7 @@ pub mod table;
 
 pub use bench::{run_bench, StoreBenchConfig, StoreBenchReport};
 pub use btree::OrderedIndex;
+pub use catalog::{Catalog, CatalogError};
 pub use layout::{TableConfig, TableDesc, TableLayout};
 pub use loc_cache::{Loc, LocationCache};
 pub use remote::{RemoteError, RemoteGet, RemoteReader};

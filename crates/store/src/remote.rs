@@ -9,11 +9,11 @@
 
 use crate::layout::*;
 use crate::loc_cache::{Loc, LocationCache};
+use ambidex_transport::clock::{duration_ns, SharedClock, SystemClock};
 use ambidex_transport::{
     AccessError, Completion, Endpoint, LocalBuf, NodeTransport, OneSidedKind, OneSidedOp, Perms,
     Region, TransportError,
 };
-use ambidex_transport::clock::{duration_ns, SharedClock, SystemClock};
 use std::time::Duration;
 
 /// Why a remote operation failed.

@@ -44,9 +44,7 @@ impl SystemClock {
     /// The process's one system clock (made on first use).
     pub fn shared() -> SharedClock {
         static PROCESS: OnceLock<SharedClock> = OnceLock::new();
-        PROCESS
-            .get_or_init(|| Arc::new(SystemClock::new()))
-            .clone()
+        PROCESS.get_or_init(|| Arc::new(SystemClock::new())).clone()
     }
 }
 

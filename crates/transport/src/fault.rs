@@ -235,9 +235,7 @@ impl Endpoint for FaultyEndpoint {
             self.send_owned(&held);
         }
         let timeout = match self.delayed.iter().map(|h| h.release).min() {
-            Some(t) => timeout.min(Duration::from_nanos(
-                t.saturating_sub(self.clock.now_ns()),
-            )),
+            Some(t) => timeout.min(Duration::from_nanos(t.saturating_sub(self.clock.now_ns()))),
             None => timeout,
         };
         self.inner.wait(timeout);

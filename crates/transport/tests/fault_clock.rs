@@ -20,7 +20,11 @@ fn delays_follow_the_given_clock() {
     let mut tx = FaultyEndpoint::wrap_with_clock(raw, cfg, clock.clone()).unwrap();
     let mut rx = fabric.node(1).endpoint(0).unwrap();
     let to = EndpointAddr::new(1, 0);
-    tx.send(&[Datagram { dst: to, payload: b"late" }]).unwrap();
+    tx.send(&[Datagram {
+        dst: to,
+        payload: b"late",
+    }])
+    .unwrap();
 
     let received = |rx: &mut Box<dyn ambidex_transport::Endpoint>| {
         let mut got = Vec::new();

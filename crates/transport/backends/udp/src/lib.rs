@@ -413,7 +413,13 @@ impl Out {
             self.io.msgs.push(msghdr(&dests[dst], iov, 1));
         }
         // A packet the kernel refuses is recovered like a lost one (retransmission).
-        sys::send_all(fd, &mut self.io.msgs, opts.send_patience, &*opts.clock, &mut |_| {});
+        sys::send_all(
+            fd,
+            &mut self.io.msgs,
+            opts.send_patience,
+            &*opts.clock,
+            &mut |_| {},
+        );
         self.items.clear();
         self.arena.clear();
     }
@@ -977,7 +983,8 @@ impl Core {
                 }
             }
         }
-        self.out.flush(self.sock.as_raw_fd(), &self.sh.dests, &self.sh.opts);
+        self.out
+            .flush(self.sock.as_raw_fd(), &self.sh.dests, &self.sh.opts);
     }
 
     /// Runs an operation on this node's own memory at once (as the local backend does).

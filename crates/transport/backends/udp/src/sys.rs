@@ -1,11 +1,11 @@
 //! Thin wrappers over the socket calls std does not offer: socket options, batched
 //! send/receive and waiting on a descriptor.
 
+use ambidex_transport::clock::{duration_ns, Clock};
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
-use ambidex_transport::clock::{duration_ns, Clock};
 use std::time::Duration;
 
 // Generic Linux values (x86, arm, riscv); defined here because libc exposes them only for

@@ -1,0 +1,101 @@
+//! Table descriptors exchanged between nodes: a table registered on one node is read
+//! one-sided by another through a descriptor that travelled as JSON; descriptors that lie
+//! about their layout are refused when filed, and wrong or stale keys and regions give
+//! an error completion, never a wrong read.
+
+use ambidex_store::layout::TableDesc;
+use ambidex_store::{
+    Catalog, CatalogError, RemoteError, RemoteGet, RemoteReader, Table, TableConfig,
+};
+use ambidex_transport::local::LocalFabric;
+use ambidex_transport::{AccessError, ClusterConfig};
+
+const VS: usize = 16;
+
+/// Node 0's table with keys 0..50 (value = key repeated), and its descriptor as node 1
+/// received it.
+fn setup() -> (std::sync::Arc<LocalFabric>, Table, TableDesc) {
+    let fabric = LocalFabric::new(ClusterConfig::new(2, 1)).unwrap();
+    let owner = fabric.node(0);
+    let t = Table::create_registered(owner.as_ref(), 7, &TableConfig::new(64, VS)).unwrap();
+    for k in 0..50u64 {
+        t.insert(k, &[k as u8; VS]).unwrap();
+    }
+    let wire = serde_json::to_string(&t.desc()).unwrap();
+    let got: TableDesc = serde_json::from_str(&wire).unwrap();
+    (fabric, t, got)
+}
+
+#[test]
+fn a_table_is_read_one_sided_through_an_exchanged_descriptor() {
+    let (fabric, _t, desc) = setup();
+    let mut cat = Catalog::new(2);
+    cat.insert(desc).unwrap();
+    cat.insert(desc).unwrap(); // the same descriptor twice is harmless
+    let d = *cat.get(0, 7).expect("filed");
+    assert!(cat.get(1, 7).is_none() && cat.get(0, 8).is_none());
+
+    let reader_node = fabric.node(1);
+    let mut ep = reader_node.endpoint(0).unwrap();
+    let mut rd = RemoteReader::new(reader_node.as_ref(), d.layout.item_size as usize).unwrap();
+    let mut out = vec![0u8; VS];
+    for k in [0u64, 13, 49] {
+        match rd.get(ep.as_mut(), &d, None, k, &mut out).unwrap() {
+            RemoteGet::Found { .. } => assert_eq!(out, vec![k as u8; VS]),
+            RemoteGet::NotFound => panic!("key {k} not found"),
+        }
+    }
+    assert_eq!(
+        rd.get(ep.as_mut(), &d, None, 50, &mut out).unwrap(),
+        RemoteGet::NotFound
+    );
+}
+
+#[test]
+fn wrong_or_stale_descriptors_fail_never_read_wrong() {
+    let (fabric, _t, desc) = setup();
+    let reader_node = fabric.node(1);
+    let mut ep = reader_node.endpoint(0).unwrap();
+    let mut rd = RemoteReader::new(reader_node.as_ref(), desc.layout.item_size as usize).unwrap();
+    let mut out = vec![0u8; VS];
+
+    let mut stale_key = desc;
+    stale_key.region.key ^= 1;
+    assert_eq!(
+        rd.get(ep.as_mut(), &stale_key, None, 3, &mut out),
+        Err(RemoteError::Access(AccessError::BadKey))
+    );
+    let mut gone = desc;
+    gone.region.id += 100;
+    assert_eq!(
+        rd.get(ep.as_mut(), &gone, None, 3, &mut out),
+        Err(RemoteError::Access(AccessError::UnknownRegion))
+    );
+    assert_eq!(out, vec![0u8; VS], "a failed read left data behind");
+
+    // Descriptors that lie are not filed.
+    let mut cat = Catalog::new(2);
+    let mut too_long = desc;
+    too_long.layout.len = desc.region.len + 64;
+    assert!(matches!(
+        cat.insert(too_long),
+        Err(CatalogError::BadLayout { .. })
+    ));
+    let mut elsewhere = desc;
+    elsewhere.region.node = 5;
+    assert!(matches!(
+        cat.insert(elsewhere),
+        Err(CatalogError::UnknownNode { .. })
+    ));
+    let mut read_only = desc;
+    read_only.region.perms = ambidex_transport::Perms::READ;
+    assert!(matches!(
+        cat.insert(read_only),
+        Err(CatalogError::MissingPerms { .. })
+    ));
+    cat.insert(desc).unwrap();
+    assert!(matches!(
+        cat.insert(stale_key),
+        Err(CatalogError::Conflict { .. })
+    ));
+}
