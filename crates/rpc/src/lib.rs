@@ -47,7 +47,10 @@ pub mod wire;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{IdleStep, RpcError, RuntimeConfig, ThreadMap, DEFAULT_MAX_MESSAGE};
 pub use reply::Reply;
-pub use runtime::{Ctx, Flush, Handler, ReqHandle, RequestInfo, RpcStats, Runtime, YieldNow};
+pub use runtime::{
+    Ctx, Flush, Handler, OneSidedError, OpHandle, ReqHandle, RequestInfo, RpcStats, Runtime,
+    YieldNow,
+};
 
 use ambidex_transport::SharedNode;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -86,6 +86,11 @@ pub(crate) struct WorkerBatch {
     pub multi: bool,
     /// Some request of the batch needs segments.
     pub big: bool,
+    /// One-sided operations queued in the batch (kept in `OneSided`).
+    pub ops: u16,
+    /// Unsignaled operations of this worker that failed and were not reported yet
+    /// (their details are in `OneSided`): the next flush reports them.
+    pub unsignaled_failed: u32,
 }
 
 impl WorkerBatch {
@@ -102,7 +107,20 @@ impl WorkerBatch {
             dest0: 0,
             multi: false,
             big: false,
+            ops: 0,
+            unsignaled_failed: 0,
         }
+    }
+
+    /// Starts a new batch after a finished flush (buffers keep their capacity).
+    #[inline(always)]
+    pub fn reset(&mut self) {
+        self.reqs.clear();
+        self.arena.clear();
+        self.rarena.clear();
+        self.failed = 0;
+        self.ops = 0;
+        self.phase = Phase::Building;
     }
 
     /// Queues a request of worker `id` to endpoint index `d`; a payload above
@@ -119,13 +137,7 @@ impl WorkerBatch {
     ) -> Result<ReqHandle, RpcError> {
         match self.phase {
             Phase::Building => {}
-            Phase::Done => {
-                self.reqs.clear();
-                self.arena.clear();
-                self.rarena.clear();
-                self.failed = 0;
-                self.phase = Phase::Building;
-            }
+            Phase::Done => self.reset(),
             Phase::WaitCredit | Phase::InFlight => return Err(RpcError::FlushInProgress),
         }
         let idx = self.reqs.len();
@@ -183,18 +195,12 @@ impl WorkerBatch {
         }
     }
 
-    /// The outcome of a finished flush: the first failed request's timeout, if any.
-    #[inline]
-    pub fn result(&self, threads: usize) -> Result<(), RpcError> {
-        if self.failed == 0 {
-            return Ok(());
-        }
-        match self.reqs.iter().find(|q| q.status == ReqStatus::Failed) {
-            Some(q) => Err(RpcError::Timeout {
-                dest: endpoint_of(q.dest as usize, threads),
-            }),
-            None => Ok(()),
-        }
+    /// The timeout of the batch's first failed request, if any.
+    pub fn timeout(&self, threads: usize) -> Option<RpcError> {
+        let q = self.reqs.iter().find(|q| q.status == ReqStatus::Failed)?;
+        Some(RpcError::Timeout {
+            dest: endpoint_of(q.dest as usize, threads),
+        })
     }
 
     /// The response to request `h`, or why there is none.

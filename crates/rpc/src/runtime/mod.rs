@@ -17,10 +17,13 @@
 //!   retransmission and suspicion (`Client`);
 //! - `server`: handlers and the duplicate-response cache (`Server`);
 //! - `outbox`: the one encoder of outgoing datagrams (`Outbox`);
+//! - `onesided`: READ, WRITE, CAS and FAA from workers, posted with the step's
+//!   doorbell, completions routed back, passive ACK (`OneSided`);
 //! - `reassembly`: messages that came in segments; `stats`: [`RpcStats`].
 
 mod batch;
 mod client;
+mod onesided;
 mod outbox;
 mod reassembly;
 mod seq_array;
@@ -29,6 +32,7 @@ mod stats;
 mod task;
 
 pub use batch::ReqHandle;
+pub use onesided::{OneSidedError, OpHandle};
 pub use server::{Handler, RequestInfo};
 pub use stats::RpcStats;
 pub use task::{Ctx, Flush, YieldNow};
@@ -40,6 +44,7 @@ use crate::wire;
 use ambidex_transport::{ClusterConfig, CounterSnapshot, Endpoint, EndpointAddr, NodeId};
 use batch::Workers;
 use client::Client;
+use onesided::OneSided;
 use outbox::{Outbox, SendLimits};
 use reassembly::Reassembly;
 use server::Server;
@@ -76,6 +81,7 @@ pub(crate) struct State {
     server: Server,
     outbox: Outbox,
     reassembly: Reassembly,
+    onesided: OneSided,
     stats: RpcStats,
 }
 
@@ -168,6 +174,7 @@ impl Runtime {
             server: Server::new(n),
             outbox: Outbox::new(limits, n),
             reassembly: Reassembly::new(cfg.reassembly_slots, seg_payload, n),
+            onesided: OneSided::new(cluster.nodes as usize),
             stats: RpcStats::default(),
             now,
             clock,
@@ -208,6 +215,9 @@ impl Runtime {
             let Core { ep, st } = &mut *core;
             let max = st.cfg.poll_batch;
             received = ep.poll_recv(max, &mut |src, p| st.on_datagram(src, p));
+            if st.onesided.need_cq {
+                st.poll_completions(&mut **ep);
+            }
             // The clock is read only when there is work or time-driven state (timeouts)
             // to serve, so empty polls stay cheap.
             st.clock_skips += 1;
@@ -252,9 +262,12 @@ impl Runtime {
         let Core { ep, st } = &mut *core;
         st.stats.resumes += resumed as u64;
         // The requests of this step's flushes (and its responses unless `respond_first`
-        // sent them already): one doorbell.
+        // sent them already): one doorbell; then their one-sided operations.
         if !st.outbox.is_empty() {
             st.send_outbox(&mut **ep);
+        }
+        if st.onesided.has_posts() {
+            st.post_ops(&mut **ep);
         }
         true
     }

@@ -34,6 +34,18 @@ pub struct RpcStats {
     pub send_errors: u64,
     pub credit_waits: u64,
     pub resumes: u64,
+    /// One-sided operations posted, by verb.
+    pub onesided_reads: u64,
+    pub onesided_writes: u64,
+    pub onesided_cas: u64,
+    pub onesided_faa: u64,
+    /// One-sided operations that failed (error completions, signaled or not, and
+    /// operations of a refused post).
+    pub onesided_failed: u64,
+    /// Of those, unsignaled ones (each reported to its worker by its next flush).
+    pub onesided_unsignaled_failed: u64,
+    /// Completions that matched no posted operation (dropped).
+    pub onesided_stray: u64,
 }
 
 impl RpcStats {
@@ -62,7 +74,14 @@ impl RpcStats {
             tx_doorbells,
             send_errors,
             credit_waits,
-            resumes
+            resumes,
+            onesided_reads,
+            onesided_writes,
+            onesided_cas,
+            onesided_faa,
+            onesided_failed,
+            onesided_unsignaled_failed,
+            onesided_stray
         );
     }
 }

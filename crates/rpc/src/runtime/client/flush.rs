@@ -13,8 +13,9 @@ use crate::wire;
 use std::task::Poll;
 
 impl State {
-    /// One poll of worker `id`'s flush: sends its batch when there are credits, then
-    /// waits until every request is settled.
+    /// One poll of worker `id`'s flush: sends its batch (requests when there are
+    /// credits, and one-sided operations with them) and then waits until every request
+    /// and signaled operation is settled.
     pub(crate) fn flush_poll(&mut self, id: u16) -> Poll<Result<(), RpcError>> {
         let b = &mut self.workers.batches[id as usize];
         match b.phase {
@@ -24,18 +25,35 @@ impl State {
                     return Poll::Pending;
                 }
                 b.phase = Phase::Done;
-                return Poll::Ready(b.result(self.threads));
+                if (b.failed | b.unsignaled_failed) == 0 {
+                    return Poll::Ready(Ok(()));
+                }
+                return Poll::Ready(Err(self.flush_error(id)));
             }
             Phase::Building | Phase::WaitCredit => {
                 if b.reqs.is_empty() {
-                    b.phase = Phase::Done;
-                    return Poll::Ready(Ok(()));
+                    if b.ops == 0 {
+                        b.phase = Phase::Done;
+                        if b.unsignaled_failed == 0 {
+                            return Poll::Ready(Ok(()));
+                        }
+                        return Poll::Ready(Err(self.flush_error(id)));
+                    }
+                    // One-sided operations only.
+                    b.pending = 0;
+                    b.phase = Phase::InFlight;
+                    self.flush_ops(id);
+                    return Poll::Pending;
                 }
             }
         }
         match self.try_send(id) {
             Ok(true) => {
-                self.workers.batches[id as usize].phase = Phase::InFlight;
+                let b = &mut self.workers.batches[id as usize];
+                b.phase = Phase::InFlight;
+                if b.ops > 0 {
+                    self.flush_ops(id);
+                }
                 Poll::Pending
             }
             Ok(false) => {
@@ -49,8 +67,19 @@ impl State {
                 for q in b.reqs.iter_mut() {
                     q.status = ReqStatus::Failed;
                 }
+                self.drop_ops(id);
                 Poll::Ready(Err(e))
             }
+        }
+    }
+
+    /// Why a finished flush of worker `id` failed: a request timed out, or else
+    /// unsignaled operations failed (reported here, once).
+    #[cold]
+    fn flush_error(&mut self, id: u16) -> RpcError {
+        match self.workers.batches[id as usize].timeout(self.threads) {
+            Some(e) => e,
+            None => RpcError::UnsignaledFailed(self.take_unsignaled_failures(id)),
         }
     }
 
