@@ -245,26 +245,19 @@ fn run_both(s: &mut Setup, mut between: impl FnMut()) {
     assert_eq!(st.rpcs_completed, 1);
 }
 
+fn local(rpc: bool) -> Setup {
+    let fabric = LocalFabric::new(ClusterConfig::new(2, 1)).unwrap();
+    setup(&fabric.nodes(), RuntimeConfig::default(), Scenario { rpc })
+}
+
 #[test]
 fn local_completes_without_the_target_cpu() {
-    let fabric = LocalFabric::new(ClusterConfig::new(2, 1)).unwrap();
-    let mut s = setup(
-        &fabric.nodes(),
-        RuntimeConfig::default(),
-        Scenario { rpc: false },
-    );
-    run_alone(&mut s);
+    run_alone(&mut local(false));
 }
 
 #[test]
 fn local_with_rpcs_in_the_same_flush() {
-    let fabric = LocalFabric::new(ClusterConfig::new(2, 1)).unwrap();
-    let mut s = setup(
-        &fabric.nodes(),
-        RuntimeConfig::default(),
-        Scenario { rpc: true },
-    );
-    run_both(&mut s, || {});
+    run_both(&mut local(true), || {});
 }
 
 #[test]

@@ -302,6 +302,28 @@ impl Outbox {
         }
     }
 
+    /// A request too large for a group (`seq`, of type `rtype`), alone in segments.
+    pub fn push_request_segments(
+        &mut self,
+        d: usize,
+        session: u32,
+        ack: u64,
+        seq: u64,
+        rtype: u8,
+        payload: &[u8],
+    ) {
+        self.push_segments(
+            d,
+            wire::KIND_REQUEST,
+            session,
+            ack,
+            seq,
+            rtype,
+            payload,
+            false,
+        );
+    }
+
     /// A response (`tag`: its status, or a group's item count) to request `seq` of
     /// client `d`: one record if it fits, else segments.
     #[inline(always)]

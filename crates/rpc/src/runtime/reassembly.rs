@@ -4,6 +4,7 @@
 //! segments from one source evicts its own messages, not other clients'.
 
 use super::stats::RpcStats;
+use super::State;
 use crate::wire::{self, Seg};
 
 /// A message being reassembled from segments.
@@ -162,5 +163,25 @@ impl Reassembly {
 
     pub fn give_back(&mut self, i: usize, buf: Vec<u8>) {
         self.slots[i].buf = buf;
+    }
+}
+
+impl State {
+    /// Adds segment `r` (of a `kind` message of at most `max` bytes from endpoint `s`,
+    /// session `session`) to reassembly; once the message is whole, lends it out as its
+    /// slot, buffer and length (give the buffer back with [`Reassembly::give_back`]).
+    pub(crate) fn reassembled(
+        &mut self,
+        s: usize,
+        kind: u8,
+        session: u32,
+        r: &wire::Record<'_>,
+        max: usize,
+    ) -> Option<(usize, Vec<u8>, usize)> {
+        let seg = r.seg.expect("segmented");
+        let ra = &mut self.reassembly;
+        let i = ra.add(s, kind, session, r, seg, max, self.now, &mut self.stats)?;
+        let (whole, total) = ra.take(i);
+        Some((i, whole, total))
     }
 }

@@ -311,23 +311,12 @@ impl State {
         hdr: &wire::Header,
         r: &wire::Record<'_>,
     ) {
-        let seg = r.seg.expect("segmented");
         let max = self.max_message;
-        let done = self.reassembly.add(
-            s,
-            wire::KIND_REQUEST,
-            hdr.session,
-            r,
-            seg,
-            max,
-            self.now,
-            &mut self.stats,
-        );
-        let Some(i) = done else {
+        // The buffer is borrowed out of the pool (no allocation) while the handler runs.
+        let Some((i, whole, total)) = self.reassembled(s, wire::KIND_REQUEST, hdr.session, r, max)
+        else {
             return;
         };
-        // Borrow the buffer out of the pool (no allocation) while the handler runs.
-        let (whole, total) = self.reassembly.take(i);
         self.serve(s, src, hdr.session, r.seq, r.tag, &whole[..total], true);
         self.reassembly.give_back(i, whole);
     }

@@ -151,15 +151,13 @@ impl State {
                 let segs = (hi - lo).div_ceil(lim.seg_payload);
                 let slot = dest.alloc_slot(segs as u16);
                 let seq = dest.open_entry(0, id, i as u16, slot, deadline);
-                self.outbox.push_segments(
+                self.outbox.push_request_segments(
                     d,
-                    wire::KIND_REQUEST,
                     session,
                     dest.ack,
                     seq,
                     q.rtype,
                     &b.arena[lo..hi],
-                    false,
                 );
                 entries += 1;
                 continue;

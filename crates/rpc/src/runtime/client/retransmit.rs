@@ -49,16 +49,8 @@ impl State {
                     let b = &batches[e.worker as usize];
                     let q = b.reqs[e.first as usize];
                     let payload = &b.arena[q.off as usize..(q.off + q.len) as usize];
-                    self.outbox.push_segments(
-                        d,
-                        wire::KIND_REQUEST,
-                        session,
-                        dest.ack,
-                        seq,
-                        q.rtype,
-                        payload,
-                        false,
-                    );
+                    self.outbox
+                        .push_request_segments(d, session, dest.ack, seq, q.rtype, payload);
                     continue;
                 }
                 // A group, rebuilt from its requests' items (it fit one datagram); its

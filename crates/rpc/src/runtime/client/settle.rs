@@ -149,7 +149,6 @@ impl State {
     /// is whole.
     #[inline(never)]
     fn on_segmented_response(&mut self, s: usize, r: &wire::Record<'_>, status: ReqStatus) {
-        let seg = r.seg.expect("segmented");
         // A group's response takes up to `max_message` per part, plus the header of
         // every item (one that found its part's budget spent still has one). The caller
         // checked that `r.seq` is live.
@@ -159,20 +158,10 @@ impl State {
             n => self.max_message * e.parts.max(1) as usize + n as usize * wire::ITEM_HDR,
         };
         let session = self.client.session;
-        let done = self.reassembly.add(
-            s,
-            wire::KIND_RESPONSE,
-            session,
-            r,
-            seg,
-            max,
-            self.now,
-            &mut self.stats,
-        );
-        let Some(i) = done else {
+        let Some((i, whole, total)) = self.reassembled(s, wire::KIND_RESPONSE, session, r, max)
+        else {
             return;
         };
-        let (whole, total) = self.reassembly.take(i);
         let body = &whole[..total];
         if e.count > 0 {
             let dest = self.client.dest(s);
