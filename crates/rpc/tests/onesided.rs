@@ -332,3 +332,71 @@ fn sim_with_onesided_loss_delay_and_reordering() {
     }
     assert!(retransmits > 0, "one-sided faults happened");
 }
+
+/// Many workers' operations share each step's post; completions find their workers by
+/// `wr_id`, and every FAA (signaled or not) lands exactly once.
+fn many_workers(nodes: &[SharedNode], mut between: impl FnMut()) {
+    let target = nodes[1].register(REGION, Perms::ALL).unwrap();
+    let mut rt = Runtime::new(nodes[0].endpoint(0).unwrap(), RuntimeConfig::default()).unwrap();
+    let (workers, rounds) = (8u64, 50u64);
+    let done = Rc::new(Cell::new(0));
+    for w in 0..workers {
+        let (r, done) = (target.desc, done.clone());
+        rt.spawn(move |ctx| async move {
+            let mut last = 0;
+            for i in 0..rounds {
+                ctx.queue_faa(r.at(0), 1, false).unwrap();
+                let h = ctx.queue_faa(r.at(0), 1, true).unwrap();
+                let mine = ctx.queue_faa(r.at(8 * (w + 1)), 1, true).unwrap();
+                ctx.flush().await.unwrap();
+                // The shared word only grows (this worker's own unsignaled FAA came
+                // first); the worker's own word counts its rounds.
+                let v = ctx.atomic_result(h).unwrap();
+                assert!(v > last || i == 0, "{v} after {last}");
+                last = v;
+                assert_eq!(ctx.atomic_result(mine), Ok(i));
+            }
+            done.set(done.get() + 1);
+        });
+    }
+    let t0 = Instant::now();
+    while done.get() < workers && t0.elapsed() < Duration::from_secs(20) {
+        rt.poll_once();
+        between();
+    }
+    assert_eq!(done.get(), workers);
+    let word = |off: u64| {
+        let mut b = [0u8; 8];
+        assert!(target.mem.read(off, &mut b));
+        u64::from_le_bytes(b)
+    };
+    assert_eq!(word(0), 2 * workers * rounds);
+    for w in 0..workers {
+        assert_eq!(word(8 * (w + 1)), rounds);
+    }
+    let st = rt.stats();
+    assert_eq!(st.onesided_faa, 3 * workers * rounds);
+    assert_eq!((st.onesided_failed, st.onesided_stray), (0, 0));
+}
+
+#[test]
+fn local_many_workers_share_the_steps_post() {
+    let fabric = LocalFabric::new(ClusterConfig::new(2, 1)).unwrap();
+    many_workers(&fabric.nodes(), || {});
+}
+
+#[test]
+fn sim_many_workers_under_onesided_loss() {
+    use ambidex_transport_sim::{SimFaults, SimNet};
+    let faults = SimFaults {
+        onesided_loss: 0.1,
+        onesided_duplicate: 0.1,
+        onesided_delay: 0.2,
+        ..SimFaults::default()
+    };
+    let net = SimNet::new(ClusterConfig::new(2, 1), 7, faults).unwrap();
+    many_workers(&net.nodes(), || {
+        let t = net.next_event_time().unwrap_or(net.now() + 1_000);
+        net.advance_to(t);
+    });
+}

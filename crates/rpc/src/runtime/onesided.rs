@@ -207,6 +207,10 @@ pub(crate) struct OneSided {
     rejected: Option<TransportError>,
 }
 
+/// Completions taken per `poll_cq` call, and calls per master step.
+const CQ_BATCH: usize = 64;
+const CQ_ROUNDS: usize = 4;
+
 /// Reuses a vector's allocation for another lifetime (it is emptied first).
 fn recycle<'a, 'b>(mut v: Vec<OneSidedOp<'a>>) -> Vec<OneSidedOp<'b>> {
     v.clear();
@@ -446,17 +450,25 @@ impl State {
     /// Polls the completion queue and routes each completion to its operation.
     pub(crate) fn poll_completions(&mut self, ep: &mut dyn Endpoint) {
         let mut cq = std::mem::take(&mut self.onesided.cq);
-        loop {
+        // A bounded amount per step, as for datagrams; the rest waits for the next one.
+        let mut full = false;
+        for _ in 0..CQ_ROUNDS {
             cq.clear();
-            if ep.poll_cq(64, &mut cq) == 0 {
-                break;
-            }
+            let n = ep.poll_cq(CQ_BATCH, &mut cq);
             for c in &cq {
                 self.on_completion(c);
+            }
+            full = n == CQ_BATCH;
+            if !full {
+                break;
             }
         }
         self.onesided.cq = cq;
         let os = &mut self.onesided;
+        if full {
+            os.need_cq = true;
+            return;
+        }
         if ep.outstanding() == 0 {
             // Nothing in flight: every posted operation has completed, and the failed
             // ones have had their completions (just drained).
