@@ -400,3 +400,55 @@ fn sim_many_workers_under_onesided_loss() {
         net.advance_to(t);
     });
 }
+
+/// An unsignaled READ that is not confirmed keeps its scratch range: the transport may
+/// still write it, so the worker's next batch must not read into it (sim: the READ is
+/// still in flight when the flush of unsignaled operations returns).
+#[test]
+fn sim_unconfirmed_unsignaled_read_keeps_its_scratch() {
+    use ambidex_transport_sim::{SimFaults, SimNet};
+    let net = SimNet::new(ClusterConfig::new(2, 1), 3, SimFaults::default()).unwrap();
+    let nodes = net.nodes();
+    let target = nodes[1].register(REGION, Perms::ALL).unwrap();
+    assert!(target.mem.write(0, &[0x5a; 16]));
+    let mut rt = Runtime::new(nodes[0].endpoint(0).unwrap(), RuntimeConfig::default()).unwrap();
+    rt.attach_scratch(nodes[0].register(REGION, Perms::ALL).unwrap(), 1024)
+        .unwrap();
+    let done = Rc::new(Cell::new(false));
+    let (r, d) = (target.desc, done.clone());
+    rt.spawn(move |ctx| async move {
+        ctx.queue_read(r.at(0), 1000, false).unwrap();
+        ctx.flush().await.unwrap();
+        assert_eq!(
+            ctx.queue_read(r.at(0), 100, true),
+            Err(OneSidedError::NoScratch {
+                need: 100,
+                room: 24
+            }),
+            "the unconfirmed READ holds 1000 bytes"
+        );
+        let mut h = None;
+        for _ in 0..10_000 {
+            ctx.yield_now().await;
+            if let Ok(x) = ctx.queue_read(r.at(0), 100, true) {
+                h = Some(x);
+                break;
+            }
+        }
+        ctx.flush().await.unwrap();
+        ctx.read_result(h.expect("confirmed in time"), |b| {
+            assert_eq!(&b[..16], &[0x5a; 16])
+        })
+        .unwrap();
+        d.set(true);
+    });
+    for _ in 0..100_000 {
+        if done.get() {
+            break;
+        }
+        rt.poll_once();
+        let t = net.next_event_time().unwrap_or(net.now() + 1_000);
+        net.advance_to(t);
+    }
+    assert!(done.get());
+}

@@ -29,7 +29,9 @@
 //! ([`Runtime::attach_scratch`], from `NodeTransport::register` on its own node), cut
 //! into one slice per worker; a batch's READs take consecutive ranges of the worker's
 //! slice, and [`Ctx::read_result`] copies the bytes out (the transport writes that
-//! memory, so no reference into it is handed out).
+//! memory, so no reference into it is handed out). The ranges are free again at the
+//! worker's next batch, except those of unsignaled READs not confirmed yet, which the
+//! transport may still write.
 
 use super::batch::Phase;
 use super::{Ctx, Runtime, State};
@@ -111,7 +113,7 @@ impl std::error::Error for OneSidedError {}
 /// The verb of a queued operation, with its operands owned by the batch.
 #[derive(Clone, Copy)]
 enum Verb {
-    /// `len` bytes into the scratch region at `at`.
+    /// `len` bytes into the worker's scratch slice at `at`.
     Read {
         len: u32,
         at: u64,
@@ -172,8 +174,12 @@ struct WorkerOps {
     /// WRITE payloads, copied at queue time (like inline data), so the caller's buffer
     /// need not outlive the call.
     data: Vec<u8>,
-    /// Bytes of the worker's scratch slice taken by this batch's READs.
+    /// Bytes of the worker's scratch slice taken: by this batch's READs, after those
+    /// `held`.
     scratch_used: usize,
+    /// Unsignaled READs of earlier batches not confirmed yet: (node, queue position,
+    /// end of their range in the slice).
+    held: Vec<(NodeId, u64, usize)>,
     /// Unsignaled failures not yet reported to the worker.
     failures: Vec<OneSidedError>,
 }
@@ -236,12 +242,29 @@ impl OneSided {
         !self.to_post.is_empty()
     }
 
-    fn worker(&mut self, id: u16) -> &mut WorkerOps {
+    /// Starts worker `id`'s operations of a new batch. The unsignaled READs of earlier
+    /// batches that are not confirmed yet keep their scratch ranges (the transport may
+    /// still write them): the new batch's READs start after the last of them.
+    fn begin_batch(&mut self, id: u16) {
         let i = id as usize;
         if self.workers.len() <= i {
             self.workers.resize_with(i + 1, WorkerOps::default);
         }
-        &mut self.workers[i]
+        let (w, confirmed) = (&mut self.workers[i], &self.confirmed);
+        let done = |node: NodeId, qseq: u64| confirmed[node as usize] >= qseq;
+        for o in &w.ops {
+            if let Verb::Read { len, at } = o.verb {
+                if !o.signaled && o.state == OpState::Posted && !done(o.remote.node, o.qseq) {
+                    w.held
+                        .push((o.remote.node, o.qseq, at as usize + len as usize));
+                }
+            }
+        }
+        w.held.retain(|&(n, q, _)| !done(n, q));
+        w.scratch_used = w.held.iter().map(|h| h.2).max().unwrap_or(0);
+        w.gen = w.gen.wrapping_add(1);
+        w.ops.clear();
+        w.data.clear();
     }
 
     fn op(&self, worker: u16, h: OpHandle) -> Option<&QueuedOp> {
@@ -284,21 +307,18 @@ impl State {
             .scratch
             .as_ref()
             .map(|s| (s.per_worker, s.region.mem.len()));
-        let w = self.onesided.worker(id);
         if first {
-            w.gen = w.gen.wrapping_add(1);
-            w.ops.clear();
-            w.data.clear();
-            w.scratch_used = 0;
+            self.onesided.begin_batch(id);
         }
+        let w = &mut self.onesided.workers[id as usize];
         let verb = match verb {
             Verb::Read { len, .. } => {
                 // The worker's slice of the scratch region, if it has one.
-                let (start, room) = match scratch {
+                let room = match scratch {
                     Some((per, total)) if (id as usize + 1) * per <= total => {
-                        (id as usize * per, per - w.scratch_used)
+                        per.saturating_sub(w.scratch_used)
                     }
-                    _ => (0, 0),
+                    _ => 0,
                 };
                 if len as usize > room {
                     return Err(OneSidedError::NoScratch {
@@ -306,7 +326,7 @@ impl State {
                         room,
                     });
                 }
-                let at = (start + w.scratch_used) as u64;
+                let at = w.scratch_used as u64;
                 w.scratch_used += len as usize;
                 Verb::Read { len, at }
             }
@@ -373,7 +393,7 @@ impl State {
             }
         }
         // ...then the work requests, which borrow the WRITE payloads.
-        let scratch = os.scratch.as_ref().map_or(0, |s| s.id);
+        let (scratch, per) = os.scratch.as_ref().map_or((0, 0), |s| (s.id, s.per_worker));
         let mut list: Vec<OneSidedOp<'_>> = recycle(std::mem::take(&mut os.list));
         for &id in &os.to_post {
             let w = &os.workers[id as usize];
@@ -383,7 +403,7 @@ impl State {
                         len,
                         dest: LocalBuf {
                             region: scratch,
-                            offset: at,
+                            offset: (id as usize * per) as u64 + at,
                         },
                     },
                     Verb::Write { off, len } => OneSidedKind::Write {
@@ -700,6 +720,7 @@ impl Ctx {
         let os = &mut st.onesided;
         let scratch = os.scratch.as_ref().ok_or(OneSidedError::NotReady)?;
         os.read_buf.resize(len as usize, 0);
+        let at = (self.id as usize * scratch.per_worker) as u64 + at;
         if !scratch.region.mem.read(at, &mut os.read_buf) {
             return Err(OneSidedError::NoScratch {
                 need: len as usize,
