@@ -1,5 +1,6 @@
 //! Runtime settings, the credit formula and errors.
 
+use crate::runtime::OneSidedError;
 use ambidex_transport::{ring, ClusterConfig, EndpointAddr, ThreadId, TransportError};
 use std::fmt;
 use std::time::Duration;
@@ -217,6 +218,12 @@ pub enum RpcError {
     NotReady,
     /// `queue` while a flush of this coroutine is still in progress.
     FlushInProgress,
+    /// A one-sided operation's error (see [`OneSidedError`]), through `?`.
+    OneSided(OneSidedError),
+    /// Unsignaled one-sided operations of this worker failed since they were last
+    /// reported (returned once by a flush, after its own requests and operations are
+    /// in: the batch itself went through).
+    UnsignaledFailed(Vec<OneSidedError>),
     Transport(TransportError),
     Config(String),
 }
@@ -241,6 +248,11 @@ impl fmt::Display for RpcError {
             RpcError::Timeout { dest } => write!(f, "no response from {dest}; suspected failed"),
             RpcError::NotReady => write!(f, "response not ready"),
             RpcError::FlushInProgress => write!(f, "a flush of this coroutine is in progress"),
+            RpcError::OneSided(e) => write!(f, "{e}"),
+            RpcError::UnsignaledFailed(v) => match v.first() {
+                Some(e) => write!(f, "{} unsignaled operations failed, first: {e}", v.len()),
+                None => write!(f, "unsignaled operations failed"),
+            },
             RpcError::Transport(e) => write!(f, "{e}"),
             RpcError::Config(s) => write!(f, "bad RPC configuration: {s}"),
         }
@@ -248,6 +260,12 @@ impl fmt::Display for RpcError {
 }
 
 impl std::error::Error for RpcError {}
+
+impl From<OneSidedError> for RpcError {
+    fn from(e: OneSidedError) -> Self {
+        RpcError::OneSided(e)
+    }
+}
 
 impl From<TransportError> for RpcError {
     fn from(e: TransportError) -> Self {

@@ -31,6 +31,10 @@
 //!   responses of a bounded window of request ids per client, so handlers run at most
 //!   once; destinations that stay silent are reported as suspected ([`Runtime::take_suspects`]).
 //! - Messages up to [`Runtime::max_message`] bytes are segmented and reassembled.
+//! - One-sided READ, WRITE, CAS and FAA are queued beside requests
+//!   ([`Ctx::queue_read`] and the like) and posted with the step's doorbell; a flush
+//!   waits for its signaled ones, and failing unsignaled ones are reported, never
+//!   dropped ([`RpcError::UnsignaledFailed`]).
 //! - Every received byte is untrusted ([`wire::decode`]); malformed and unexpected
 //!   datagrams are dropped and counted in [`RpcStats`].
 //!
@@ -47,7 +51,10 @@ pub mod wire;
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use config::{IdleStep, RpcError, RuntimeConfig, ThreadMap, DEFAULT_MAX_MESSAGE};
 pub use reply::Reply;
-pub use runtime::{Ctx, Flush, Handler, ReqHandle, RequestInfo, RpcStats, Runtime, YieldNow};
+pub use runtime::{
+    Ctx, Flush, Handler, OneSidedError, OpHandle, ReqHandle, RequestInfo, RpcStats, Runtime,
+    YieldNow,
+};
 
 use ambidex_transport::SharedNode;
 use std::sync::atomic::{AtomicBool, Ordering};
