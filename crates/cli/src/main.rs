@@ -2,6 +2,7 @@
 
 mod bench;
 mod cluster;
+mod config_args;
 mod node;
 mod sim;
 
@@ -38,10 +39,10 @@ enum Command {
     /// Deterministic simulation: the whole cluster in one thread over a simulated network,
     /// from a seed, with faults; every run's history and state are checked.
     Sim(sim::Args),
-    /// Run one node of a cluster described by a cluster file (docs/cluster.md), driven
+    /// Run one node of a cluster described by a configuration file (docs/cluster.md), driven
     /// by JSON commands on stdin; `bench --transport shm|udp` starts one per node.
     Node {
-        /// The cluster file (JSON).
+        /// The configuration file (TOML or JSON, docs/cluster.md).
         #[arg(long)]
         config: std::path::PathBuf,
         /// Which node of the cluster this process is.
@@ -210,9 +211,7 @@ fn check_history(file: &std::path::Path, adya: bool, json: bool) -> Result<(), S
 }
 
 fn run_peer(role: &str, node: u16, spec: &str) -> Result<(), String> {
-    let spec: cluster::ClusterSpec =
-        serde_json::from_str(spec).map_err(|e| format!("bad cluster spec: {e}"))?;
-    let transport = spec.open_node(node)?;
+    let transport = cluster::open_peer(spec, node)?;
     match role {
         "bench-transport" => bench::transport::peer(transport),
         other => Err(format!("unknown peer role {other:?}")),

@@ -14,179 +14,21 @@
 //! cover the whole run, warmup included.
 
 use crate::common::{worker_seed, Loader, Outcome, Workload};
+use crate::config::{Config, WorkloadKind};
+use crate::transports::InProcess;
 use crate::{objstore, smallbank, tatp, tpcc};
-use ambidex_rpc::{RpcStats, RuntimeConfig};
-use ambidex_transport::local::LocalFabric;
-use ambidex_transport::{cputime, ClusterConfig, CounterSnapshot, SharedNode};
+use ambidex_rpc::RpcStats;
+use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
 use ambidex_txn::runner::{self, RunSpec, Worker, WorkerCtx};
-use ambidex_txn::{AbortReason, NodeDb, Placement, TxnConfig, TxnStats};
+use ambidex_txn::{AbortReason, NodeDb, Placement, TxnStats};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Which workload to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum WorkloadKind {
-    /// FaSST's object store O(r, w) (reads/writes in [`BenchConfig::objstore`]).
-    ObjectStore,
-    Tatp,
-    SmallBank,
-    /// Full TPC-C mix.
-    Tpcc,
-    /// DrTM+H's TPC-C variant: NewOrder only, always distributed.
-    TpccNo,
-}
-
-impl WorkloadKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            WorkloadKind::ObjectStore => "object-store",
-            WorkloadKind::Tatp => "tatp",
-            WorkloadKind::SmallBank => "smallbank",
-            WorkloadKind::Tpcc => "tpcc",
-            WorkloadKind::TpccNo => "tpcc-no",
-        }
-    }
-
-    /// Worker coroutines per thread when none are given: FaSST's ~20, enough to hide the
-    /// network latency (FaSST §4.1); 8 for TPC-C, whose transactions are long and contend
-    /// on few warehouses at the quick scale.
-    pub fn default_coroutines(self) -> usize {
-        match self {
-            WorkloadKind::Tpcc | WorkloadKind::TpccNo => 8,
-            _ => 20,
-        }
-    }
-
-    /// The scale used when none is given: small enough that a 3-node run loads in a few
-    /// seconds on a 2-core machine. Paper scale is 1.0 (see [`BenchConfig::scale`]).
-    pub fn quick_scale(self) -> f64 {
-        match self {
-            WorkloadKind::ObjectStore => 0.1,
-            WorkloadKind::Tatp => 0.05,
-            WorkloadKind::SmallBank => 1.0,
-            WorkloadKind::Tpcc | WorkloadKind::TpccNo => 0.1,
-        }
-    }
-}
-
-impl std::str::FromStr for WorkloadKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Ok(match s {
-            "object-store" | "objstore" | "object" => WorkloadKind::ObjectStore,
-            "tatp" => WorkloadKind::Tatp,
-            "smallbank" => WorkloadKind::SmallBank,
-            "tpcc" => WorkloadKind::Tpcc,
-            "tpcc-no" => WorkloadKind::TpccNo,
-            _ => {
-                return Err(format!(
-                    "unknown workload {s:?} (object-store, tatp, smallbank, tpcc, tpcc-no)"
-                ))
-            }
-        })
-    }
-}
-
-/// Which transport the in-process cluster uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TransportKind {
-    Local,
-    Shm,
-}
-
-impl std::str::FromStr for TransportKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "local" => Ok(TransportKind::Local),
-            "shm" => Ok(TransportKind::Shm),
-            _ => Err(format!("unknown transport {s:?} (local, shm)")),
-        }
-    }
-}
-
-/// O(r, w) parameters.
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct ObjStoreParams {
-    /// Keys read per transaction (r).
-    pub reads: usize,
-    /// Of those, keys updated (w ≤ r).
-    pub writes: usize,
-    /// Allow several keys of a transaction on one primary (default: distinct primaries
-    /// where r ≤ nodes, as FaSST's O(r, w) avoids coalescing).
-    pub same_node: bool,
-}
-
-impl Default for ObjStoreParams {
-    fn default() -> Self {
-        ObjStoreParams {
-            reads: 1,
-            writes: 0,
-            same_node: false,
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct BenchConfig {
-    pub workload: WorkloadKind,
-    pub nodes: u16,
-    pub threads: u16,
-    /// Worker coroutines per thread.
-    pub coroutines: usize,
-    pub replication: u16,
-    pub duration_s: f64,
-    pub warmup_s: f64,
-    /// Multiplier of the paper-scale population (`None`: [`WorkloadKind::quick_scale`]).
-    /// 1.0 is: object store 1,000,000 keys per thread; TATP 1,000,000 subscribers per
-    /// node; SmallBank 100,000 accounts per thread; TPC-C 1 warehouse per thread with
-    /// spec-size tables (above 1, more warehouses per thread; below 1, one warehouse per
-    /// thread with items, customers and initial orders shrunk by the factor).
-    pub scale: Option<f64>,
-    pub seed: u64,
-    pub transport: TransportKind,
-    pub objstore: ObjStoreParams,
-    /// Show a progress bar on stderr while loading.
-    pub progress: bool,
-    /// Record every transaction's reads and writes to this JSON-lines file
-    /// (`docs/history-format.md`); off by default.
-    pub history: Option<std::path::PathBuf>,
-}
-
-impl Default for BenchConfig {
-    fn default() -> Self {
-        BenchConfig {
-            workload: WorkloadKind::SmallBank,
-            nodes: 3,
-            threads: 1,
-            coroutines: 20,
-            replication: 3,
-            duration_s: 5.0,
-            warmup_s: 1.0,
-            scale: None,
-            seed: 42,
-            transport: TransportKind::Local,
-            objstore: ObjStoreParams::default(),
-            progress: true,
-            history: None,
-        }
-    }
-}
-
-impl BenchConfig {
-    pub fn scale(&self) -> f64 {
-        self.scale.unwrap_or_else(|| self.workload.quick_scale())
-    }
-}
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct LatencyUs {
@@ -258,6 +100,8 @@ pub struct BenchReport {
     pub consistency_ok: Option<bool>,
     /// What the workload's check computed (or the violation).
     pub check: serde_json::Value,
+    /// The configuration the run was given (every path echoes the one it ran with).
+    pub config: Config,
 }
 
 /// One point of the coroutine sweep (FaSST Figure 10).
@@ -270,70 +114,34 @@ pub struct SweepPoint {
     pub p99_us: f64,
 }
 
-/// An in-process cluster: transport nodes and one database per node.
-struct Cluster {
-    nodes: Vec<SharedNode>,
-    shm_dir: Option<PathBuf>,
-    _fabric: Option<Arc<LocalFabric>>,
-}
-
-impl Cluster {
-    fn new(cfg: &BenchConfig) -> Result<Cluster, String> {
-        let cc = ClusterConfig::new(cfg.nodes, cfg.threads);
-        match cfg.transport {
-            TransportKind::Local => {
-                let f = LocalFabric::new(cc).map_err(|e| e.to_string())?;
-                Ok(Cluster {
-                    nodes: f.nodes(),
-                    shm_dir: None,
-                    _fabric: Some(f),
-                })
-            }
-            TransportKind::Shm => {
-                static N: AtomicU64 = AtomicU64::new(0);
-                let dir = ambidex_transport_shm::ShmCluster::default_dir(cc.cluster_id)
-                    .with_extension(format!(
-                        "bench-{}-{}",
-                        std::process::id(),
-                        N.fetch_add(1, Ordering::Relaxed)
-                    ));
-                ambidex_transport_shm::ShmCluster::create(&dir, &cc).map_err(|e| e.to_string())?;
-                let mut c = Cluster {
-                    nodes: Vec::new(),
-                    shm_dir: Some(dir.clone()),
-                    _fabric: None,
-                };
-                for n in 0..cfg.nodes {
-                    c.nodes.push(
-                        ambidex_transport_shm::ShmNode::open(&dir, n).map_err(|e| e.to_string())?,
-                    );
-                }
-                Ok(c)
-            }
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.nodes.clear();
-        if let Some(d) = &self.shm_dir {
-            let _ = ambidex_transport_shm::ShmCluster::remove(d);
-        }
-    }
+/// How every (node, thread) of a run of `cfg` is built: the one place the configuration
+/// becomes the runner's settings (RPC, transaction layer, fault injector of node `node`,
+/// or node 0's for an in-process run), for in-process runs and node processes alike.
+pub fn run_spec(cfg: &Config, coroutines: usize, node: Option<NodeId>) -> Result<RunSpec, String> {
+    Ok(RunSpec {
+        coroutines,
+        rpc: cfg.rpc.runtime_config()?,
+        txn: cfg.txn.txn_config()?,
+        fault: match &cfg.fault {
+            Some(f) => Some(f.fault_config(node.unwrap_or(0))?),
+            None => None,
+        },
+        duration: None,
+        history: None,
+    })
 }
 
 /// Runs the benchmark `cfg` describes and returns its report.
-pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, String> {
+pub fn run_bench(cfg: &Config) -> Result<BenchReport, String> {
     let mut out = Vec::new();
-    with_workload(cfg, &[cfg.coroutines], &mut out)?;
+    with_workload(cfg, &[cfg.coroutines()], &mut out)?;
     Ok(out.pop().expect("one run"))
 }
 
 /// Loads once and runs once per coroutine count (FaSST Figure 10's throughput-latency
 /// curve). Each run starts from the state the previous one left.
 pub fn sweep_coroutines(
-    cfg: &BenchConfig,
+    cfg: &Config,
     counts: &[usize],
 ) -> Result<(Vec<SweepPoint>, Vec<BenchReport>), String> {
     let mut reports = Vec::new();
@@ -351,16 +159,12 @@ pub fn sweep_coroutines(
     Ok((points, reports))
 }
 
-fn with_workload(
-    cfg: &BenchConfig,
-    counts: &[usize],
-    out: &mut Vec<BenchReport>,
-) -> Result<(), String> {
+fn with_workload(cfg: &Config, counts: &[usize], out: &mut Vec<BenchReport>) -> Result<(), String> {
     if counts.contains(&0) {
         return Err("threads and coroutines must be at least 1".into());
     }
     struct Run<'a> {
-        cfg: &'a BenchConfig,
+        cfg: &'a Config,
         counts: &'a [usize],
         out: &'a mut Vec<BenchReport>,
     }
@@ -372,39 +176,35 @@ fn with_workload(
     dispatch(cfg, Run { cfg, counts, out })
 }
 
-/// Something done with the workload a [`BenchConfig`] describes, whatever its type
+/// Something done with the workload a [`Config`] describes, whatever its type
 /// (the [`Workload`] trait is not object safe, so callers visit it instead).
 pub trait WorkloadVisitor<R> {
     fn visit<W: Workload>(self, wl: Arc<W>, placement: Placement) -> Result<R, String>;
 }
 
 /// Builds (does not load) the workload of `cfg` and hands it to `v`.
-pub fn dispatch<R>(cfg: &BenchConfig, v: impl WorkloadVisitor<R>) -> Result<R, String> {
-    let placement = Placement::new(cfg.nodes, cfg.replication)?;
-    if cfg.threads == 0 {
-        return Err("threads and coroutines must be at least 1".into());
-    }
+pub fn dispatch<R>(cfg: &Config, v: impl WorkloadVisitor<R>) -> Result<R, String> {
+    cfg.validate()?;
+    let placement = cfg.placement()?;
     let scale = cfg.scale();
-    if scale.is_nan() || scale <= 0.0 {
-        return Err(format!("scale must be positive, not {scale}"));
-    }
-    match cfg.workload {
+    let threads = cfg.cluster.threads;
+    match cfg.run.workload {
         WorkloadKind::ObjectStore => {
-            let wl = objstore::ObjectStore::new(placement, cfg.threads, scale, cfg.objstore)?;
+            let wl = objstore::ObjectStore::new(placement, threads, scale, cfg.objstore())?;
             v.visit(Arc::new(wl), placement)
         }
         WorkloadKind::Tatp => v.visit(Arc::new(tatp::Tatp::new(placement, scale)), placement),
         WorkloadKind::SmallBank => v.visit(
-            Arc::new(smallbank::SmallBank::new(placement, cfg.threads, scale)),
+            Arc::new(smallbank::SmallBank::new(placement, threads, scale)),
             placement,
         ),
         WorkloadKind::Tpcc | WorkloadKind::TpccNo => {
             let p = tpcc::TpccParams::new(
                 placement,
-                cfg.threads,
+                threads,
                 scale,
-                cfg.workload == WorkloadKind::TpccNo,
-                cfg.warmup_s + cfg.duration_s,
+                cfg.run.workload == WorkloadKind::TpccNo,
+                cfg.run.warmup_s + cfg.run.duration_s,
             );
             v.visit(Arc::new(tpcc::Tpcc::new(p)), placement)
         }
@@ -418,13 +218,7 @@ pub fn build_and_load<W: Workload>(
     seed: u64,
     progress: bool,
 ) -> Result<Vec<Arc<NodeDb>>, String> {
-    let specs = wl.tables();
-    let dbs: Vec<Arc<NodeDb>> = (0..placement.nodes)
-        .map(|n| NodeDb::new(n, placement, &specs))
-        .collect::<Result<_, _>>()?;
-    load_parallel(wl, &dbs, seed, progress)?;
-    wl.after_load(&dbs)?;
-    Ok(dbs)
+    build_nodes(wl, placement, 0..placement.nodes, seed, progress)
 }
 
 /// Creates and loads the database of node `node` only (a node process of a multi-process
@@ -442,12 +236,25 @@ pub fn build_and_load_node<W: Workload>(
             placement.nodes
         ));
     }
-    let db = NodeDb::new(node, placement, &wl.tables())?;
-    let dbs = [db];
+    let mut dbs = build_nodes(wl, placement, node..node + 1, seed, progress)?;
+    Ok(dbs.pop().expect("one database"))
+}
+
+/// The databases of `nodes`, with the workload's tables, loaded.
+fn build_nodes<W: Workload>(
+    wl: &W,
+    placement: Placement,
+    nodes: std::ops::Range<u16>,
+    seed: u64,
+    progress: bool,
+) -> Result<Vec<Arc<NodeDb>>, String> {
+    let specs = wl.tables();
+    let dbs: Vec<Arc<NodeDb>> = nodes
+        .map(|n| NodeDb::new(n, placement, &specs))
+        .collect::<Result<_, _>>()?;
     load_parallel(wl, &dbs, seed, progress)?;
     wl.after_load(&dbs)?;
-    let [db] = dbs;
-    Ok(db)
+    Ok(dbs)
 }
 
 fn load_parallel<W: Workload>(
@@ -562,23 +369,23 @@ pub(crate) const STOP: u8 = 2;
 fn run_all<W: Workload>(
     wl: Arc<W>,
     placement: Placement,
-    cfg: &BenchConfig,
+    cfg: &Config,
     counts: &[usize],
     out: &mut Vec<BenchReport>,
 ) -> Result<(), String> {
     let t0 = Instant::now();
-    let dbs = build_and_load(&*wl, placement, cfg.seed, cfg.progress)?;
+    let dbs = build_and_load(&*wl, placement, cfg.run.seed, cfg.run.progress)?;
     let load_seconds = t0.elapsed().as_secs_f64();
     for (i, &coroutines) in counts.iter().enumerate() {
         // A fresh transport per run; the data stays.
-        let cluster = Cluster::new(cfg)?;
+        let cluster = InProcess::open(&cfg.cluster)?;
         let mut r = run_once(
             &wl,
             &cluster.nodes,
             &dbs,
             cfg,
             coroutines,
-            cfg.seed.wrapping_add(i as u64),
+            cfg.run.seed.wrapping_add(i as u64),
         )?;
         drop(cluster);
         r.load_seconds = load_seconds;
@@ -640,7 +447,7 @@ fn run_once<W: Workload>(
     wl: &Arc<W>,
     nodes: &[SharedNode],
     dbs: &[Arc<NodeDb>],
-    cfg: &BenchConfig,
+    cfg: &Config,
     coroutines: usize,
     seed: u64,
 ) -> Result<BenchReport, String> {
@@ -648,8 +455,8 @@ fn run_once<W: Workload>(
     let total = Arc::new(Mutex::new(Tally::new(types)));
     let phase = Arc::new(AtomicU8::new(WARMUP));
     let worker = make_worker(wl.clone(), total.clone(), phase.clone(), seed);
-    let warmup = Duration::from_secs_f64(cfg.warmup_s.max(0.0));
-    let duration = Duration::from_secs_f64(cfg.duration_s.max(0.001));
+    let warmup = Duration::from_secs_f64(cfg.run.warmup_s.max(0.0));
+    let duration = Duration::from_secs_f64(cfg.run.duration_s.max(0.001));
     // The timer thread that moves the run through its phases and samples CPU time.
     let timer = {
         let phase = phase.clone();
@@ -665,10 +472,10 @@ fn run_once<W: Workload>(
             )
         })
     };
-    let recorder = match &cfg.history {
+    let recorder = match &cfg.run.history {
         Some(path) => Some(
             ambidex_history::Recorder::create(path)
-                .map_err(|e| format!("cannot create history file {}: {e}", path.display()))?,
+                .map_err(|e| format!("cannot create history file {}: {e}", path))?,
         ),
         None => None,
     };
@@ -678,12 +485,10 @@ fn run_once<W: Workload>(
         f
     });
     let spec = RunSpec {
-        coroutines,
-        rpc: RuntimeConfig::default(),
-        txn: TxnConfig::default(),
         // A backstop only: workers stop on the timer's STOP.
         duration: Some(warmup + duration + Duration::from_secs(30)),
         history,
+        ..run_spec(cfg, coroutines, None)?
     };
     let res = runner::run(nodes, dbs, &spec, worker);
     if let Some(rec) = &recorder {
@@ -700,10 +505,7 @@ fn run_once<W: Workload>(
         cfg,
         &**wl,
         ReportParts {
-            transport: match cfg.transport {
-                TransportKind::Local => "local",
-                TransportKind::Shm => "shm",
-            },
+            transport: cfg.cluster.transport.name(),
             coroutines,
             tally,
             elapsed,
@@ -736,7 +538,7 @@ pub struct ReportParts<'a> {
 }
 
 /// The report of a run (in-process or combined from node processes).
-pub fn assemble_report<W: Workload>(cfg: &BenchConfig, wl: &W, p: ReportParts<'_>) -> BenchReport {
+pub fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) -> BenchReport {
     let ReportParts {
         transport,
         coroutines,
@@ -785,22 +587,22 @@ pub fn assemble_report<W: Workload>(cfg: &BenchConfig, wl: &W, p: ReportParts<'_
         Ok(v) => (v, true),
         Err(e) => (serde_json::json!({ "violation": e }), false),
     };
-    let (invariant_ok, consistency_ok) = match cfg.workload {
+    let (invariant_ok, consistency_ok) = match cfg.run.workload {
         WorkloadKind::SmallBank => (Some(ok), None),
         WorkloadKind::Tpcc | WorkloadKind::TpccNo => (None, Some(ok)),
         _ => (if check_json.is_null() { None } else { Some(ok) }, None),
     };
     BenchReport {
-        workload: cfg.workload.name().to_string(),
+        workload: cfg.run.workload.name().to_string(),
         transport: transport.to_string(),
-        mode: "fasst".into(),
-        nodes: cfg.nodes,
-        threads_per_node: cfg.threads,
+        mode: cfg.txn.mode.clone(),
+        nodes: cfg.cluster.nodes,
+        threads_per_node: cfg.cluster.threads,
         coroutines,
-        replication: cfg.replication,
+        replication: cfg.cluster.replication,
         scale: cfg.scale(),
         load_seconds: 0.0,
-        warmup_s: cfg.warmup_s,
+        warmup_s: cfg.run.warmup_s,
         duration_s: elapsed,
         committed,
         committed_per_s: committed as f64 / elapsed.max(1e-9),
@@ -837,6 +639,7 @@ pub fn assemble_report<W: Workload>(cfg: &BenchConfig, wl: &W, p: ReportParts<'_
         invariant_ok,
         consistency_ok,
         check: check_json,
+        config: cfg.clone(),
     }
 }
 
@@ -969,13 +772,13 @@ impl NodeReport {
 /// Merges the reports of every node (one per node, any order) into the run's report.
 /// `elapsed` is the measured window as the launcher timed it.
 pub fn combine_node_reports(
-    cfg: &BenchConfig,
+    cfg: &Config,
     transport: &str,
     elapsed: f64,
     reports: Vec<NodeReport>,
 ) -> Result<BenchReport, String> {
     struct Combine<'a> {
-        cfg: &'a BenchConfig,
+        cfg: &'a Config,
         transport: &'a str,
         elapsed: f64,
         reports: Vec<NodeReport>,
@@ -1004,7 +807,7 @@ pub fn combine_node_reports(
 }
 
 fn combine<W: Workload>(
-    cfg: &BenchConfig,
+    cfg: &Config,
     wl: &W,
     placement: Placement,
     transport: &str,
@@ -1013,10 +816,10 @@ fn combine<W: Workload>(
 ) -> Result<BenchReport, String> {
     reports.sort_by_key(|r| r.node);
     let nodes: Vec<u16> = reports.iter().map(|r| r.node).collect();
-    if nodes != (0..cfg.nodes).collect::<Vec<_>>() {
+    if nodes != (0..cfg.cluster.nodes).collect::<Vec<_>>() {
         return Err(format!(
             "expected one report from each of nodes 0..{}, got nodes {nodes:?}",
-            cfg.nodes
+            cfg.cluster.nodes
         ));
     }
     let types = wl.txn_types().len();
@@ -1087,7 +890,7 @@ fn combine<W: Workload>(
         wl,
         ReportParts {
             transport,
-            coroutines: cfg.coroutines,
+            coroutines: cfg.coroutines(),
             tally,
             elapsed,
             cpu,
@@ -1337,11 +1140,8 @@ mod tests {
 
     #[test]
     fn implausible_node_reports_are_errors_not_panics() {
-        let cfg = BenchConfig {
-            workload: WorkloadKind::SmallBank,
-            scale: Some(0.001),
-            ..Default::default()
-        };
+        let mut cfg = Config::default();
+        cfg.run.scale = Some(0.001);
         let good = |node| NodeReport {
             node,
             per_type: vec![TypeReport::default(); 6],

@@ -9,7 +9,9 @@
 //!   (FaSST §6.3, DrTM+H §5); exact money invariant.
 //! - [`tpcc`]: TPC-C's five-transaction mix and DrTM+H's `tpcc-no`; consistency
 //!   conditions 1–4.
-//! - [`driver`]: [`BenchConfig`] → [`run_bench`] → [`BenchReport`]; [`sweep_coroutines`]
+//! - [`config`]: [`Config`], the one configuration of every path (in-process, node
+//!   processes, simulator); [`transports`] opens a configured cluster's nodes.
+//! - [`driver`]: [`Config`] → [`run_bench`] → [`BenchReport`]; [`sweep_coroutines`]
 //!   for the throughput–latency curve (FaSST Figure 10); [`plot`] draws it, or the
 //!   per-phase breakdown, as SVG.
 //!
@@ -25,6 +27,7 @@
 //! of loading.
 
 pub mod common;
+pub mod config;
 pub mod driver;
 pub mod node;
 pub mod objstore;
@@ -32,9 +35,11 @@ pub mod plot;
 pub mod smallbank;
 pub mod tatp;
 pub mod tpcc;
+pub mod transports;
 
 pub use common::{Outcome, Workload};
+pub use config::{Config, ConfigError, ObjStoreParams, Transport, WorkloadKind};
 pub use driver::{
-    build_and_load, combine_node_reports, run_bench, sweep_coroutines, BenchConfig, BenchReport,
-    LatencyUs, NodeReport, ObjStoreParams, SweepPoint, TransportKind, TypeReport, WorkloadKind,
+    build_and_load, combine_node_reports, run_bench, sweep_coroutines, BenchReport, LatencyUs,
+    NodeReport, SweepPoint, TypeReport,
 };
