@@ -58,14 +58,18 @@ fn one_config_file_reaches_every_path() {
     let f = file.to_str().unwrap();
 
     // In-process: every node opened in this process.
-    let r = json(&[
-        "bench",
-        "smallbank",
-        "--config",
-        f,
-        "--in-process",
-        "--json",
-    ]);
+    let in_process = |extra: &[&str]| {
+        let base = [
+            "bench",
+            "smallbank",
+            "--config",
+            f,
+            "--in-process",
+            "--json",
+        ];
+        json(&[&base[..], extra].concat())
+    };
+    let r = in_process(&[]);
     check_settings(&r["config"], "in-process");
     assert_eq!(r["coroutines"], 3);
     assert_eq!(r["mode"], "fasst");
@@ -115,18 +119,7 @@ fn one_config_file_reaches_every_path() {
     assert!(s["command"].as_str().unwrap().contains("--config"), "{s}");
 
     // Flags beat the file.
-    let r = json(&[
-        "bench",
-        "smallbank",
-        "--config",
-        f,
-        "--in-process",
-        "--json",
-        "--coroutines",
-        "5",
-        "--rpc-retries",
-        "9",
-    ]);
+    let r = in_process(&["--coroutines", "5", "--rpc-retries", "9"]);
     assert_eq!(r["coroutines"], 5);
     assert_eq!(r["config"]["rpc"]["max_retries"], 9);
     assert_eq!(
