@@ -44,7 +44,9 @@ use ambidex_transport::{EndpointAddr, NodeId};
 use ambidex_transport_sim::{mix, SimNet, SimNetStats, HASH_SEED};
 use ambidex_txn::runner::{start_thread, RunSpec, WorkerCtx};
 use ambidex_txn::{NodeDb, Placement, TxnStats, TxnThread};
-use ambidex_workloads::common::{worker_seed, Loader, Outcome, Workload};
+use ambidex_workloads::common::{worker_seed, Outcome, Workload};
+use ambidex_workloads::driver::run_spec;
+use ambidex_workloads::load::{build_nodes, LoadOptions};
 use ambidex_workloads::{objstore, smallbank, tatp, tpcc, Config, WorkloadKind};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -408,7 +410,8 @@ pub fn run(cfg: &Config) -> Result<SimReport, String> {
 pub const SIM_TABLE_ROOM: usize = 16_384;
 pub const SIM_ROOM_PER_STEP: usize = 4;
 
-/// Loads `wl` on fresh databases in this thread, unit by unit with the driver's streams.
+/// Loads `wl` on fresh databases in this thread (the driver's loader, unit by unit
+/// with its streams), with tables capped to what `steps` steps can fill.
 fn load<W: Workload>(
     wl: &W,
     placement: Placement,
@@ -416,20 +419,12 @@ fn load<W: Workload>(
     steps: u64,
 ) -> Result<Vec<Arc<NodeDb>>, String> {
     let room = SIM_TABLE_ROOM.saturating_add((steps as usize).saturating_mul(SIM_ROOM_PER_STEP));
-    let mut specs = wl.tables();
-    for s in &mut specs {
-        s.capacity_per_node = s.capacity_per_node.min(room);
-    }
-    let dbs: Vec<Arc<NodeDb>> = (0..placement.nodes)
-        .map(|n| NodeDb::new(n, placement, &specs))
-        .collect::<Result<_, _>>()?;
-    let loader = Loader::new(&dbs, vec![true; dbs.len()], true);
-    for u in 0..wl.load_units() {
-        let mut rng = SmallRng::seed_from_u64(worker_seed(seed, 0xffff, 0xffff, u as usize));
-        wl.load_unit(u, &mut rng, &loader)?;
-    }
-    wl.after_load(&dbs)?;
-    Ok(dbs)
+    let opts = LoadOptions {
+        progress: false,
+        threads: Some(1),
+        max_capacity: Some(room),
+    };
+    build_nodes(wl, placement, 0..placement.nodes, seed, &opts)
 }
 
 /// Counts kept by the workers of a run.
@@ -614,13 +609,11 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         .iter()
         .map(|&o| Arc::new(ManualClock::new(o)))
         .collect();
-    // The same per-thread settings as the other paths (ambidex_workloads::driver::run_spec),
-    // with the fault injection left to the simulated network.
+    // The same per-thread settings as the other paths, with the faults left to the
+    // simulated network.
     let base = RunSpec {
-        coroutines,
-        rpc: cfg.rpc.runtime_config()?,
-        txn: cfg.txn.txn_config()?,
-        ..RunSpec::default()
+        fault: None,
+        ..run_spec(cfg, coroutines, None)?
     };
     let recs: Rc<RefCell<Vec<TxnRecord>>> = Rc::default();
     let stop = Arc::new(AtomicBool::new(false));

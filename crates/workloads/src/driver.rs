@@ -13,8 +13,9 @@
 //! cover exactly the counted window. The transaction layer's own `TxnStats` (phase means)
 //! cover the whole run, warmup included.
 
-use crate::common::{worker_seed, Loader, Outcome, Workload};
+use crate::common::{worker_seed, Outcome, Workload};
 use crate::config::{Config, WorkloadKind};
+use crate::load::build_and_load;
 use crate::transports::InProcess;
 use crate::{objstore, smallbank, tatp, tpcc};
 use ambidex_rpc::RpcStats;
@@ -208,122 +209,6 @@ pub fn dispatch<R>(cfg: &Config, v: impl WorkloadVisitor<R>) -> Result<R, String
             );
             v.visit(Arc::new(tpcc::Tpcc::new(p)), placement)
         }
-    }
-}
-
-/// Creates one database per node with the workload's tables and loads it in parallel.
-pub fn build_and_load<W: Workload>(
-    wl: &W,
-    placement: Placement,
-    seed: u64,
-    progress: bool,
-) -> Result<Vec<Arc<NodeDb>>, String> {
-    build_nodes(wl, placement, 0..placement.nodes, seed, progress)
-}
-
-/// Creates and loads the database of node `node` only (a node process of a multi-process
-/// cluster): every unit is generated, and only this node's rows are stored.
-pub fn build_and_load_node<W: Workload>(
-    wl: &W,
-    placement: Placement,
-    node: u16,
-    seed: u64,
-    progress: bool,
-) -> Result<Arc<NodeDb>, String> {
-    if node >= placement.nodes {
-        return Err(format!(
-            "node {node} is outside a cluster of {} nodes",
-            placement.nodes
-        ));
-    }
-    let mut dbs = build_nodes(wl, placement, node..node + 1, seed, progress)?;
-    Ok(dbs.pop().expect("one database"))
-}
-
-/// The databases of `nodes`, with the workload's tables, loaded.
-fn build_nodes<W: Workload>(
-    wl: &W,
-    placement: Placement,
-    nodes: std::ops::Range<u16>,
-    seed: u64,
-    progress: bool,
-) -> Result<Vec<Arc<NodeDb>>, String> {
-    let specs = wl.tables();
-    let dbs: Vec<Arc<NodeDb>> = nodes
-        .map(|n| NodeDb::new(n, placement, &specs))
-        .collect::<Result<_, _>>()?;
-    load_parallel(wl, &dbs, seed, progress)?;
-    wl.after_load(&dbs)?;
-    Ok(dbs)
-}
-
-fn load_parallel<W: Workload>(
-    wl: &W,
-    dbs: &[Arc<NodeDb>],
-    seed: u64,
-    progress: bool,
-) -> Result<(), String> {
-    let units = wl.load_units();
-    let nodes = dbs.iter().map(|d| d.node as usize + 1).max().unwrap_or(0);
-    // One thread per group of nodes; generation (cheap) is repeated by every thread so
-    // that each node's tables are written by one thread only.
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let threads = dbs.len().min(cores.max(2)).max(1);
-    let bar = if progress {
-        let b = indicatif::ProgressBar::with_draw_target(
-            Some(units),
-            indicatif::ProgressDrawTarget::stderr(),
-        );
-        b.set_style(
-            indicatif::ProgressStyle::with_template("loading {msg} [{bar:40}] {pos}/{len} ({eta})")
-                .expect("template")
-                .progress_chars("=> "),
-        );
-        b.set_message(wl.name());
-        b
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    let failed = std::sync::atomic::AtomicBool::new(false);
-    let err: Mutex<Option<String>> = Mutex::new(None);
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let (bar, failed, err) = (&bar, &failed, &err);
-            s.spawn(move || {
-                // Thread t writes the databases at positions t, t + threads, ...
-                let mut mine = vec![false; nodes];
-                for (i, db) in dbs.iter().enumerate() {
-                    if i % threads == t {
-                        mine[db.node as usize] = true;
-                    }
-                }
-                let loader = Loader::new(dbs, mine, t == 0);
-                for u in 0..units {
-                    if failed.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    // A stream per unit: the data depends neither on the thread nor on
-                    // the number of threads.
-                    let mut rng =
-                        SmallRng::seed_from_u64(worker_seed(seed, 0xffff, 0xffff, u as usize));
-                    if let Err(e) = wl.load_unit(u, &mut rng, &loader) {
-                        failed.store(true, Ordering::Relaxed);
-                        *err.lock().unwrap() = Some(e);
-                        return;
-                    }
-                    if t == 0 && u % 64 == 63 {
-                        bar.inc(64);
-                    }
-                }
-            });
-        }
-    });
-    bar.finish_and_clear();
-    match err.into_inner().unwrap() {
-        Some(e) => Err(e),
-        None => Ok(()),
     }
 }
 

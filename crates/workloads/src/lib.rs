@@ -29,6 +29,7 @@
 pub mod common;
 pub mod config;
 pub mod driver;
+pub mod load;
 pub mod node;
 pub mod objstore;
 pub mod plot;
@@ -40,6 +41,7 @@ pub mod transports;
 pub use common::{Outcome, Workload};
 pub use config::{Config, ConfigError, ObjStoreParams, Transport, WorkloadKind};
 pub use driver::{
-    build_and_load, combine_node_reports, run_bench, sweep_coroutines, BenchReport, LatencyUs,
-    NodeReport, SweepPoint, TypeReport,
+    combine_node_reports, run_bench, sweep_coroutines, BenchReport, LatencyUs, NodeReport,
+    SweepPoint, TypeReport,
 };
+pub use load::build_and_load;

@@ -12,9 +12,10 @@
 use crate::common::Workload;
 use crate::config::Config;
 use crate::driver::{
-    build_and_load_node, dispatch, make_worker, replica_digests, run_spec, NodeReport,
-    ReplicaDigest, Tally, WorkloadVisitor, MEASURE, STOP, WARMUP,
+    dispatch, make_worker, replica_digests, run_spec, NodeReport, ReplicaDigest, Tally,
+    WorkloadVisitor, MEASURE, STOP, WARMUP,
 };
+use crate::load::build_and_load_node;
 use ambidex_rpc::RpcStats;
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
 use ambidex_txn::runner::{spawn_node, Crew, RunSpec, Serve, Worker};
