@@ -18,7 +18,8 @@
 //! [`run_bench`] runs every node in one process (local fabric, or shm with every node
 //! opened here); [`node`] runs one node of a cluster whose nodes are separate processes
 //! (`ambidex node`, driven by `ambidex bench --transport shm|udp`), and
-//! [`combine_node_reports`] merges their reports into the same [`BenchReport`].
+//! [`combine_node_reports`] ([`combine`]) merges their reports into the same
+//! [`BenchReport`]; [`load`] builds and loads every path's databases.
 //!
 //! Paper-scale settings (`--scale 1`): object store 1,000,000 keys per thread; TATP
 //! 1,000,000 subscribers per node; SmallBank 100,000 accounts per thread; TPC-C one
@@ -26,6 +27,7 @@
 //! ([`WorkloadKind::quick_scale`]) keep a 3-node run on a 2-core machine to a few seconds
 //! of loading.
 
+pub mod combine;
 pub mod common;
 pub mod config;
 pub mod driver;
@@ -38,10 +40,8 @@ pub mod tatp;
 pub mod tpcc;
 pub mod transports;
 
+pub use combine::{combine_node_reports, NodeReport};
 pub use common::{Outcome, Workload};
 pub use config::{Config, ConfigError, ObjStoreParams, Transport, WorkloadKind};
-pub use driver::{
-    combine_node_reports, run_bench, sweep_coroutines, BenchReport, LatencyUs, NodeReport,
-    SweepPoint, TypeReport,
-};
+pub use driver::{run_bench, sweep_coroutines, BenchReport, LatencyUs, SweepPoint, TypeReport};
 pub use load::build_and_load;

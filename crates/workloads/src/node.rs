@@ -9,11 +9,11 @@
 //! processes that counter is the launcher's: a node says when its own workers are done
 //! ([`RunningNode::workers_done`]) and serves on until [`RunningNode::finish`].
 
+use crate::combine::{replica_digests, NodeReport, ReplicaDigest};
 use crate::common::Workload;
 use crate::config::Config;
 use crate::driver::{
-    dispatch, make_worker, replica_digests, run_spec, NodeReport, ReplicaDigest, Tally,
-    WorkloadVisitor, MEASURE, STOP, WARMUP,
+    dispatch, make_worker, run_spec, Tally, WorkloadVisitor, MEASURE, STOP, WARMUP,
 };
 use crate::load::build_and_load_node;
 use ambidex_rpc::RpcStats;
