@@ -116,38 +116,43 @@ fn load_parallel<W: Workload>(
     };
     let failed = std::sync::atomic::AtomicBool::new(false);
     let err: Mutex<Option<String>> = Mutex::new(None);
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let (bar, failed, err) = (&bar, &failed, &err);
-            s.spawn(move || {
-                // Thread t writes the databases at positions t, t + threads, ...
-                let mut mine = vec![false; nodes];
-                for (i, db) in dbs.iter().enumerate() {
-                    if i % threads == t {
-                        mine[db.node as usize] = true;
-                    }
-                }
-                let loader = Loader::new(dbs, mine, t == 0);
-                for u in 0..units {
-                    if failed.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    // A stream per unit: the data depends neither on the thread nor on
-                    // the number of threads.
-                    let mut rng =
-                        SmallRng::seed_from_u64(worker_seed(seed, 0xffff, 0xffff, u as usize));
-                    if let Err(e) = wl.load_unit(u, &mut rng, &loader) {
-                        failed.store(true, Ordering::Relaxed);
-                        *err.lock().unwrap() = Some(e);
-                        return;
-                    }
-                    if t == 0 && u % 64 == 63 {
-                        bar.inc(64);
-                    }
-                }
-            });
+    // Thread t writes the databases at positions t, t + threads, ...
+    let work = |t: usize| {
+        let mut mine = vec![false; nodes];
+        for (i, db) in dbs.iter().enumerate() {
+            if i % threads == t {
+                mine[db.node as usize] = true;
+            }
         }
-    });
+        let loader = Loader::new(dbs, mine, t == 0);
+        for u in 0..units {
+            if failed.load(Ordering::Relaxed) {
+                return;
+            }
+            // A stream per unit: the data depends neither on the thread nor on the number
+            // of threads.
+            let mut rng = SmallRng::seed_from_u64(worker_seed(seed, 0xffff, 0xffff, u as usize));
+            if let Err(e) = wl.load_unit(u, &mut rng, &loader) {
+                failed.store(true, Ordering::Relaxed);
+                *err.lock().unwrap() = Some(e);
+                return;
+            }
+            if t == 0 && u % 64 == 63 {
+                bar.inc(64);
+            }
+        }
+    };
+    if threads == 1 {
+        // In the caller's thread (the simulator runs many seeds, each in one thread).
+        work(0);
+    } else {
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let work = &work;
+                s.spawn(move || work(t));
+            }
+        });
+    }
     bar.finish_and_clear();
     match err.into_inner().unwrap() {
         Some(e) => Err(e),
