@@ -6,7 +6,7 @@ mod config_args;
 mod node;
 mod sim;
 
-use clap::{FromArgMatches, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -23,9 +23,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a benchmark and print its report (with no subcommand: the embedded default).
+    #[command(args_conflicts_with_subcommands = true)]
     Bench {
         #[command(subcommand)]
         what: Option<BenchCommand>,
+        /// Without a subcommand: the workload run's options (the workload is the config
+        /// file's `run.workload`, SmallBank by default).
+        #[command(flatten)]
+        run: Box<bench::workload::Args>,
     },
     /// Check a recorded history (`bench ... --history FILE`) for serializability.
     CheckHistory {
@@ -90,12 +95,15 @@ enum BenchCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Bench { what } => match what.unwrap_or_else(default_bench) {
-            BenchCommand::Smallbank(a) => workload("smallbank", &a),
-            BenchCommand::Tatp(a) => workload("tatp", &a),
-            BenchCommand::Tpcc(a) => workload("tpcc", &a),
-            BenchCommand::TpccNo(a) => workload("tpcc-no", &a),
-            BenchCommand::ObjectStore(a) => workload("object-store", &a),
+        Command::Bench { what: None, run } => workload(None, &run),
+        Command::Bench {
+            what: Some(what), ..
+        } => match what {
+            BenchCommand::Smallbank(a) => workload(Some("smallbank"), &a),
+            BenchCommand::Tatp(a) => workload(Some("tatp"), &a),
+            BenchCommand::Tpcc(a) => workload(Some("tpcc"), &a),
+            BenchCommand::TpccNo(a) => workload(Some("tpcc-no"), &a),
+            BenchCommand::ObjectStore(a) => workload(Some("object-store"), &a),
             BenchCommand::Store(args) => bench::store::run(&args).map(|r| {
                 if args.json {
                     println!(
@@ -145,13 +153,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// The benchmark `ambidex bench` runs with no subcommand: SmallBank on a local 3-node
-/// cluster, one thread per node, R = 3.
-fn default_bench() -> BenchCommand {
-    BenchCommand::Smallbank(defaults())
-}
-
-fn workload(name: &str, a: &bench::workload::Args) -> Result<(), String> {
+/// `ambidex bench W` (or, with no subcommand, the configured workload: SmallBank on a
+/// local 3-node cluster, one thread per node, R = 3 by default).
+fn workload(name: Option<&str>, a: &bench::workload::Args) -> Result<(), String> {
     let out = bench::workload::run(name, a)?;
     if a.json {
         let json = match &out {
@@ -166,17 +170,12 @@ fn workload(name: &str, a: &bench::workload::Args) -> Result<(), String> {
     if let bench::workload::Outcome::One(r) = &out {
         if r.invariant_ok == Some(false) || r.consistency_ok == Some(false) {
             return Err(format!(
-                "{name}: the workload's consistency check failed (see the report)"
+                "{}: the workload's consistency check failed (see the report)",
+                r.workload
             ));
         }
     }
     Ok(())
-}
-
-/// The value of an argument group with every option at its default.
-fn defaults<A: clap::Args + FromArgMatches>() -> A {
-    let m = A::augment_args(clap::Command::new("defaults")).get_matches_from(["defaults"]);
-    A::from_arg_matches(&m).expect("defaults parse")
 }
 
 fn check_history(file: &std::path::Path, adya: bool, json: bool) -> Result<(), String> {

@@ -132,6 +132,19 @@ fn one_config_file_reaches_every_path() {
     assert_eq!(s["config"]["sim"]["steps"], 100);
     assert_eq!(s["config"]["rpc"]["max_retries"], 7);
 
+    // Without a workload subcommand, the file names the workload.
+    let objstore = dir.join("objstore.toml");
+    std::fs::write(
+        &objstore,
+        "[run]\nworkload = \"object-store\"\nscale = 0.001\nduration_s = 0.2\nwarmup_s = 0\n",
+    )
+    .unwrap();
+    let o = objstore.to_str().unwrap();
+    let r = json(&["bench", "--config", o, "--json", "--no-progress"]);
+    assert_eq!(r["workload"], "object-store");
+    let r = json(&["bench", "tatp", "--config", o, "--json", "--no-progress"]);
+    assert_eq!(r["workload"], "tatp", "the subcommand beats the file");
+
     // A preset that does not exist is refused, naming the presets, on every path.
     for args in [
         vec!["bench", "smallbank", "--mode", "farm"],

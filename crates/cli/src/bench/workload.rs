@@ -101,10 +101,13 @@ pub enum Outcome {
     Sweep(SweepReport),
 }
 
-/// The run's configuration: the defaults, `--config FILE`, then the flags; validated.
-pub fn config(workload: &str, a: &Args) -> Result<Config, String> {
+/// The run's configuration: the defaults, `--config FILE`, then the flags (and the
+/// subcommand's workload, if any); validated.
+pub fn config(workload: Option<&str>, a: &Args) -> Result<Config, String> {
     let mut c = a.cfg.resolve(&Config::default())?;
-    c.run.workload = workload.parse::<WorkloadKind>()?;
+    if let Some(w) = workload {
+        c.run.workload = w.parse::<WorkloadKind>()?;
+    }
     set(&mut c.cluster.transport, a.transport);
     set(&mut c.run.duration_s, a.duration);
     set(&mut c.run.warmup_s, a.warmup);
@@ -153,8 +156,9 @@ fn multi_process(c: &ClusterSection, a: &Args) -> Result<bool, String> {
     Ok(multi)
 }
 
-pub fn run(workload: &str, a: &Args) -> Result<Outcome, String> {
+pub fn run(workload: Option<&str>, a: &Args) -> Result<Outcome, String> {
     let cfg = config(workload, a)?;
+    let workload = cfg.run.workload.name();
     if multi_process(&cfg.cluster, a)? {
         if a.sweep_coroutines.is_some() {
             return Err("--sweep-coroutines runs every node in this process: use \
