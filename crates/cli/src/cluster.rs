@@ -1,663 +1,131 @@
-//! How the CLI starts a cluster: which backend, where its nodes live, and how a node
-//! process opens its share of it. A `ClusterSpec` is what `ambidex peer` receives, so the
-//! same binary runs a node in-process or on its own.
-//!
-//! Workload runs over `shm` and `udp` run one `ambidex node` process per node: the
-//! cluster file ([`ClusterFile`], docs/cluster.md) describes the cluster and the run,
-//! and [`NodeProcesses`] starts the nodes and drives them through the line-based JSON
-//! control protocol on their stdin/stdout.
+//! The one multi-process launcher: [`NodeProcesses`] starts one `ambidex` process per
+//! node (optionally through a wrapper such as `ip netns exec ns{node}` or `ssh
+//! host{node}`), watches them continuously and reports a node that dies by name, pid and
+//! exit status. Workload runs over `shm` and `udp` start `ambidex node` processes and
+//! drive them through the line-based JSON control protocol on their stdin/stdout
+//! (docs/cluster.md); the transport benchmark starts `ambidex peer` processes
+//! ([`BenchCluster`]) through the same launcher and only waits for them to exit.
 
 use ambidex_transport::local::LocalFabric;
-use ambidex_transport::{ClusterConfig, NodeId, SharedNode};
-use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use ambidex_transport::{NodeId, SharedNode};
+use ambidex_workloads::config::{ClusterSection, Transport};
+use ambidex_workloads::transports;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The transport backends the CLI can run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    /// All nodes are threads of this process.
-    Local,
-    /// One process per node on this host, rings and regions in shared memory.
-    Shm,
-    /// One process per node, UDP datagrams (loopback here; real hosts with `ambidex node`).
-    Udp,
-}
-
-impl Backend {
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Local => "local",
-            Backend::Shm => "shm",
-            Backend::Udp => "udp",
-        }
-    }
-}
-
-/// Everything a node process needs to join a cluster.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ClusterSpec {
-    pub backend: Backend,
-    pub config: ClusterConfig,
-    /// shm: the cluster directory.
-    #[serde(default)]
-    pub shm_dir: Option<PathBuf>,
-    /// udp: the base address of every node (thread t listens on port + t).
-    #[serde(default)]
-    pub udp_addrs: Vec<SocketAddr>,
-}
-
-impl ClusterSpec {
-    /// A spec for a cluster on this host, with fresh shared-memory names or ports.
-    pub fn on_this_host(backend: Backend, config: ClusterConfig) -> ClusterSpec {
-        let tag = format!("{}-{}", std::process::id(), rand_u32());
-        let shm_dir =
-            (backend == Backend::Shm).then(|| PathBuf::from(format!("/dev/shm/ambidex-{tag}")));
-        let udp_addrs = if backend == Backend::Udp {
-            // Spread clusters over the ephemeral range; each node gets a block of ports.
-            let base = 20000 + (rand_u32() % 20000) as u16;
-            let stride = config.threads_per_node.max(1) + 1;
-            (0..config.nodes)
-                .map(|n| SocketAddr::from(([127, 0, 0, 1], base + n * stride)))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        ClusterSpec {
-            backend,
-            config,
-            shm_dir,
-            udp_addrs,
-        }
-    }
-
-    /// Creates whatever the backend keeps outside the nodes (the shm directory).
-    pub fn create(&self) -> Result<(), String> {
-        match self.backend {
-            Backend::Shm => {
-                let dir = self
-                    .shm_dir
-                    .as_ref()
-                    .ok_or("shm needs a cluster directory")?;
-                shm_create(dir, &self.config)
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Removes what [`ClusterSpec::create`] made.
-    pub fn destroy(&self) {
-        if let (Backend::Shm, Some(dir)) = (self.backend, &self.shm_dir) {
-            shm_remove(dir);
-        }
-    }
-
-    /// Opens node `node` of a multi-process cluster in this process.
-    pub fn open_node(&self, node: NodeId) -> Result<SharedNode, String> {
-        match self.backend {
-            Backend::Local => {
-                Err("a local cluster lives in one process; it has no node to open".into())
-            }
-            Backend::Shm => {
-                let dir = self
-                    .shm_dir
-                    .as_ref()
-                    .ok_or("shm needs a cluster directory")?;
-                shm_open(dir, node)
-            }
-            Backend::Udp => udp_open(&self.config, &self.udp_addrs, node),
-        }
-    }
-}
-
-fn rand_u32() -> u32 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    t ^ std::process::id().rotate_left(16)
-}
-
-/// A node running outside the driver: a thread of this process or a child process.
-pub enum Peer {
-    Thread(std::thread::JoinHandle<Result<(), String>>),
-    Process(Child),
-}
-
-impl Peer {
-    /// Starts `ambidex peer --role ROLE --node N --spec JSON` as a child process.
-    pub fn spawn(spec: &ClusterSpec, node: NodeId, role: &str) -> Result<Peer, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
-        let spec_json = serde_json::to_string(spec).map_err(|e| e.to_string())?;
-        let child = Command::new(exe)
-            .args([
-                "peer",
-                "--role",
-                role,
-                "--node",
-                &node.to_string(),
-                "--spec",
-                &spec_json,
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start node {node} process: {e}"))?;
-        Ok(Peer::Process(child))
-    }
-
-    /// CPU seconds used so far by a peer process (0 for threads: the process counts them).
-    pub fn cpu_seconds(&self) -> f64 {
-        match self {
-            Peer::Thread(_) => 0.0,
-            Peer::Process(c) => ambidex_transport::cputime::pid_cpu_seconds(c.id()),
-        }
-    }
-
-    /// Waits for the peer to finish (killing a process that does not within `grace`).
-    /// A peer that died on its own is reported as an error, not hidden.
-    pub fn finish(self, grace: Duration) -> Result<(), String> {
-        match self {
-            Peer::Thread(h) => h.join().map_err(|_| "peer thread panicked".to_string())?,
-            Peer::Process(mut c) => {
-                let deadline = Instant::now() + grace;
-                loop {
-                    match c.try_wait() {
-                        Ok(Some(st)) if st.success() => return Ok(()),
-                        Ok(Some(st)) => {
-                            return Err(format!("peer process {} exited with {st}", c.id()))
-                        }
-                        Ok(None) if Instant::now() < deadline => {
-                            std::thread::sleep(Duration::from_millis(5))
-                        }
-                        _ => {
-                            let _ = c.kill();
-                            let _ = c.wait();
-                            return Err(format!("peer process {} did not stop; killed", c.id()));
-                        }
-                    }
-                }
-            }
-        }
-    }
+/// The nodes of a benchmark cluster other than the driver's.
+enum Peers {
+    Threads(Vec<std::thread::JoinHandle<Result<(), String>>>),
+    Processes(NodeProcesses),
 }
 
 /// A running two-or-more-node cluster whose node 0 is driven by this process.
 pub struct BenchCluster {
-    pub spec: ClusterSpec,
+    pub cluster: ClusterSection,
     pub driver: SharedNode,
-    pub peers: Vec<Peer>,
+    peers: Peers,
 }
 
 impl BenchCluster {
-    /// Starts the cluster: node 0 here, every other node running `role` (on a thread with
-    /// `local`, in its own process otherwise).
+    /// Starts the cluster: node 0 here, every other node running `ambidex peer --role
+    /// ROLE` (on a thread running `local_role` with `local`, in its own process otherwise).
     pub fn start(
-        backend: Backend,
-        config: ClusterConfig,
+        mut cluster: ClusterSection,
         role: &str,
         local_role: fn(SharedNode) -> Result<(), String>,
     ) -> Result<BenchCluster, String> {
-        let spec = ClusterSpec::on_this_host(backend, config.clone());
-        match backend {
-            Backend::Local => {
-                let fabric = LocalFabric::new(config.clone()).map_err(|e| e.to_string())?;
-                let peers = (1..config.nodes)
-                    .map(|n| {
-                        let node = fabric.node(n);
-                        Peer::Thread(std::thread::spawn(move || local_role(node)))
-                    })
-                    .collect();
-                Ok(BenchCluster {
-                    spec,
-                    driver: fabric.node(0),
-                    peers,
+        transports::on_this_host(&mut cluster);
+        if cluster.transport == Transport::Local {
+            let fabric = LocalFabric::new(cluster.cluster_config()?).map_err(|e| e.to_string())?;
+            let peers = (1..cluster.nodes)
+                .map(|n| {
+                    let node = fabric.node(n);
+                    std::thread::spawn(move || local_role(node))
                 })
-            }
-            _ => {
-                spec.create()?;
-                let result = (|| {
-                    let peers = (1..config.nodes)
-                        .map(|n| Peer::spawn(&spec, n, role))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    let driver = spec.open_node(0)?;
-                    Ok(BenchCluster {
-                        spec: spec.clone(),
-                        driver,
-                        peers,
-                    })
-                })();
-                if result.is_err() {
-                    spec.destroy();
-                }
-                result
+                .collect();
+            return Ok(BenchCluster {
+                driver: fabric.node(0),
+                cluster,
+                peers: Peers::Threads(peers),
+            });
+        }
+        transports::create(&cluster)?;
+        let result = (|| {
+            let spec = serde_json::to_string(&cluster).map_err(|e| e.to_string())?;
+            let args = |n: u16| -> Vec<String> {
+                [
+                    "peer",
+                    "--role",
+                    role,
+                    "--node",
+                    &n.to_string(),
+                    "--spec",
+                    &spec,
+                ]
+                .map(String::from)
+                .to_vec()
+            };
+            let peers = NodeProcesses::spawn(&Launch {
+                args: &args,
+                nodes: 1..cluster.nodes,
+                wrapper: None,
+            })?;
+            let driver = transports::open_node(&cluster, 0)?;
+            Ok((peers, driver))
+        })();
+        match result {
+            Ok((peers, driver)) => Ok(BenchCluster {
+                cluster,
+                driver,
+                peers: Peers::Processes(peers),
+            }),
+            Err(e) => {
+                transports::destroy(&cluster);
+                Err(e)
             }
         }
     }
 
+    /// CPU seconds used so far by peer processes (threads are counted with this process).
     pub fn peers_cpu_seconds(&self) -> f64 {
-        self.peers.iter().map(Peer::cpu_seconds).sum()
+        match &self.peers {
+            Peers::Threads(_) => 0.0,
+            Peers::Processes(p) => p.cpu_seconds(),
+        }
     }
 
-    /// Waits for every peer and removes the cluster's files.
+    /// Waits for every peer (5 s) and removes the cluster's files. A peer that failed is
+    /// an error, not hidden.
     pub fn finish(self) -> Result<(), String> {
-        let mut errors = Vec::new();
-        for p in self.peers {
-            if let Err(e) = p.finish(Duration::from_secs(5)) {
-                errors.push(e);
-            }
-        }
-        self.spec.destroy();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors.join("; "))
-        }
-    }
-}
-
-// The backend crates' entry points (kept together so the CLI's dependency on each
-// backend is visible in one place).
-fn shm_create(dir: &std::path::Path, config: &ClusterConfig) -> Result<(), String> {
-    ambidex_transport_shm::ShmCluster::create(dir, config).map_err(|e| e.to_string())
-}
-fn shm_remove(dir: &std::path::Path) {
-    let _ = ambidex_transport_shm::ShmCluster::remove(dir);
-}
-fn shm_open(dir: &std::path::Path, node: NodeId) -> Result<SharedNode, String> {
-    ambidex_transport_shm::ShmNode::open(dir, node).map_err(|e| e.to_string())
-}
-fn udp_open(c: &ClusterConfig, a: &[SocketAddr], node: NodeId) -> Result<SharedNode, String> {
-    ambidex_transport_udp::UdpNode::open(c, a, node).map_err(|e| e.to_string())
-}
-
-/// Every node of a cluster opened in this process (for benchmarks that drive all nodes
-/// as threads of one process on any backend). Dropping it removes the shm directory.
-pub struct InProcessCluster {
-    pub spec: ClusterSpec,
-    pub nodes: Vec<SharedNode>,
-}
-
-impl InProcessCluster {
-    pub fn open(backend: Backend, config: ClusterConfig) -> Result<InProcessCluster, String> {
-        let spec = ClusterSpec::on_this_host(backend, config.clone());
-        let nodes = match backend {
-            Backend::Local => LocalFabric::new(config).map_err(|e| e.to_string())?.nodes(),
-            _ => {
-                spec.create()?;
-                match (0..config.nodes).map(|n| spec.open_node(n)).collect() {
-                    Ok(nodes) => nodes,
-                    Err(e) => {
-                        spec.destroy();
-                        return Err(e);
+        let result = match self.peers {
+            Peers::Threads(hs) => {
+                let mut errors = Vec::new();
+                for h in hs {
+                    match h.join() {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => errors.push(e),
+                        Err(_) => errors.push("peer thread panicked".into()),
                     }
                 }
+                if errors.is_empty() {
+                    Ok(())
+                } else {
+                    Err(errors.join("; "))
+                }
             }
+            Peers::Processes(mut p) => p.wait_exits(Duration::from_secs(5), "at the end"),
         };
-        Ok(InProcessCluster { spec, nodes })
+        drop(self.driver);
+        transports::destroy(&self.cluster);
+        result
     }
 }
 
-impl Drop for InProcessCluster {
-    fn drop(&mut self) {
-        self.nodes.clear();
-        self.spec.destroy();
-    }
-}
-
-// ----- the cluster file of `ambidex node` (docs/cluster.md) -----
-
-/// Largest cluster file read (it is a few hundred bytes in practice).
-const MAX_FILE_BYTES: u64 = 1 << 20;
-
-/// The file `ambidex node --config FILE --node I` reads: the cluster, and (for the
-/// nodes) the run. `ambidex bench --cluster-config FILE` reads the `cluster` part.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClusterFile {
-    pub cluster: ClusterSection,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run: Option<RunSection>,
-}
-
-/// The cluster: transport, shape, addresses, RPC retry settings and injected faults.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClusterSection {
-    /// `shm` (processes on one host) or `udp` (hosts).
-    pub transport: Backend,
-    pub nodes: u16,
-    /// Threads per node.
-    #[serde(default = "one")]
-    pub threads: u16,
-    /// Tells clusters sharing a network apart (default: ambidex's fixed id).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_id: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mtu: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recv_depth: Option<usize>,
-    /// shm: the cluster directory (the launcher makes a fresh one when absent).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shm_dir: Option<PathBuf>,
-    /// udp: every node's base address, `IP:PORT` (thread t listens on PORT + t). The
-    /// launcher picks loopback ports when absent.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub udp_addrs: Vec<SocketAddr>,
-    #[serde(default)]
-    pub rpc: RpcSection,
-    /// The transport's fault injector on every endpoint of every node (off when absent).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fault: Option<FaultSection>,
-}
-
-fn one() -> u16 {
-    1
-}
-
-/// RPC retransmission: a request unanswered for `retransmit_timeout_ms` is sent again,
-/// and after `max_retries` retransmissions its destination is suspected failed and the
-/// transaction aborts. Size them so that the longest expected outage (a partition) is
-/// shorter than `retransmit_timeout_ms * max_retries`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RpcSection {
-    #[serde(default = "default_rto_ms")]
-    pub retransmit_timeout_ms: f64,
-    #[serde(default = "default_retries")]
-    pub max_retries: u32,
-}
-
-fn default_rto_ms() -> f64 {
-    ambidex_rpc::RuntimeConfig::default()
-        .retransmit_timeout
-        .as_secs_f64()
-        * 1000.0
-}
-fn default_retries() -> u32 {
-    ambidex_rpc::RuntimeConfig::default().max_retries
-}
-
-impl Default for RpcSection {
-    fn default() -> Self {
-        RpcSection {
-            retransmit_timeout_ms: default_rto_ms(),
-            max_retries: default_retries(),
-        }
-    }
-}
-
-impl RpcSection {
-    pub fn runtime_config(&self) -> Result<ambidex_rpc::RuntimeConfig, String> {
-        let ms = self.retransmit_timeout_ms;
-        if !(ms.is_finite() && (0.1..=60_000.0).contains(&ms)) {
-            return Err(format!(
-                "rpc.retransmit_timeout_ms must be within 0.1..=60000, not {ms}"
-            ));
-        }
-        if self.max_retries > 1_000_000 {
-            return Err("rpc.max_retries must be at most 1000000".into());
-        }
-        Ok(ambidex_rpc::RuntimeConfig {
-            retransmit_timeout: Duration::from_secs_f64(ms / 1000.0),
-            max_retries: self.max_retries,
-            ..Default::default()
-        })
-    }
-
-    /// How long a request may go unanswered before its destination is suspected.
-    pub fn give_up_after(&self) -> Duration {
-        Duration::from_secs_f64(
-            (self.retransmit_timeout_ms.clamp(0.0, 60_000.0) / 1000.0)
-                * (self.max_retries.min(1_000_000) as f64 + 1.0),
-        )
-    }
-}
-
-/// Probabilities (0..=1) of each fault the transport's injector applies to every
-/// datagram a node sends (`ambidex_transport::fault`).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FaultSection {
-    #[serde(default = "default_fault_seed")]
-    pub seed: u64,
-    #[serde(default)]
-    pub drop: f64,
-    #[serde(default)]
-    pub duplicate: f64,
-    /// Held back until after the endpoint's next batch.
-    #[serde(default)]
-    pub reorder: f64,
-    /// Held back for a random time up to `max_delay_us`.
-    #[serde(default)]
-    pub delay: f64,
-    #[serde(default = "default_max_delay_us")]
-    pub max_delay_us: u64,
-}
-
-fn default_fault_seed() -> u64 {
-    1
-}
-fn default_max_delay_us() -> u64 {
-    2000
-}
-
-impl FaultSection {
-    /// The injector's configuration for node `node` (each node gets its own stream).
-    pub fn fault_config(
-        &self,
-        node: NodeId,
-    ) -> Result<ambidex_transport::fault::FaultConfig, String> {
-        if self.max_delay_us > 10_000_000 {
-            return Err("fault.max_delay_us must be at most 10000000 (10 s)".into());
-        }
-        let cfg = ambidex_transport::fault::FaultConfig {
-            seed: self
-                .seed
-                .wrapping_add((node as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
-            drop: self.drop,
-            duplicate: self.duplicate,
-            reorder: self.reorder,
-            delay: self.delay,
-            max_delay: Duration::from_micros(self.max_delay_us),
-        };
-        cfg.validate().map_err(|e| format!("fault: {e}"))?;
-        Ok(cfg)
-    }
-}
-
-/// The run every node performs: the workload and its parameters (what `ambidex bench`
-/// takes on its command line).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RunSection {
-    /// `smallbank`, `tatp`, `tpcc`, `tpcc-no` or `object-store`.
-    pub workload: String,
-    #[serde(default = "default_coroutines")]
-    pub coroutines: usize,
-    #[serde(default = "default_replication")]
-    pub replication: u16,
-    /// Population multiplier (default: the workload's quick scale).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scale: Option<f64>,
-    #[serde(default = "default_seed")]
-    pub seed: u64,
-    #[serde(default = "default_warmup")]
-    pub warmup_s: f64,
-    #[serde(default = "default_duration")]
-    pub duration_s: f64,
-    /// Object store: keys read (r) and written (w) per transaction.
-    #[serde(default = "default_r")]
-    pub r: usize,
-    #[serde(default = "default_w")]
-    pub w: usize,
-    #[serde(default)]
-    pub same_node: bool,
-    /// Record each node's transactions: node I writes this path with `{node}` replaced
-    /// by I, or with `.nodeI` appended if it has no `{node}`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub history: Option<String>,
-}
-
-fn default_coroutines() -> usize {
-    8
-}
-fn default_replication() -> u16 {
-    3
-}
-fn default_seed() -> u64 {
-    42
-}
-fn default_warmup() -> f64 {
-    1.0
-}
-fn default_duration() -> f64 {
-    5.0
-}
-fn default_r() -> usize {
-    4
-}
-fn default_w() -> usize {
-    2
-}
-
-impl RunSection {
-    /// The path node `node` records its history to, if any.
-    pub fn history_for(&self, node: NodeId) -> Option<PathBuf> {
-        self.history.as_ref().map(|h| {
-            if h.contains("{node}") {
-                PathBuf::from(h.replace("{node}", &node.to_string()))
-            } else {
-                PathBuf::from(format!("{h}.node{node}"))
-            }
-        })
-    }
-}
-
-impl ClusterFile {
-    /// Reads and checks a cluster file (JSON). Every problem is a clear error.
-    pub fn read(path: &std::path::Path) -> Result<ClusterFile, String> {
-        use std::io::Read;
-        let f = std::fs::File::open(path)
-            .map_err(|e| format!("cannot open cluster file {}: {e}", path.display()))?;
-        let mut text = String::new();
-        f.take(MAX_FILE_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(|e| format!("cannot read cluster file {}: {e}", path.display()))?;
-        if text.len() as u64 > MAX_FILE_BYTES {
-            return Err(format!(
-                "cluster file {} is larger than {MAX_FILE_BYTES} bytes",
-                path.display()
-            ));
-        }
-        let file: ClusterFile = serde_json::from_str(&text)
-            .map_err(|e| format!("cluster file {}: {e}", path.display()))?;
-        file.cluster
-            .validate()
-            .map_err(|e| format!("cluster file {}: {e}", path.display()))?;
-        Ok(file)
-    }
-
-    /// Writes the file (JSON) for the node processes.
-    pub fn write(&self, path: &std::path::Path) -> Result<(), String> {
-        let text = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
-        std::fs::write(path, text + "\n")
-            .map_err(|e| format!("cannot write cluster file {}: {e}", path.display()))
-    }
-}
-
-impl ClusterSection {
-    pub fn cluster_config(&self) -> Result<ClusterConfig, String> {
-        let mut c = ClusterConfig::new(self.nodes, self.threads);
-        if let Some(id) = self.cluster_id {
-            c.cluster_id = id;
-        }
-        if let Some(m) = self.mtu {
-            c.mtu = m;
-        }
-        if let Some(d) = self.recv_depth {
-            c.recv_depth = d;
-        }
-        c.validate().map_err(|e| e.to_string())?;
-        Ok(c)
-    }
-
-    /// Checks what can be checked without the run (addresses, limits, probabilities).
-    pub fn validate(&self) -> Result<(), String> {
-        let c = self.cluster_config()?;
-        match self.transport {
-            Backend::Local => {
-                return Err("transport \"local\" keeps every node in one process; \
-                     a cluster file needs \"shm\" or \"udp\""
-                    .into())
-            }
-            Backend::Shm => {
-                if !self.udp_addrs.is_empty() {
-                    return Err("udp_addrs is for the udp transport".into());
-                }
-            }
-            Backend::Udp => {
-                if !self.udp_addrs.is_empty() && self.udp_addrs.len() != self.nodes as usize {
-                    return Err(format!(
-                        "udp_addrs lists {} addresses for {} nodes",
-                        self.udp_addrs.len(),
-                        self.nodes
-                    ));
-                }
-                for (n, a) in self.udp_addrs.iter().enumerate() {
-                    if a.port() == 0 || a.port() as u32 + c.threads_per_node as u32 > 65536 {
-                        return Err(format!(
-                            "udp_addrs[{n}] = {a}: ports {}..{} must be within 1..=65535",
-                            a.port(),
-                            a.port() as u32 + c.threads_per_node as u32
-                        ));
-                    }
-                }
-                let mut seen = std::collections::HashSet::new();
-                for a in &self.udp_addrs {
-                    for t in 0..c.threads_per_node {
-                        if !seen.insert(SocketAddr::new(a.ip(), a.port() + t)) {
-                            return Err(format!(
-                                "udp_addrs: two endpoints share {}:{}",
-                                a.ip(),
-                                a.port() + t
-                            ));
-                        }
-                    }
-                }
-            }
-        }
-        self.rpc.runtime_config()?;
-        if let Some(f) = &self.fault {
-            f.fault_config(0)?;
-        }
-        Ok(())
-    }
-
-    /// The spec a node opens its transport from (the shm directory and udp addresses
-    /// must be filled in by now).
-    pub fn spec(&self) -> Result<ClusterSpec, String> {
-        self.validate()?;
-        let spec = ClusterSpec {
-            backend: self.transport,
-            config: self.cluster_config()?,
-            shm_dir: self.shm_dir.clone(),
-            udp_addrs: self.udp_addrs.clone(),
-        };
-        match spec.backend {
-            Backend::Shm if spec.shm_dir.is_none() => {
-                Err("an shm cluster needs its shm_dir".into())
-            }
-            Backend::Udp if spec.udp_addrs.is_empty() => {
-                Err("a udp cluster needs udp_addrs (one base address per node)".into())
-            }
-            _ => Ok(spec),
-        }
-    }
+/// Opens node `node` of the cluster `spec` (JSON of a [`ClusterSection`]) for a peer.
+pub fn open_peer(spec: &str, node: NodeId) -> Result<SharedNode, String> {
+    let cluster: ClusterSection =
+        serde_json::from_str(spec).map_err(|e| format!("bad cluster spec: {e}"))?;
+    transports::open_node(&cluster, node)
 }
 
 // ----- the launcher's side of the control protocol (docs/cluster.md) -----
@@ -682,6 +150,8 @@ struct NodeProc {
 /// The node processes of one run, driven through their stdin/stdout. Dropping it kills
 /// every node that is still running.
 pub struct NodeProcesses {
+    /// The node id of `procs[0]` (the others follow).
+    first: u16,
     procs: Vec<NodeProc>,
     rx: std::sync::mpsc::Receiver<(u16, FromNode)>,
     /// Events that arrived while waiting for another kind (kept in order per node).
@@ -689,14 +159,14 @@ pub struct NodeProcesses {
 }
 
 /// How each node process is started: `wrapper` (with `{node}` replaced by the node id)
-/// is put in front of `ambidex node --config FILE --node I`, e.g. `ip netns exec ns{node}`
-/// or `ssh host{node}`.
+/// is put in front of this binary and `args(node)`, e.g. `ip netns exec ns{node}` or
+/// `ssh host{node}`.
 pub struct Launch<'a> {
-    pub config: &'a std::path::Path,
-    pub nodes: u16,
+    /// The arguments of node n's process (`node --config FILE --node N`, or `peer ...`).
+    pub args: &'a dyn Fn(u16) -> Vec<String>,
+    /// The nodes to start.
+    pub nodes: std::ops::Range<u16>,
     pub wrapper: Option<&'a str>,
-    /// Show the loading progress bar of node 0 (the others load silently).
-    pub progress: bool,
 }
 
 impl NodeProcesses {
@@ -704,11 +174,12 @@ impl NodeProcesses {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
         let (tx, rx) = std::sync::mpsc::channel();
         let mut np = NodeProcesses {
+            first: l.nodes.start,
             procs: Vec::new(),
             rx,
-            pending: vec![Default::default(); l.nodes as usize],
+            pending: vec![Default::default(); l.nodes.len()],
         };
-        for n in 0..l.nodes {
+        for (i, n) in l.nodes.clone().enumerate() {
             let mut argv: Vec<String> = match l.wrapper {
                 Some(w) => w
                     .split_whitespace()
@@ -717,16 +188,7 @@ impl NodeProcesses {
                 None => Vec::new(),
             };
             argv.push(exe.display().to_string());
-            argv.extend([
-                "node".to_string(),
-                "--config".to_string(),
-                l.config.display().to_string(),
-                "--node".to_string(),
-                n.to_string(),
-            ]);
-            if !(l.progress && n == 0) {
-                argv.push("--no-progress".into());
-            }
+            argv.extend((l.args)(n));
             let mut child = Command::new(&argv[0])
                 .args(&argv[1..])
                 .stdin(Stdio::piped())
@@ -737,7 +199,7 @@ impl NodeProcesses {
             let stdout = child.stdout.take().expect("piped stdout");
             let stdin = child.stdin.take();
             let tx = tx.clone();
-            std::thread::spawn(move || read_lines(n, stdout, tx));
+            std::thread::spawn(move || read_lines(i as u16, stdout, tx));
             np.procs.push(NodeProc {
                 child,
                 stdin,
@@ -749,6 +211,14 @@ impl NodeProcesses {
 
     pub fn pids(&self) -> Vec<u32> {
         self.procs.iter().map(|p| p.child.id()).collect()
+    }
+
+    /// CPU seconds the node processes have used so far.
+    pub fn cpu_seconds(&self) -> f64 {
+        self.procs
+            .iter()
+            .map(|p| ambidex_transport::cputime::pid_cpu_seconds(p.child.id()))
+            .sum()
     }
 
     /// Sends `{"cmd": CMD}` to every node.
@@ -800,9 +270,9 @@ impl NodeProcesses {
                     .iter()
                     .enumerate()
                     .filter(|(_, g)| g.is_none())
-                    .map(|(i, _)| i.to_string())
+                    .map(|(i, _)| (self.first as usize + i).to_string())
                     .collect();
-                let first = missing[0].parse::<u16>().unwrap_or(0);
+                let first = got.iter().position(Option::is_none).unwrap_or(0) as u16;
                 return Err(self.failure(
                     first,
                     &format!(
@@ -904,7 +374,8 @@ impl NodeProcesses {
 
     /// Waits for every node to exit by itself within `grace`; a node that does not,
     /// or exits with a failure, is an error.
-    pub fn wait_exits(&mut self, grace: Duration) -> Result<(), String> {
+    /// `when` ends the message ("after its report").
+    pub fn wait_exits(&mut self, grace: Duration, when: &str) -> Result<(), String> {
         for p in &mut self.procs {
             p.stdin = None;
         }
@@ -916,7 +387,8 @@ impl NodeProcesses {
                     Ok(Some(st)) => {
                         let why = describe_exit(st);
                         return Err(self.fail_all(format!(
-                            "node {n} (pid {}) {why} after its report",
+                            "node {} (pid {}) {why} {when}",
+                            self.first as usize + n,
                             self.procs[n].child.id()
                         )));
                     }
@@ -925,7 +397,8 @@ impl NodeProcesses {
                     }
                     _ => {
                         return Err(self.fail_all(format!(
-                            "node {n} (pid {}) did not exit after its report",
+                            "node {} (pid {}) did not exit {when}",
+                            self.first as usize + n,
                             self.procs[n].child.id()
                         )))
                     }
@@ -964,7 +437,8 @@ impl NodeProcesses {
             Some(st) => format!("; it {}", describe_exit(st)),
             None => "; it was still running and was killed".to_string(),
         };
-        self.fail_all(format!("node {n} (pid {pid}) {what}{how}"))
+        let node = self.first + n;
+        self.fail_all(format!("node {node} (pid {pid}) {what}{how}"))
     }
 
     fn fail_all(&mut self, msg: String) -> String {

@@ -2,10 +2,11 @@
 
 mod bench;
 mod cluster;
+mod config_args;
 mod node;
 mod sim;
 
-use clap::{FromArgMatches, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -22,9 +23,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a benchmark and print its report (with no subcommand: the embedded default).
+    #[command(args_conflicts_with_subcommands = true)]
     Bench {
         #[command(subcommand)]
         what: Option<BenchCommand>,
+        /// Without a subcommand: the workload run's options (the workload is the config
+        /// file's `run.workload`, SmallBank by default).
+        #[command(flatten)]
+        run: Box<bench::workload::Args>,
     },
     /// Check a recorded history (`bench ... --history FILE`) for serializability.
     CheckHistory {
@@ -38,10 +44,10 @@ enum Command {
     /// Deterministic simulation: the whole cluster in one thread over a simulated network,
     /// from a seed, with faults; every run's history and state are checked.
     Sim(sim::Args),
-    /// Run one node of a cluster described by a cluster file (docs/cluster.md), driven
+    /// Run one node of a cluster described by a configuration file (docs/cluster.md), driven
     /// by JSON commands on stdin; `bench --transport shm|udp` starts one per node.
     Node {
-        /// The cluster file (JSON).
+        /// The configuration file (TOML or JSON, docs/cluster.md).
         #[arg(long)]
         config: std::path::PathBuf,
         /// Which node of the cluster this process is.
@@ -89,12 +95,15 @@ enum BenchCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Bench { what } => match what.unwrap_or_else(default_bench) {
-            BenchCommand::Smallbank(a) => workload("smallbank", &a),
-            BenchCommand::Tatp(a) => workload("tatp", &a),
-            BenchCommand::Tpcc(a) => workload("tpcc", &a),
-            BenchCommand::TpccNo(a) => workload("tpcc-no", &a),
-            BenchCommand::ObjectStore(a) => workload("object-store", &a),
+        Command::Bench { what: None, run } => workload(None, &run),
+        Command::Bench {
+            what: Some(what), ..
+        } => match what {
+            BenchCommand::Smallbank(a) => workload(Some("smallbank"), &a),
+            BenchCommand::Tatp(a) => workload(Some("tatp"), &a),
+            BenchCommand::Tpcc(a) => workload(Some("tpcc"), &a),
+            BenchCommand::TpccNo(a) => workload(Some("tpcc-no"), &a),
+            BenchCommand::ObjectStore(a) => workload(Some("object-store"), &a),
             BenchCommand::Store(args) => bench::store::run(&args).map(|r| {
                 if args.json {
                     println!(
@@ -144,13 +153,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// The benchmark `ambidex bench` runs with no subcommand: SmallBank on a local 3-node
-/// cluster, one thread per node, R = 3.
-fn default_bench() -> BenchCommand {
-    BenchCommand::Smallbank(defaults())
-}
-
-fn workload(name: &str, a: &bench::workload::Args) -> Result<(), String> {
+/// `ambidex bench W` (or, with no subcommand, the configured workload: SmallBank on a
+/// local 3-node cluster, one thread per node, R = 3 by default).
+fn workload(name: Option<&str>, a: &bench::workload::Args) -> Result<(), String> {
     let out = bench::workload::run(name, a)?;
     if a.json {
         let json = match &out {
@@ -165,17 +170,12 @@ fn workload(name: &str, a: &bench::workload::Args) -> Result<(), String> {
     if let bench::workload::Outcome::One(r) = &out {
         if r.invariant_ok == Some(false) || r.consistency_ok == Some(false) {
             return Err(format!(
-                "{name}: the workload's consistency check failed (see the report)"
+                "{}: the workload's consistency check failed (see the report)",
+                r.workload
             ));
         }
     }
     Ok(())
-}
-
-/// The value of an argument group with every option at its default.
-fn defaults<A: clap::Args + FromArgMatches>() -> A {
-    let m = A::augment_args(clap::Command::new("defaults")).get_matches_from(["defaults"]);
-    A::from_arg_matches(&m).expect("defaults parse")
 }
 
 fn check_history(file: &std::path::Path, adya: bool, json: bool) -> Result<(), String> {
@@ -210,9 +210,7 @@ fn check_history(file: &std::path::Path, adya: bool, json: bool) -> Result<(), S
 }
 
 fn run_peer(role: &str, node: u16, spec: &str) -> Result<(), String> {
-    let spec: cluster::ClusterSpec =
-        serde_json::from_str(spec).map_err(|e| format!("bad cluster spec: {e}"))?;
-    let transport = spec.open_node(node)?;
+    let transport = cluster::open_peer(spec, node)?;
     match role {
         "bench-transport" => bench::transport::peer(transport),
         other => Err(format!("unknown peer role {other:?}")),

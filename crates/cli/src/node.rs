@@ -5,7 +5,8 @@
 //! node; on separate hosts an operator, or ssh, can speak the same protocol.
 //!
 //! ```text
-//! node → {"event":"ready","node":I,"pid":P,"load_seconds":S}   loaded, transport open
+//! node → {"event":"ready","node":I,"pid":P,"load_seconds":S,"config":{...}}
+//!                                 loaded, transport open; `config` echoes the one it runs
 //!      ← {"cmd":"start"}        workers start (warmup: nothing is counted)
 //!      ← {"cmd":"measure"}      the measured window starts
 //!      ← {"cmd":"stop"}         the window ends; workers finish their transaction
@@ -20,9 +21,9 @@
 //! status 3. Commands may also be written as bare words (`start`), for people; other
 //! fields of a command object are ignored.
 
-use crate::bench::workload::run_config;
-use crate::cluster::ClusterFile;
-use ambidex_workloads::node::{load_node, LoadedNode, NodeOptions, RunningNode};
+use ambidex_workloads::config::Transport;
+use ambidex_workloads::node::{load_node, LoadedNode, RunningNode};
+use ambidex_workloads::{transports, Config};
 use serde::Deserialize;
 use std::io::{BufRead, Read, Write};
 use std::path::Path;
@@ -125,38 +126,34 @@ pub fn run(config: &Path, node: u16, no_progress: bool) -> Result<(), String> {
 }
 
 fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result<(), String> {
-    let file = ClusterFile::read(config)?;
-    let run = file.run.as_ref().ok_or_else(|| {
-        format!(
-            "cluster file {} has no \"run\" section (what should node {node} run?)",
-            config.display()
-        )
-    })?;
-    let spec = file.cluster.spec()?;
-    if node >= spec.config.nodes {
+    let mut cfg = Config::read(config, &Config::default())?;
+    cfg.validate()?;
+    if cfg.cluster.transport == Transport::Local {
         return Err(format!(
-            "node {node} is not in this {}-node cluster",
-            spec.config.nodes
+            "{}: transport \"local\" keeps every node in one process; a node process needs \
+             \"shm\" or \"udp\"",
+            config.display()
         ));
     }
-    let cfg = run_config(&file.cluster, run, !no_progress)?;
-    let opts = NodeOptions {
-        rpc: file.cluster.rpc.runtime_config()?,
-        fault: match &file.cluster.fault {
-            Some(f) => Some(f.fault_config(node)?),
-            None => None,
-        },
-        history: run.history_for(node),
-        ..Default::default()
-    };
+    if node >= cfg.cluster.nodes {
+        return Err(format!(
+            "node {node} is not in this {}-node cluster",
+            cfg.cluster.nodes
+        ));
+    }
+    cfg.run.progress = !no_progress;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || read_commands(tx));
 
     let loaded = load_node(&cfg, node)?;
-    let transport = spec.open_node(node)?;
+    let transport = transports::open_node(&cfg.cluster, node)?;
     ev.send(
         "ready",
-        serde_json::json!({ "pid": std::process::id(), "load_seconds": loaded.load_seconds }),
+        serde_json::json!({
+            "pid": std::process::id(),
+            "load_seconds": loaded.load_seconds,
+            "config": cfg,
+        }),
     );
     let mut state = Some(State::Loaded(loaded));
     let mut transport = Some(transport);
@@ -189,7 +186,7 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
             }
             (State::Loaded(l), Cmd::Start) => {
                 let t = transport.take().expect("transport");
-                State::Running(l.start(t, opts.clone())?, false)
+                State::Running(l.start(t)?, false)
             }
             (State::Running(mut r, false), Cmd::Measure) => {
                 r.measure();

@@ -1,8 +1,10 @@
 //! `ambidex sim`: the whole cluster in one thread over a simulated network, from a seed,
 //! with every history checked (`crates/sim`, `docs/simulation.md`).
 
-use ambidex_sim::{FaultProfile, InjectedBug, Scripted, SimReport, SimSpec};
-use ambidex_workloads::WorkloadKind;
+use crate::config_args::{set, ConfigArgs};
+use ambidex_sim::SimReport;
+use ambidex_workloads::config::InjectedBug;
+use ambidex_workloads::{Config, WorkloadKind};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -10,37 +12,27 @@ use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// smallbank, tatp, tpcc, tpcc-no or object-store.
-    #[arg(long, default_value = "smallbank")]
-    pub workload: String,
-    /// The seed of one run (0 if neither --seed nor --seeds is given).
-    #[arg(long, conflicts_with = "seeds")]
+    #[command(flatten)]
+    pub cfg: ConfigArgs,
+    /// smallbank, tatp, tpcc, tpcc-no or object-store [default: smallbank].
+    #[arg(long)]
+    pub workload: Option<WorkloadKind>,
+    /// The seed of one run (the config's `run.seed`, 0 by default, if neither --seed nor
+    /// --seeds is given).
+    #[arg(long)]
     pub seed: Option<u64>,
     /// Many runs: seeds A..B (B excluded) or A..=B. Prints every failing seed with the
     /// command that reproduces it, and exits non-zero if any failed.
     #[arg(long)]
     pub seeds: Option<String>,
-    /// Scheduler steps (one node's master step each) before the workers stop.
-    #[arg(long, default_value_t = 2000)]
-    pub steps: u64,
-    /// Fault profile: none, lossy, reorder, partition, pause, onesided, chaos.
-    #[arg(long, default_value = "chaos")]
-    pub faults: String,
-    #[arg(long, default_value_t = 3)]
-    pub nodes: u16,
-    /// Threads (runtimes) per node.
-    #[arg(long, default_value_t = 1)]
-    pub threads: u16,
-    /// Worker coroutines per thread.
-    #[arg(long, default_value_t = 4)]
-    pub coroutines: usize,
-    #[arg(long, default_value_t = 3)]
-    pub replication: u16,
-    /// Workload scale (default: a tiny population chosen for contention).
+    /// Scheduler steps (one node's master step each) before the workers stop [default: 2000].
     #[arg(long)]
-    pub scale: Option<f64>,
+    pub steps: Option<u64>,
+    /// Fault profile: none, lossy, reorder, partition, pause, onesided, chaos [default: chaos].
+    #[arg(long)]
+    pub faults: Option<String>,
     /// Cut nodes off at a fixed simulated time: NODES@FROM..UNTIL in ms, e.g. 2@1..6 or
-    /// 0,1@0.5..3 (repeatable; besides the profile's partitions).
+    /// 0,1@0.5..3 (repeatable; besides the profile's partitions; replaces the config's).
     #[arg(long, value_name = "NODES@FROM..UNTIL")]
     pub partition: Vec<String>,
     /// Do not schedule a node for a while: NODE@FROM..UNTIL in ms (repeatable).
@@ -48,7 +40,7 @@ pub struct Args {
     pub pause: Vec<String>,
     /// TEST ONLY: run a deliberately broken protocol (skip-validation).
     #[arg(long)]
-    pub inject_bug: Option<String>,
+    pub inject_bug: Option<InjectedBug>,
     /// With --seeds: seeds run in parallel on this many threads (each seed is still one
     /// deterministic thread). Default: the number of cores.
     #[arg(long)]
@@ -60,8 +52,8 @@ pub struct Args {
     #[arg(long)]
     pub history: Option<PathBuf>,
     /// One seed: print the last N network events.
-    #[arg(long, default_value_t = 0)]
-    pub trace: usize,
+    #[arg(long)]
+    pub trace: Option<usize>,
 }
 
 /// Parses `A..B` (B excluded) or `A..=B` into the seeds it names.
@@ -90,42 +82,58 @@ fn parse_seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
     Ok(a..end)
 }
 
-fn spec(a: &Args) -> Result<SimSpec, String> {
-    let workload: WorkloadKind = a.workload.parse()?;
-    let mut s = SimSpec::new(workload, a.seed.unwrap_or(0));
-    s.steps = a.steps;
-    s.faults = FaultProfile::named(&a.faults)?;
-    s.nodes = a.nodes;
-    s.threads = a.threads;
-    s.coroutines = a.coroutines;
-    s.replication = a.replication;
-    s.scale = a.scale;
-    s.bug = a
-        .inject_bug
-        .as_deref()
-        .map(str::parse::<InjectedBug>)
-        .transpose()?;
-    s.trace_events = a.trace;
-    for p in &a.partition {
-        s.script.push(Scripted::parse(p, false)?);
+/// The simulation's configuration: the simulator's defaults, `--config FILE`, then the
+/// flags; validated.
+fn config(a: &Args) -> Result<Config, String> {
+    let mut c = a
+        .cfg
+        .resolve(&ambidex_sim::defaults(WorkloadKind::SmallBank, 0))?;
+    set(&mut c.run.workload, a.workload);
+    set(&mut c.run.seed, a.seed);
+    set(&mut c.sim.steps, a.steps);
+    set(&mut c.sim.faults, a.faults.clone());
+    set(&mut c.sim.trace, a.trace);
+    if !a.partition.is_empty() {
+        c.sim.partitions = a.partition.clone();
     }
-    for p in &a.pause {
-        s.script.push(Scripted::parse(p, true)?);
+    if !a.pause.is_empty() {
+        c.sim.pauses = a.pause.clone();
     }
-    s.validate()?;
-    Ok(s)
+    if a.inject_bug.is_some() {
+        c.txn.inject_bug = a.inject_bug;
+    }
+    if let Some(h) = &a.history {
+        c.run.history = Some(h.display().to_string());
+    }
+    ambidex_sim::validate(&c)?;
+    Ok(c)
+}
+
+/// The reproducing command of a run, with `--config FILE` if the run had one.
+fn reproduce(a: &Args, command: &str) -> String {
+    match &a.cfg.config {
+        Some(p) => command.replacen(
+            "ambidex sim",
+            &format!("ambidex sim --config {}", p.display()),
+            1,
+        ),
+        None => command.to_string(),
+    }
 }
 
 pub fn run(a: &Args) -> Result<(), String> {
-    let spec = spec(a)?;
+    if a.seed.is_some() && a.seeds.is_some() {
+        return Err("--seed and --seeds: give one of them".into());
+    }
+    let cfg = config(a)?;
     match &a.seeds {
         Some(range) => {
-            if a.history.is_some() || a.trace > 0 {
+            if cfg.run.history.is_some() || cfg.sim.trace > 0 {
                 return Err("--history and --trace need a single --seed".into());
             }
-            many(a, &spec, parse_seeds(range)?)
+            many(a, &cfg, parse_seeds(range)?)
         }
-        None => one(a, &spec),
+        None => one(a, &cfg),
     }
 }
 
@@ -137,18 +145,19 @@ fn first_line(s: &str, max: usize) -> String {
     l
 }
 
-fn one(a: &Args, spec: &SimSpec) -> Result<(), String> {
+fn one(a: &Args, cfg: &Config) -> Result<(), String> {
     let t0 = Instant::now();
-    let r = ambidex_sim::run(spec)?;
+    let mut r = ambidex_sim::run(cfg)?;
+    r.command = reproduce(a, &r.command);
     let wall = t0.elapsed().as_secs_f64();
-    if let Some(path) = &a.history {
+    if let Some(path) = &cfg.run.history {
         let mut text = String::new();
         for rec in &r.history {
             text.push_str(&ambidex_history::format::to_line(rec));
             text.push('\n');
         }
         std::fs::write(path, text)
-            .map_err(|e| format!("cannot write the history to {}: {e}", path.display()))?;
+            .map_err(|e| format!("cannot write the history to {}: {e}", path))?;
     }
     if a.json {
         println!(
@@ -252,7 +261,7 @@ struct SeedLine {
     command: String,
 }
 
-fn many(a: &Args, template: &SimSpec, seeds: std::ops::Range<u64>) -> Result<(), String> {
+fn many(a: &Args, template: &Config, seeds: std::ops::Range<u64>) -> Result<(), String> {
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -268,16 +277,16 @@ fn many(a: &Args, template: &SimSpec, seeds: std::ops::Range<u64>) -> Result<(),
                 if i >= count {
                     return;
                 }
-                let mut spec = template.clone();
-                spec.seed = seeds.start + i as u64;
-                let line = ambidex_sim::run(&spec).map(|r| SeedLine {
+                let mut cfg = template.clone();
+                cfg.run.seed = seeds.start + i as u64;
+                let line = ambidex_sim::run(&cfg).map(|r| SeedLine {
                     seed: r.seed,
                     passed: r.passed(),
                     committed: r.committed,
                     aborted: r.aborted,
                     run_hash: r.run_hash,
                     failures: r.failures,
-                    command: r.command,
+                    command: reproduce(a, &r.command),
                 });
                 if let Ok(l) = &line {
                     if !l.passed && !a.json {
@@ -303,9 +312,9 @@ fn many(a: &Args, template: &SimSpec, seeds: std::ops::Range<u64>) -> Result<(),
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "workload": template.workload.name(),
-                "faults": template.faults.name,
-                "steps": template.steps,
+                "workload": template.run.workload.name(),
+                "faults": template.sim.faults,
+                "steps": template.sim.steps,
                 "seeds": lines.len(),
                 "failed": failed.len(),
                 "seconds": wall,
@@ -322,13 +331,14 @@ fn many(a: &Args, template: &SimSpec, seeds: std::ops::Range<u64>) -> Result<(),
         }
         println!(
             "sim {} faults={}{} steps={} seeds {}..{}: {} run, {} failed; {:.1} committed per seed; {:.1} s, {:.1} seeds/s ({} jobs)",
-            template.workload.name(),
-            template.faults.name,
+            template.run.workload.name(),
+            template.sim.faults,
             template
-                .bug
+                .txn
+                .inject_bug
                 .map(|b| format!(" inject-bug={}", b.name()))
                 .unwrap_or_default(),
-            template.steps,
+            template.sim.steps,
             seeds.start,
             seeds.end,
             lines.len(),

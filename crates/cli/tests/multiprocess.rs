@@ -72,8 +72,10 @@ fn shape(v: &Value, prefix: &str, out: &mut Vec<String>) {
     if let Value::Object(m) = v {
         for (k, x) in m {
             let p = format!("{prefix}/{k}");
-            // Free-form or content-dependent parts.
-            if !["check", "per_type", "aborts_by_reason", "aborts"].contains(&k.as_str()) {
+            // Free-form or content-dependent parts (the config echo names where the nodes
+            // met only for node processes).
+            if !["check", "per_type", "aborts_by_reason", "aborts", "config"].contains(&k.as_str())
+            {
                 shape(x, &p, out);
             }
             out.push(p);
@@ -339,8 +341,9 @@ fn bad_cluster_files_and_commands_are_clear_errors() {
         )
     };
     for (text, want) in [
-        ("{ not json", "cluster file"),
-        ("{\"cluster\": {\"transport\": \"udp\", \"nodes\": 3}}", "no \"run\" section"),
+        ("{ not json", "config file"),
+        ("{\"cluster\": {\"transport\": \"udp\", \"nodes\": 3}}", "udp_addrs"),
+        ("{\"cluster\": {\"transport\": \"local\"}}", "a node process needs"),
         (
             "{\"cluster\": {\"transport\": \"tcp\", \"nodes\": 3}, \"run\": {\"workload\": \"smallbank\"}}",
             "unknown variant",
@@ -350,16 +353,20 @@ fn bad_cluster_files_and_commands_are_clear_errors() {
             "1 addresses for 3 nodes",
         ),
         (
-            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"udp_addrs\": [\"127.0.0.1:65535\"], \"rpc\": {\"max_retries\": 5, \"retransmit_timeout_ms\": -1}}, \"run\": {\"workload\": \"smallbank\"}}",
+            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"replication\": 1, \"udp_addrs\": [\"127.0.0.1:65535\"]}, \"rpc\": {\"max_retries\": 5, \"retransmit_timeout_ms\": -1}}",
             "retransmit_timeout_ms",
         ),
         (
-            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"udp_addrs\": [\"127.0.0.1:9\"], \"fault\": {\"drop\": 2}}, \"run\": {\"workload\": \"smallbank\"}}",
+            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"replication\": 1, \"udp_addrs\": [\"127.0.0.1:9\"]}, \"fault\": {\"drop\": 2}}",
             "fault",
         ),
         (
-            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"udp_addrs\": [\"127.0.0.1:9\"]}, \"run\": {\"workload\": \"bank\", \"replication\": 1}}",
-            "unknown workload",
+            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"replication\": 1, \"udp_addrs\": [\"127.0.0.1:9\"]}, \"run\": {\"workload\": \"bank\"}}",
+            "bank",
+        ),
+        (
+            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"replication\": 1, \"udp_addrs\": [\"127.0.0.1:9\"]}, \"txn\": {\"mode\": \"farm\"}}",
+            "not built yet",
         ),
         (
             "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"extra\": 1}, \"run\": {\"workload\": \"smallbank\"}}",
@@ -380,8 +387,8 @@ fn bad_cluster_files_and_commands_are_clear_errors() {
     let cfg = node_config(
         &dir,
         &format!(
-            "{{\"cluster\": {{\"transport\": \"udp\", \"nodes\": 1, \"udp_addrs\": [\"127.0.0.1:{port}\"]}}, \
-             \"run\": {{\"workload\": \"smallbank\", \"replication\": 1, \"scale\": 0.001}}}}"
+            "{{\"cluster\": {{\"transport\": \"udp\", \"nodes\": 1, \"replication\": 1, \"udp_addrs\": [\"127.0.0.1:{port}\"]}}, \
+             \"run\": {{\"workload\": \"smallbank\", \"scale\": 0.001}}}}"
         ),
     );
     let (st, stdout, stderr) = run_node(&cfg, "{\"cmd\":\"launch\"}\n");

@@ -213,7 +213,7 @@ fn bench(
     let mut args = vec![
         "bench",
         "smallbank",
-        "--cluster-config",
+        "--config",
         config.to_str().unwrap(),
         "--node-wrapper",
         &wrapper,
@@ -366,8 +366,8 @@ fn smallbank_survives_loss_partition_and_injected_faults_across_namespaces() {
                 "nodes": NODES,
                 "threads": 1,
                 "udp_addrs": addrs,
-                "rpc": { "retransmit_timeout_ms": 10, "max_retries": 800 }
-            }
+            },
+            "rpc": { "retransmit_timeout_ms": 10, "max_retries": 800 }
         })
         .to_string(),
     )

@@ -36,14 +36,18 @@ pub mod profile;
 
 pub use profile::{FaultProfile, PROFILES};
 
+pub use ambidex_workloads::config::InjectedBug;
+
 use ambidex_history::TxnRecord;
 use ambidex_rpc::{ManualClock, RpcStats, Runtime, RuntimeConfig};
-use ambidex_transport::{ClusterConfig, EndpointAddr, NodeId};
+use ambidex_transport::{EndpointAddr, NodeId};
 use ambidex_transport_sim::{mix, SimNet, SimNetStats, HASH_SEED};
-use ambidex_txn::runner::WorkerCtx;
-use ambidex_txn::{NodeDb, Placement, TxnConfig, TxnStats, TxnThread};
-use ambidex_workloads::common::{worker_seed, Loader, Outcome, Workload};
-use ambidex_workloads::{objstore, smallbank, tatp, tpcc, ObjStoreParams, WorkloadKind};
+use ambidex_txn::runner::{start_thread, RunSpec, WorkerCtx};
+use ambidex_txn::{NodeDb, Placement, TxnStats, TxnThread};
+use ambidex_workloads::common::{worker_seed, Outcome, Workload};
+use ambidex_workloads::driver::run_spec;
+use ambidex_workloads::load::{build_nodes, LoadOptions};
+use ambidex_workloads::{objstore, smallbank, tatp, tpcc, Config, WorkloadKind};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -52,33 +56,6 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
-
-/// A deliberately broken protocol, to show that the checks catch it (test only).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum InjectedBug {
-    /// `TxnConfig::skip_validation_for_tests`: commit without validating the read set.
-    SkipValidation,
-}
-
-impl InjectedBug {
-    pub fn name(self) -> &'static str {
-        match self {
-            InjectedBug::SkipValidation => "skip-validation",
-        }
-    }
-}
-
-impl std::str::FromStr for InjectedBug {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "skip-validation" => Ok(InjectedBug::SkipValidation),
-            _ => Err(format!("unknown injected bug {s:?} (skip-validation)")),
-        }
-    }
-}
 
 /// A fault placed at a fixed simulated time, in addition to the profile's.
 #[derive(Clone, Debug, PartialEq)]
@@ -188,124 +165,126 @@ impl Scripted {
     }
 }
 
-/// One simulated run.
-#[derive(Clone, Debug)]
-pub struct SimSpec {
-    pub workload: WorkloadKind,
-    pub seed: u64,
-    /// Scheduler steps (one runtime's master step each) before the workers are stopped.
-    pub steps: u64,
-    pub faults: FaultProfile,
-    pub nodes: u16,
-    pub threads: u16,
-    pub coroutines: usize,
-    pub replication: u16,
-    /// Workload scale (`None`: [`sim_scale`], a tiny population with real contention).
-    pub scale: Option<f64>,
-    pub bug: Option<InjectedBug>,
-    /// Keep the last this-many network events in the report (0: none).
-    pub trace_events: usize,
-    /// Partitions and pauses at fixed times, besides the profile's.
-    pub script: Vec<Scripted>,
+/// Worker coroutines per thread of a simulation unless the configuration says.
+pub const SIM_COROUTINES: usize = 4;
+
+/// The configuration `ambidex sim` starts from (a file and flags are laid over it):
+/// `Config`'s defaults — 3 nodes × 1 thread, R = 3 — with 4 coroutines per thread, the
+/// RPC layer retransmitting after 1 ms (the simulated round trip is 4–20 µs plus
+/// queueing) and giving up after 50 retransmissions (50 ms, which every fault profile
+/// stays well below), 2,000 steps and the `chaos` profile.
+pub fn defaults(workload: WorkloadKind, seed: u64) -> Config {
+    let mut c = Config::default();
+    c.run.workload = workload;
+    c.run.seed = seed;
+    c.run.coroutines = Some(SIM_COROUTINES);
+    c.rpc.retransmit_timeout_ms = 1.0;
+    c.rpc.max_retries = 50;
+    c
 }
 
-impl SimSpec {
-    /// The defaults of `ambidex sim`: 3 nodes × 1 thread, R = 3, 4 coroutines per thread,
-    /// 2,000 steps, the `chaos` profile.
-    pub fn new(workload: WorkloadKind, seed: u64) -> SimSpec {
-        SimSpec {
-            workload,
-            seed,
-            steps: 2_000,
-            faults: FaultProfile::named("chaos").expect("chaos exists"),
-            nodes: 3,
-            threads: 1,
-            coroutines: 4,
-            replication: 3,
-            scale: None,
-            bug: None,
-            trace_events: 0,
-            script: Vec::new(),
-        }
-    }
+/// The simulation's workload scale (`run.scale`, or [`sim_scale`]).
+pub fn scale(cfg: &Config) -> f64 {
+    cfg.run.scale.unwrap_or_else(|| sim_scale(cfg.run.workload))
+}
 
-    pub fn scale(&self) -> f64 {
-        self.scale.unwrap_or_else(|| sim_scale(self.workload))
-    }
+fn coroutines(cfg: &Config) -> usize {
+    cfg.run.coroutines.unwrap_or(SIM_COROUTINES)
+}
 
-    /// Checks the spec; every bad value is a clear error.
-    pub fn validate(&self) -> Result<(), String> {
-        if !(1..=16).contains(&self.nodes) {
-            return Err(format!("nodes must be 1..=16, not {}", self.nodes));
-        }
-        if !(1..=8).contains(&self.threads) {
-            return Err(format!("threads must be 1..=8, not {}", self.threads));
-        }
-        if !(1..=64).contains(&self.coroutines) {
-            return Err(format!(
-                "coroutines must be 1..=64, not {}",
-                self.coroutines
-            ));
-        }
-        Placement::new(self.nodes, self.replication)?;
-        if self.steps > 100_000_000 {
-            return Err(format!(
-                "steps must be at most 100000000, not {}",
-                self.steps
-            ));
-        }
-        let s = self.scale();
-        if !(s.is_finite() && s > 0.0 && s <= 1.0) {
-            return Err(format!("scale must be in (0, 1] for a simulation, not {s}"));
-        }
-        if self.workload == WorkloadKind::TpccNo && self.nodes as u32 * (self.threads as u32) < 2 {
-            return Err("tpcc-no needs at least 2 warehouses (nodes × threads ≥ 2)".into());
-        }
-        if self.trace_events > 1_000_000 {
-            return Err("trace_events must be at most 1000000".into());
-        }
-        for f in &self.script {
-            f.check(self.nodes)?;
-        }
-        Ok(())
+/// The scripted partitions and pauses of `cfg.sim`.
+pub fn script(cfg: &Config) -> Result<Vec<Scripted>, String> {
+    let mut out = Vec::new();
+    for p in &cfg.sim.partitions {
+        out.push(Scripted::parse(p, false)?);
     }
+    for p in &cfg.sim.pauses {
+        out.push(Scripted::parse(p, true)?);
+    }
+    Ok(out)
+}
 
-    /// The command that reproduces this run.
-    pub fn command(&self) -> String {
-        let mut c = format!(
-            "ambidex sim --workload {} --seed {} --steps {} --faults {}",
-            self.workload.name(),
-            self.seed,
-            self.steps,
-            self.faults.name
-        );
-        let d = SimSpec::new(self.workload, self.seed);
-        if self.nodes != d.nodes {
-            c += &format!(" --nodes {}", self.nodes);
-        }
-        if self.threads != d.threads {
-            c += &format!(" --threads {}", self.threads);
-        }
-        if self.coroutines != d.coroutines {
-            c += &format!(" --coroutines {}", self.coroutines);
-        }
-        if self.replication != d.replication {
-            c += &format!(" --replication {}", self.replication);
-        }
-        if let Some(s) = self.scale {
-            c += &format!(" --scale {s}");
-        }
-        for f in &self.script {
-            match f {
-                Scripted::Partition { .. } => c += &format!(" --partition {}", f.arg()),
-                Scripted::Pause { .. } => c += &format!(" --pause {}", f.arg()),
-            }
-        }
-        if let Some(b) = self.bug {
-            c += &format!(" --inject-bug {}", b.name());
-        }
-        c
+/// Checks a simulation's configuration: the simulator's own limits, then everything
+/// [`Config::validate`] checks. Every bad value is a clear error.
+pub fn validate(cfg: &Config) -> Result<(), String> {
+    let (nodes, threads) = (cfg.cluster.nodes, cfg.cluster.threads);
+    if !(1..=16).contains(&nodes) {
+        return Err(format!("nodes must be 1..=16, not {nodes}"));
     }
+    if !(1..=8).contains(&threads) {
+        return Err(format!("threads must be 1..=8, not {threads}"));
+    }
+    let c = coroutines(cfg);
+    if !(1..=64).contains(&c) {
+        return Err(format!("coroutines must be 1..=64, not {c}"));
+    }
+    Placement::new(nodes, cfg.cluster.replication)?;
+    if cfg.sim.steps > 100_000_000 {
+        return Err(format!(
+            "steps must be at most 100000000, not {}",
+            cfg.sim.steps
+        ));
+    }
+    let s = scale(cfg);
+    if !(s.is_finite() && s > 0.0 && s <= 1.0) {
+        return Err(format!("scale must be in (0, 1] for a simulation, not {s}"));
+    }
+    if cfg.run.workload == WorkloadKind::TpccNo && nodes as u32 * (threads as u32) < 2 {
+        return Err("tpcc-no needs at least 2 warehouses (nodes × threads ≥ 2)".into());
+    }
+    if cfg.sim.trace > 1_000_000 {
+        return Err("trace must be at most 1000000".into());
+    }
+    FaultProfile::named(&cfg.sim.faults)?;
+    for f in script(cfg)? {
+        f.check(nodes)?;
+    }
+    cfg.validate()?;
+    Ok(())
+}
+
+/// The command that reproduces a run of `cfg` (the settings that have flags; a run
+/// configured by a file adds `--config FILE`).
+pub fn command(cfg: &Config) -> String {
+    let mut c = format!(
+        "ambidex sim --workload {} --seed {} --steps {} --faults {}",
+        cfg.run.workload.name(),
+        cfg.run.seed,
+        cfg.sim.steps,
+        cfg.sim.faults
+    );
+    let d = defaults(cfg.run.workload, cfg.run.seed);
+    if cfg.cluster.nodes != d.cluster.nodes {
+        c += &format!(" --nodes {}", cfg.cluster.nodes);
+    }
+    if cfg.cluster.threads != d.cluster.threads {
+        c += &format!(" --threads {}", cfg.cluster.threads);
+    }
+    if coroutines(cfg) != coroutines(&d) {
+        c += &format!(" --coroutines {}", coroutines(cfg));
+    }
+    if cfg.cluster.replication != d.cluster.replication {
+        c += &format!(" --replication {}", cfg.cluster.replication);
+    }
+    if let Some(s) = cfg.run.scale {
+        c += &format!(" --scale {s}");
+    }
+    if cfg.rpc.retransmit_timeout_ms != d.rpc.retransmit_timeout_ms {
+        c += &format!(" --rpc-timeout-ms {}", cfg.rpc.retransmit_timeout_ms);
+    }
+    if cfg.rpc.max_retries != d.rpc.max_retries {
+        c += &format!(" --rpc-retries {}", cfg.rpc.max_retries);
+    }
+    for f in script(cfg).unwrap_or_default() {
+        match f {
+            Scripted::Partition { .. } => c += &format!(" --partition {}", f.arg()),
+            Scripted::Pause { .. } => c += &format!(" --pause {}", f.arg()),
+        }
+    }
+    if let Some(b) = cfg.txn.inject_bug {
+        c += &format!(" --inject-bug {}", b.name());
+    }
+    c
 }
 
 /// The population a simulation loads by default: a few dozen to a few hundred rows per
@@ -324,29 +303,11 @@ pub fn sim_scale(w: WorkloadKind) -> f64 {
     }
 }
 
-/// The object store's transaction shape in simulations: O(4, 2) (reads 4 keys, updates 2).
-pub const SIM_OBJSTORE: ObjStoreParams = ObjStoreParams {
-    reads: 4,
-    writes: 2,
-    same_node: false,
-};
-
 /// New orders per warehouse the TPC-C tables make room for in a simulation.
 pub const SIM_TPCC_ORDER_HEADROOM: u64 = 1_000;
 /// TPC-C customers (and initial orders) per district and items at the default sim scale.
 pub const SIM_TPCC_CUSTOMERS: u64 = 12;
 pub const SIM_TPCC_ITEMS: u64 = 100;
-
-/// The RPC settings of simulated runs: the default runtime with a 1 ms retransmission
-/// timeout (the simulated round trip is 4–20 µs plus queueing), giving up after 50
-/// retransmissions (50 ms), which every fault profile stays well below.
-pub fn sim_runtime_config() -> RuntimeConfig {
-    RuntimeConfig {
-        retransmit_timeout: Duration::from_millis(1),
-        max_retries: 50,
-        ..RuntimeConfig::default()
-    }
-}
 
 /// Transactions of one type.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -388,6 +349,8 @@ pub struct SimReport {
     pub trace_hash: String,
     pub state_digest: String,
     pub run_hash: String,
+    /// The configuration the run was given.
+    pub config: Config,
     /// The last network events (if asked for).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub trace_tail: Vec<String>,
@@ -402,31 +365,32 @@ impl SimReport {
     }
 }
 
-/// Runs one simulated seed and checks it. `Err` only for a bad spec or a set-up failure;
+/// Runs one simulated seed and checks it. `Err` only for a bad configuration or a set-up failure;
 /// a run whose checks fail is an `Ok` report with `failures`.
-pub fn run(spec: &SimSpec) -> Result<SimReport, String> {
-    spec.validate()?;
-    let placement = Placement::new(spec.nodes, spec.replication)?;
-    let scale = spec.scale();
-    match spec.workload {
+pub fn run(cfg: &Config) -> Result<SimReport, String> {
+    validate(cfg)?;
+    let placement = cfg.placement()?;
+    let scale = scale(cfg);
+    let threads = cfg.cluster.threads;
+    match cfg.run.workload {
         WorkloadKind::ObjectStore => {
-            let wl = objstore::ObjectStore::new(placement, spec.threads, scale, SIM_OBJSTORE)?;
-            run_with(spec, Arc::new(wl))
+            let wl = objstore::ObjectStore::new(placement, threads, scale, cfg.objstore())?;
+            run_with(cfg, Arc::new(wl))
         }
-        WorkloadKind::Tatp => run_with(spec, Arc::new(tatp::Tatp::new(placement, scale))),
+        WorkloadKind::Tatp => run_with(cfg, Arc::new(tatp::Tatp::new(placement, scale))),
         WorkloadKind::SmallBank => run_with(
-            spec,
-            Arc::new(smallbank::SmallBank::new(placement, spec.threads, scale)),
+            cfg,
+            Arc::new(smallbank::SmallBank::new(placement, threads, scale)),
         ),
         WorkloadKind::Tpcc | WorkloadKind::TpccNo => {
             let mut p = tpcc::TpccParams::new(
                 placement,
-                spec.threads,
+                threads,
                 scale,
-                spec.workload == WorkloadKind::TpccNo,
+                cfg.run.workload == WorkloadKind::TpccNo,
                 0.0,
             );
-            if spec.scale.is_none() {
+            if cfg.run.scale.is_none() {
                 // Smaller than the loader's own minimums: a simulation runs a few hundred
                 // transactions, and loading is most of a seed's time.
                 p.customers = SIM_TPCC_CUSTOMERS;
@@ -434,7 +398,7 @@ pub fn run(spec: &SimSpec) -> Result<SimReport, String> {
                 p.items = SIM_TPCC_ITEMS;
             }
             p.order_headroom = SIM_TPCC_ORDER_HEADROOM;
-            run_with(spec, Arc::new(tpcc::Tpcc::new(p)))
+            run_with(cfg, Arc::new(tpcc::Tpcc::new(p)))
         }
     }
 }
@@ -446,7 +410,8 @@ pub fn run(spec: &SimSpec) -> Result<SimReport, String> {
 pub const SIM_TABLE_ROOM: usize = 16_384;
 pub const SIM_ROOM_PER_STEP: usize = 4;
 
-/// Loads `wl` on fresh databases in this thread, unit by unit with the driver's streams.
+/// Loads `wl` on fresh databases in this thread (the driver's loader, unit by unit
+/// with its streams), with tables capped to what `steps` steps can fill.
 fn load<W: Workload>(
     wl: &W,
     placement: Placement,
@@ -454,20 +419,12 @@ fn load<W: Workload>(
     steps: u64,
 ) -> Result<Vec<Arc<NodeDb>>, String> {
     let room = SIM_TABLE_ROOM.saturating_add((steps as usize).saturating_mul(SIM_ROOM_PER_STEP));
-    let mut specs = wl.tables();
-    for s in &mut specs {
-        s.capacity_per_node = s.capacity_per_node.min(room);
-    }
-    let dbs: Vec<Arc<NodeDb>> = (0..placement.nodes)
-        .map(|n| NodeDb::new(n, placement, &specs))
-        .collect::<Result<_, _>>()?;
-    let loader = Loader::new(&dbs, vec![true; dbs.len()], true);
-    for u in 0..wl.load_units() {
-        let mut rng = SmallRng::seed_from_u64(worker_seed(seed, 0xffff, 0xffff, u as usize));
-        wl.load_unit(u, &mut rng, &loader)?;
-    }
-    wl.after_load(&dbs)?;
-    Ok(dbs)
+    let opts = LoadOptions {
+        progress: false,
+        threads: Some(1),
+        max_capacity: Some(room),
+    };
+    build_nodes(wl, placement, 0..placement.nodes, seed, &opts)
 }
 
 /// Counts kept by the workers of a run.
@@ -628,32 +585,35 @@ impl Sim {
     }
 }
 
-/// Runs one simulated seed of any workload (`spec.workload` and `spec.scale` are not
-/// used: `wl` is the workload, built by the caller for `spec`'s cluster shape).
-pub fn run_with<W: Workload>(spec: &SimSpec, wl: Arc<W>) -> Result<SimReport, String> {
-    spec.validate()?;
-    let placement = Placement::new(spec.nodes, spec.replication)?;
-    let seed = spec.seed;
-    let dbs = load(&*wl, placement, seed, spec.steps)?;
+/// Runs one simulated seed of any workload (`run.workload` and `run.scale` are not
+/// used: `wl` is the workload, built by the caller for `cfg`'s cluster shape).
+pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, String> {
+    validate(cfg)?;
+    let faults = FaultProfile::named(&cfg.sim.faults)?;
+    let script = script(cfg)?;
+    let (nodes, threads_per_node) = (cfg.cluster.nodes, cfg.cluster.threads);
+    let coroutines = coroutines(cfg);
+    let placement = cfg.placement()?;
+    let seed = cfg.run.seed;
+    let dbs = load(&*wl, placement, seed, cfg.sim.steps)?;
     let tables: Vec<u32> = wl.tables().iter().map(|t| t.id).collect();
 
-    let cluster = ClusterConfig::new(spec.nodes, spec.threads);
-    let net =
-        SimNet::new(cluster.clone(), seed, spec.faults.net.clone()).map_err(|e| e.to_string())?;
-    net.record_trace(spec.trace_events);
+    let cluster = cfg.cluster_config()?;
+    let net = SimNet::new(cluster, seed, faults.net.clone()).map_err(|e| e.to_string())?;
+    net.record_trace(cfg.sim.trace);
     let mut setup = SmallRng::seed_from_u64(mix(seed, 0x5e70));
-    let offsets: Vec<u64> = (0..spec.nodes)
-        .map(|_| 1_000_000_000 + setup.gen_range(0..=spec.faults.clock_skew_ns))
+    let offsets: Vec<u64> = (0..nodes)
+        .map(|_| 1_000_000_000 + setup.gen_range(0..=faults.clock_skew_ns))
         .collect();
     let clocks: Vec<Arc<ManualClock>> = offsets
         .iter()
         .map(|&o| Arc::new(ManualClock::new(o)))
         .collect();
-    // Struct update on purpose: TxnConfig may grow fields (test flags, presets).
-    #[allow(clippy::needless_update)]
-    let txn_cfg = TxnConfig {
-        skip_validation_for_tests: spec.bug == Some(InjectedBug::SkipValidation),
-        ..TxnConfig::default()
+    // The same per-thread settings as the other paths, with the faults left to the
+    // simulated network.
+    let base = RunSpec {
+        fault: None,
+        ..run_spec(cfg, coroutines, None)?
     };
     let recs: Rc<RefCell<Vec<TxnRecord>>> = Rc::default();
     let stop = Arc::new(AtomicBool::new(false));
@@ -664,66 +624,68 @@ pub fn run_with<W: Workload>(spec: &SimSpec, wl: Arc<W>) -> Result<SimReport, St
     }));
     // Per worker (node, thread, coroutine): still running?
     let running: Rc<Vec<Cell<bool>>> = Rc::new(
-        (0..spec.nodes as usize * spec.threads as usize * spec.coroutines)
+        (0..nodes as usize * threads_per_node as usize * coroutines)
             .map(|_| Cell::new(true))
             .collect(),
     );
     let mut threads = Vec::new();
-    for n in 0..spec.nodes {
+    for n in 0..nodes {
         let node = net.node(n);
-        for t in 0..spec.threads {
+        for t in 0..threads_per_node {
             let ep = node.endpoint(t).map_err(|e| e.to_string())?;
-            let rpc = RuntimeConfig {
-                session: Some(setup.gen::<u32>() | 1),
-                ..sim_runtime_config()
+            // Session nonces from the seed, not the clock.
+            let spec = RunSpec {
+                rpc: RuntimeConfig {
+                    session: Some(setup.gen::<u32>() | 1),
+                    ..base.rpc.clone()
+                },
+                ..base.clone()
             };
-            let mut rt = Runtime::with_clock(ep, rpc, clocks[n as usize].clone())
-                .map_err(|e| e.to_string())?;
-            let th = TxnThread::install(&mut rt, dbs[n as usize].clone(), txn_cfg.clone());
-            th.set_history(Box::new(checks::MemorySink {
-                recs: recs.clone(),
-                clock_offset_us: offsets[n as usize] / 1000,
-            }));
-            for c in 0..spec.coroutines {
-                let idx = (n as usize * spec.threads as usize + t as usize) * spec.coroutines + c;
-                let (wl, th, stop, tally, running) = (
-                    wl.clone(),
-                    th.clone(),
-                    stop.clone(),
-                    tally.clone(),
-                    running.clone(),
-                );
-                rt.spawn(move |ctx| async move {
-                    let w = WorkerCtx {
-                        ctx,
-                        th,
-                        node: n,
-                        thread: t,
-                        coroutine: c,
-                        stop,
-                    };
-                    let mut rng = SmallRng::seed_from_u64(worker_seed(seed, n, t, c));
-                    let mut local = W::Local::default();
-                    while !w.stop.load(Ordering::Relaxed) {
-                        let (ty, outcome) = wl.run_one(&w, &mut rng, &mut local).await;
-                        {
-                            let mut tl = tally.borrow_mut();
-                            match outcome {
-                                Outcome::Committed { .. } => tl.per_type[ty].committed += 1,
-                                Outcome::Aborted(r) => {
-                                    tl.per_type[ty].aborted += 1;
-                                    *tl.aborts.entry(r.name().to_string()).or_insert(0) += 1;
+            let (wl, tally, running) = (wl.clone(), tally.clone(), running.clone());
+            let (rt, th) = start_thread(
+                ep,
+                clocks[n as usize].clone(),
+                &spec,
+                dbs[n as usize].clone(),
+                Some(Box::new(checks::MemorySink {
+                    recs: recs.clone(),
+                    clock_offset_us: offsets[n as usize] / 1000,
+                })),
+                stop.clone(),
+                move |w: WorkerCtx| {
+                    let idx = (w.node as usize * threads_per_node as usize + w.thread as usize)
+                        * coroutines
+                        + w.coroutine;
+                    let (wl, tally, running) = (wl.clone(), tally.clone(), running.clone());
+                    async move {
+                        let mut rng = SmallRng::seed_from_u64(worker_seed(
+                            seed,
+                            w.node,
+                            w.thread,
+                            w.coroutine,
+                        ));
+                        let mut local = W::Local::default();
+                        while !w.stop.load(Ordering::Relaxed) {
+                            let (ty, outcome) = wl.run_one(&w, &mut rng, &mut local).await;
+                            {
+                                let mut tl = tally.borrow_mut();
+                                match outcome {
+                                    Outcome::Committed { .. } => tl.per_type[ty].committed += 1,
+                                    Outcome::Aborted(r) => {
+                                        tl.per_type[ty].aborted += 1;
+                                        *tl.aborts.entry(r.name().to_string()).or_insert(0) += 1;
+                                    }
                                 }
                             }
+                            // Every transaction ends a step, even one that needed no
+                            // remote access: other coroutines and nodes interleave with it.
+                            w.ctx.yield_now().await;
                         }
-                        // Every transaction ends a step, even one that needed no remote
-                        // access: other coroutines and nodes interleave with it.
-                        w.ctx.yield_now().await;
+                        wl.finish_worker(local);
+                        running[idx].set(false);
                     }
-                    wl.finish_worker(local);
-                    running[idx].set(false);
-                });
-            }
+                },
+            )?;
             threads.push(NodeThread {
                 addr: EndpointAddr::new(n, t),
                 rt,
@@ -734,17 +696,17 @@ pub fn run_with<W: Workload>(spec: &SimSpec, wl: Arc<W>) -> Result<SimReport, St
     }
     let mut fault_rng = SmallRng::seed_from_u64(mix(seed, 0xfa17));
     // The first fault comes within one mean gap (runs are short in simulated time).
-    let next_partition = gap(&mut fault_rng, spec.faults.partition_every_ns) / 2;
-    let next_pause = gap(&mut fault_rng, spec.faults.pause_every_ns) / 2;
+    let next_partition = gap(&mut fault_rng, faults.partition_every_ns) / 2;
+    let next_pause = gap(&mut fault_rng, faults.pause_every_ns) / 2;
     let mut sim = Sim {
         net: net.clone(),
         clocks,
         offsets,
         threads,
-        paused_until: vec![0; spec.nodes as usize],
+        paused_until: vec![0; nodes as usize],
         sched: SmallRng::seed_from_u64(mix(seed, 0x5c4e)),
         fault_rng,
-        faults: spec.faults.clone(),
+        faults: faults.clone(),
         next_partition,
         next_pause,
         partitions: 0,
@@ -752,7 +714,7 @@ pub fn run_with<W: Workload>(spec: &SimSpec, wl: Arc<W>) -> Result<SimReport, St
         calm: false,
         pauses_at: Vec::new(),
     };
-    for f in &spec.script {
+    for f in &script {
         match f {
             Scripted::Partition {
                 side,
@@ -773,7 +735,7 @@ pub fn run_with<W: Workload>(spec: &SimSpec, wl: Arc<W>) -> Result<SimReport, St
     // The run.
     let mut cand = Vec::new();
     let mut steps = 0u64;
-    while steps < spec.steps {
+    while steps < cfg.sim.steps {
         if sim.step(&mut cand) {
             steps += 1;
         }
@@ -815,12 +777,12 @@ pub fn run_with<W: Workload>(spec: &SimSpec, wl: Arc<W>) -> Result<SimReport, St
             .enumerate()
             .filter(|(_, r)| r.get())
             .map(|(i, _)| {
-                let per_node = spec.threads as usize * spec.coroutines;
+                let per_node = threads_per_node as usize * coroutines;
                 format!(
                     "node {} thread {} coroutine {}",
                     i / per_node,
-                    (i % per_node) / spec.coroutines,
-                    i % spec.coroutines
+                    (i % per_node) / coroutines,
+                    i % coroutines
                 )
             })
             .collect();
@@ -880,9 +842,9 @@ pub fn run_with<W: Workload>(spec: &SimSpec, wl: Arc<W>) -> Result<SimReport, St
     Ok(SimReport {
         workload: wl.name().to_string(),
         seed,
-        faults: spec.faults.name.to_string(),
-        bug: spec.bug.map(|b| b.name().to_string()),
-        command: spec.command(),
+        faults: faults.name.to_string(),
+        bug: cfg.txn.inject_bug.map(|b| b.name().to_string()),
+        command: command(cfg),
         steps,
         quiesce_steps,
         sim_time_ns: sim.now(),
@@ -907,6 +869,7 @@ pub fn run_with<W: Workload>(spec: &SimSpec, wl: Arc<W>) -> Result<SimReport, St
         trace_hash: format!("{trace_hash:016x}"),
         state_digest: format!("{state:016x}"),
         run_hash: format!("{run_hash:016x}"),
+        config: cfg.clone(),
         trace_tail: net.trace_tail(),
         history,
     })

@@ -4,7 +4,7 @@
 //! and delayed datagrams and one-sided operations, partitions that heal, and node pauses
 //! (a node not scheduled for a while, as a long GC pause or a descheduled VM), all
 //! shorter than the RPC layer's give-up time (`max_retries` retransmissions, see
-//! [`crate::sim_runtime_config`]). Crashes are supported by the network
+//! [`crate::defaults`]). Crashes are supported by the network
 //! ([`ambidex_transport_sim::SimNet::crash`]) but not used here: without recovery (a later
 //! issue) a crashed node's locks and half-installed commits are never cleaned up, so a
 //! crash profile would only report that known gap.

@@ -4,7 +4,7 @@
 //! without the offsets the same check fails.
 
 use ambidex_history::TxnRecord;
-use ambidex_sim::{run, FaultProfile, SimSpec};
+use ambidex_sim::{defaults, run};
 use ambidex_workloads::WorkloadKind;
 use std::collections::HashMap;
 
@@ -44,10 +44,8 @@ fn read_from_order(history: &[TxnRecord], apply_offsets: bool) -> (usize, usize)
 fn offsets_put_every_node_on_one_time_line() {
     let (mut edges, mut bad_with, mut bad_without) = (0, 0, 0);
     for seed in 0..6 {
-        let spec = SimSpec {
-            faults: FaultProfile::named("chaos").unwrap(),
-            ..SimSpec::new(WorkloadKind::SmallBank, seed)
-        };
+        let mut spec = defaults(WorkloadKind::SmallBank, seed);
+        spec.sim.faults = "chaos".into();
         let r = run(&spec).expect("a valid spec");
         assert!(r.passed(), "seed {seed}: {:?}", r.failures);
         assert!(r.history.iter().all(|t| t.clock_offset_us.is_some()));

@@ -3,20 +3,27 @@
 //! run bit for bit; and a deliberately broken protocol (a test-only flag) is caught by
 //! some seed of the CI range, and that seed reproduces the failure exactly.
 
-use ambidex_sim::{run, FaultProfile, InjectedBug, Scripted, SimReport, SimSpec, PROFILES};
-use ambidex_workloads::WorkloadKind;
+use ambidex_sim::{
+    command, defaults, run, FaultProfile, InjectedBug, Scripted, SimReport, PROFILES,
+};
+use ambidex_workloads::{Config, WorkloadKind};
 use std::time::Instant;
 
 /// Seeds every workload runs in CI, and the steps of each run.
 const CI_SEEDS: u64 = 200;
 const CI_STEPS: u64 = 2_000;
 
-fn spec(workload: WorkloadKind, seed: u64, faults: &str) -> SimSpec {
-    SimSpec {
-        steps: CI_STEPS,
-        faults: FaultProfile::named(faults).unwrap(),
-        ..SimSpec::new(workload, seed)
-    }
+fn spec(workload: WorkloadKind, seed: u64, faults: &str) -> Config {
+    let mut c = defaults(workload, seed);
+    c.sim.steps = CI_STEPS;
+    c.sim.faults = faults.into();
+    c
+}
+
+/// `c` changed by `f`.
+fn with(mut c: Config, f: impl FnOnce(&mut Config)) -> Config {
+    f(&mut c);
+    c
 }
 
 /// Runs `seeds` and fails listing every failing seed with its reproducing command.
@@ -146,9 +153,10 @@ fn the_same_seed_gives_the_same_run_bit_for_bit() {
 /// seed of the CI range fails, and running that seed again fails identically.
 #[test]
 fn an_injected_protocol_bug_is_found_and_its_seed_reproduces_it() {
-    let bugged = |seed| SimSpec {
-        bug: Some(InjectedBug::SkipValidation),
-        ..spec(WorkloadKind::SmallBank, seed, "chaos")
+    let bugged = |seed| {
+        with(spec(WorkloadKind::SmallBank, seed, "chaos"), |c| {
+            c.txn.inject_bug = Some(InjectedBug::SkipValidation)
+        })
     };
     let found = (0..CI_SEEDS).find_map(|s| {
         let r = run(&bugged(s)).unwrap();
@@ -179,55 +187,32 @@ fn an_injected_protocol_bug_is_found_and_its_seed_reproduces_it() {
 fn bad_specs_are_clear_errors() {
     let ok = spec(WorkloadKind::SmallBank, 1, "none");
     for (what, bad) in [
-        (
-            "nodes",
-            SimSpec {
-                nodes: 0,
-                ..ok.clone()
-            },
-        ),
+        ("nodes", with(ok.clone(), |c| c.cluster.nodes = 0)),
         (
             "replication",
-            SimSpec {
-                replication: 4,
-                ..ok.clone()
-            },
+            with(ok.clone(), |c| c.cluster.replication = 4),
         ),
         (
             "coroutines",
-            SimSpec {
-                coroutines: 0,
-                ..ok.clone()
-            },
+            with(ok.clone(), |c| c.run.coroutines = Some(0)),
         ),
+        ("threads", with(ok.clone(), |c| c.cluster.threads = 100)),
+        ("scale", with(ok.clone(), |c| c.run.scale = Some(f64::NAN))),
+        ("scale", with(ok.clone(), |c| c.run.scale = Some(-1.0))),
         (
-            "threads",
-            SimSpec {
-                threads: 100,
-                ..ok.clone()
-            },
+            "chaos",
+            with(ok.clone(), |c| c.sim.faults = "meteor".into()),
         ),
+        ("farm", with(ok.clone(), |c| c.txn.mode = "farm".into())),
         (
-            "scale",
-            SimSpec {
-                scale: Some(f64::NAN),
-                ..ok.clone()
-            },
-        ),
-        (
-            "scale",
-            SimSpec {
-                scale: Some(-1.0),
-                ..ok.clone()
-            },
+            "retransmit_timeout_ms",
+            with(ok.clone(), |c| c.rpc.retransmit_timeout_ms = 0.0),
         ),
         (
             "tpcc-no",
-            SimSpec {
-                nodes: 1,
-                replication: 1,
-                ..spec(WorkloadKind::TpccNo, 1, "none")
-            },
+            with(spec(WorkloadKind::TpccNo, 1, "none"), |c| {
+                (c.cluster.nodes, c.cluster.replication) = (1, 1)
+            }),
         ),
     ] {
         let e = run(&bad).expect_err(what);
@@ -241,32 +226,23 @@ fn bad_specs_are_clear_errors() {
 fn one_node_and_many_threads_work_too() {
     for (nodes, threads, r) in [(1, 1, 1), (2, 2, 2), (4, 1, 3)] {
         for w in [WorkloadKind::SmallBank, WorkloadKind::Tpcc] {
-            let s = SimSpec {
-                nodes,
-                threads,
-                replication: r,
-                ..spec(w, 7, "chaos")
-            };
+            let s = with(spec(w, 7, "chaos"), |c| {
+                (c.cluster.nodes, c.cluster.threads, c.cluster.replication) = (nodes, threads, r)
+            });
             let rep = run(&s).unwrap();
-            assert!(rep.passed(), "{}: {:?}", s.command(), rep.failures);
-            assert!(rep.committed > 0, "{}", s.command());
+            assert!(rep.passed(), "{}: {:?}", command(&s), rep.failures);
+            assert!(rep.committed > 0, "{}", command(&s));
         }
     }
 }
 
 #[test]
 fn scripted_partitions_and_pauses_happen_when_asked() {
-    let s = SimSpec {
-        script: vec![
-            Scripted::parse("2@0.1..3", false).unwrap(),
-            Scripted::parse("0,1@4..4.5", false).unwrap(),
-            Scripted::parse("1@0.2..2", true).unwrap(),
-        ],
-        ..spec(WorkloadKind::SmallBank, 3, "none")
-    };
-    assert!(s
-        .command()
-        .ends_with("--partition 2@0.1..3 --partition 0,1@4..4.5 --pause 1@0.2..2"));
+    let s = with(spec(WorkloadKind::SmallBank, 3, "none"), |c| {
+        c.sim.partitions = vec!["2@0.1..3".into(), "0,1@4..4.5".into()];
+        c.sim.pauses = vec!["1@0.2..2".into()];
+    });
+    assert!(command(&s).ends_with("--partition 2@0.1..3 --partition 0,1@4..4.5 --pause 1@0.2..2"));
     let r = run(&s).unwrap();
     assert!(r.passed(), "{:?}", r.failures);
     assert_eq!((r.partitions, r.pauses), (2, 1));
@@ -286,10 +262,9 @@ fn scripted_partitions_and_pauses_happen_when_asked() {
         "a pause of two nodes"
     );
     for bad in ["0,1,2@1..2", "5@1..2"] {
-        let s = SimSpec {
-            script: vec![Scripted::parse(bad, false).unwrap()],
-            ..spec(WorkloadKind::SmallBank, 3, "none")
-        };
+        let s = with(spec(WorkloadKind::SmallBank, 3, "none"), |c| {
+            c.sim.partitions = vec![bad.into()]
+        });
         assert!(run(&s).unwrap_err().contains("--partition"), "{bad}");
     }
 }

@@ -1,7 +1,7 @@
 //! A coroutine that never finishes is reported as stuck, by node, thread and coroutine,
 //! instead of hanging the simulator.
 
-use ambidex_sim::{run_with, FaultProfile, SimSpec};
+use ambidex_sim::{defaults, run_with};
 use ambidex_txn::runner::WorkerCtx;
 use ambidex_txn::TableSpec;
 use ambidex_workloads::common::{Loader, Outcome, Workload};
@@ -44,11 +44,9 @@ impl Workload for Hang {
 
 #[test]
 fn a_coroutine_that_never_returns_is_reported_stuck() {
-    let spec = SimSpec {
-        steps: 200,
-        faults: FaultProfile::named("none").unwrap(),
-        ..SimSpec::new(WorkloadKind::SmallBank, 1)
-    };
+    let mut spec = defaults(WorkloadKind::SmallBank, 1);
+    spec.sim.steps = 200;
+    spec.sim.faults = "none".into();
     let r = run_with(&spec, Arc::new(Hang)).unwrap();
     assert!(!r.passed());
     assert_eq!(r.failures.len(), 1, "{:?}", r.failures);

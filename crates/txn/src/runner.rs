@@ -1,18 +1,25 @@
-//! Runs a cluster whose nodes are all in this process (any transport: `local`, or `shm`
-//! with every node attached here): one runtime per (node, thread), a transaction thread
-//! state on each, and `coroutines` workers per thread.
+//! Brings a cluster's node threads up, the same way for every path: one runtime per
+//! (node, thread) with the transaction layer installed and `coroutines` workers spawned
+//! ([`start_thread`]). In-process runs ([`run`]: every node of the cluster in this
+//! process, any transport) and node processes (`ambidex_workloads::node`: one node) run
+//! each (node, thread) on an OS thread of its own ([`spawn_node`]); the simulator calls
+//! [`start_thread`] and steps the runtimes itself, in one thread.
 //!
-//! Runtimes keep serving requests until every worker of the whole cluster has finished,
-//! so no node stops answering while another still needs it.
+//! Runtimes keep serving requests until the run says so ([`Serve`]): in-process, until
+//! every worker of the whole cluster has finished, so no node stops answering while
+//! another still needs it; in a node process, until the launcher says every node's
+//! workers are done.
 
 use crate::{HistorySink, NodeDb, TxnConfig, TxnStats, TxnThread};
-use ambidex_rpc::{Ctx, RpcStats, Runtime, RuntimeConfig};
-use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode, ThreadId};
+use ambidex_rpc::{Clock, Ctx, RpcStats, Runtime, RuntimeConfig, SystemClock};
+use ambidex_transport::fault::{FaultConfig, FaultyEndpoint};
+use ambidex_transport::{cputime, CounterSnapshot, Endpoint, NodeId, SharedNode, ThreadId};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// What a worker coroutine gets.
@@ -37,6 +44,8 @@ pub struct RunSpec {
     pub coroutines: usize,
     pub rpc: RuntimeConfig,
     pub txn: TxnConfig,
+    /// Wraps every endpoint in the transport's fault injector.
+    pub fault: Option<FaultConfig>,
     /// Stop the workers after this long (`None`: they finish on their own).
     pub duration: Option<Duration>,
     pub history: Option<SinkFactory>,
@@ -48,6 +57,7 @@ impl Default for RunSpec {
             coroutines: 4,
             rpc: RuntimeConfig::default(),
             txn: TxnConfig::default(),
+            fault: None,
             duration: None,
             history: None,
         }
@@ -80,67 +90,33 @@ pub fn run(
         return Err("one database per node is needed".into());
     }
     let threads = nodes[0].config().threads_per_node;
-    let live = Arc::new(AtomicUsize::new(
-        nodes.len() * threads as usize * spec.coroutines,
-    ));
-    let stop = Arc::new(AtomicBool::new(false));
-    let results = Arc::new(Mutex::new(Vec::new()));
+    let crew = Crew::new(nodes.len() * threads as usize * spec.coroutines);
     let cpu0 = cputime::process_cpu_seconds();
     let start = Instant::now();
     let mut handles = Vec::new();
-    for (n, node) in nodes.iter().enumerate() {
-        for t in 0..threads {
-            let (node, db) = (node.clone(), dbs[n].clone());
-            let (spec, worker, live, stop, results) = (
-                spec.clone(),
-                worker.clone(),
-                live.clone(),
-                stop.clone(),
-                results.clone(),
-            );
-            handles.push(std::thread::spawn(move || -> Result<(), String> {
-                let ep = node.endpoint(t).map_err(|e| e.to_string())?;
-                let mut rt = Runtime::new(ep, spec.rpc.clone()).map_err(|e| format!("{e:?}"))?;
-                let th = TxnThread::install(&mut rt, db, spec.txn.clone());
-                if let Some(f) = &spec.history {
-                    th.set_history(f(n as NodeId, t));
-                }
-                for c in 0..spec.coroutines {
-                    let (th, worker, live, stop) =
-                        (th.clone(), worker.clone(), live.clone(), stop.clone());
-                    rt.spawn(move |ctx| async move {
-                        let w = WorkerCtx {
-                            ctx,
-                            th,
-                            node: n as NodeId,
-                            thread: t,
-                            coroutine: c,
-                            stop,
-                        };
-                        worker(w).await;
-                        live.fetch_sub(1, Ordering::SeqCst);
-                    });
-                }
-                rt.run_until(|_| live.load(Ordering::SeqCst) == 0);
-                results.lock().unwrap().push(finish_thread(&mut rt, &th));
-                Ok(())
-            }));
-        }
+    for (node, db) in nodes.iter().zip(dbs) {
+        handles.extend(spawn_node(
+            node.clone(),
+            db.clone(),
+            spec,
+            worker.clone(),
+            &crew,
+            Serve::UntilAllWorkersDone,
+        ));
     }
     if let Some(d) = spec.duration {
-        while start.elapsed() < d && live.load(Ordering::SeqCst) > 0 {
+        while start.elapsed() < d && crew.live.load(Ordering::SeqCst) > 0 {
             std::thread::sleep(Duration::from_millis(5).min(d));
         }
-        stop.store(true, Ordering::SeqCst);
+        crew.stop.store(true, Ordering::SeqCst);
     }
     let mut errors = Vec::new();
     for h in handles {
-        match h.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => errors.push(e),
-            Err(_) => errors.push("a node thread panicked".to_string()),
+        if h.join().is_err() {
+            errors.push("a node thread panicked".to_string());
         }
     }
+    errors.extend(crew.error.lock().unwrap().take());
     if !errors.is_empty() {
         return Err(errors.join("; "));
     }
@@ -149,7 +125,7 @@ pub fn run(
         cpu_seconds: cputime::process_cpu_seconds() - cpu0,
         ..Default::default()
     };
-    for (txn, rpc, tr, stuck) in results.lock().unwrap().iter() {
+    for (txn, rpc, tr, stuck) in crew.results.lock().unwrap().iter() {
         r.txn.merge(txn);
         r.rpc.merge(rpc);
         r.transport.merge(tr);
@@ -157,6 +133,171 @@ pub fn run(
         r.stuck_workers += stuck;
     }
     Ok(r)
+}
+
+/// What the threads of a run share.
+#[derive(Clone)]
+pub struct Crew {
+    /// Workers still running.
+    pub live: Arc<AtomicUsize>,
+    /// The workers' stop flag: they finish their transaction and return.
+    pub stop: Arc<AtomicBool>,
+    /// Set when the runtimes may stop serving (with [`Serve::UntilDrained`]).
+    pub drain: Arc<AtomicBool>,
+    /// The first error of a thread that could not start.
+    pub error: Arc<Mutex<Option<String>>>,
+    /// What each thread reported when it ended.
+    pub results: Arc<Mutex<Vec<ThreadResult>>>,
+}
+
+impl Crew {
+    /// The state of a run of `workers` workers in all.
+    pub fn new(workers: usize) -> Crew {
+        Crew {
+            live: Arc::new(AtomicUsize::new(workers)),
+            stop: Arc::new(AtomicBool::new(false)),
+            drain: Arc::new(AtomicBool::new(false)),
+            error: Arc::new(Mutex::new(None)),
+            results: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    fn fail(&self, e: String) {
+        self.error.lock().unwrap().get_or_insert(e);
+    }
+}
+
+/// Until when a node thread's runtime serves requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serve {
+    /// Until every worker of the [`Crew`] has returned (every node is in this process).
+    UntilAllWorkersDone,
+    /// Until [`Crew::drain`] is set (a node process: the launcher knows the other nodes).
+    UntilDrained,
+}
+
+/// Starts one OS thread per thread of `node` (named `nodeN-tT`), each running
+/// [`start_thread`] and serving until `serve` says, then [`finish_thread`] into
+/// `crew.results`. A thread that cannot start records its error in `crew.error` and
+/// counts its workers as done.
+pub fn spawn_node(
+    node: SharedNode,
+    db: Arc<NodeDb>,
+    spec: &RunSpec,
+    worker: Worker,
+    crew: &Crew,
+    serve: Serve,
+) -> Vec<JoinHandle<()>> {
+    let n = node.node();
+    let coroutines = spec.coroutines;
+    let mut handles = Vec::new();
+    for t in 0..node.config().threads_per_node {
+        let (node, db, spec, worker, crew2) = (
+            node.clone(),
+            db.clone(),
+            spec.clone(),
+            worker.clone(),
+            crew.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name(format!("node{n}-t{t}"))
+            .spawn(move || {
+                let crew = crew2;
+                let history = spec.history.as_ref().map(|f| f(n, t));
+                let live = crew.live.clone();
+                let started = node
+                    .endpoint(t)
+                    .map_err(|e| format!("endpoint {n}.{t}: {e}"))
+                    .and_then(|ep| {
+                        start_thread(
+                            ep,
+                            SystemClock::shared(),
+                            &spec,
+                            db,
+                            history,
+                            crew.stop.clone(),
+                            move |w| {
+                                let (f, live) = (worker(w), live.clone());
+                                async move {
+                                    f.await;
+                                    live.fetch_sub(1, Ordering::SeqCst);
+                                }
+                            },
+                        )
+                    });
+                let (mut rt, th) = match started {
+                    Ok(x) => x,
+                    Err(e) => {
+                        crew.fail(e);
+                        crew.live.fetch_sub(coroutines, Ordering::SeqCst);
+                        return;
+                    }
+                };
+                match serve {
+                    Serve::UntilAllWorkersDone => {
+                        rt.run_until(|_| crew.live.load(Ordering::SeqCst) == 0)
+                    }
+                    Serve::UntilDrained => rt.run_until(|_| crew.drain.load(Ordering::SeqCst)),
+                }
+                let r = finish_thread(&mut rt, &th);
+                crew.results.lock().unwrap().push(r);
+            });
+        match spawned {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                crew.fail(format!("cannot start thread {t} of node {n}: {e}"));
+                crew.live.fetch_sub(coroutines, Ordering::SeqCst);
+            }
+        }
+    }
+    handles
+}
+
+/// Builds one (node, thread): the runtime on `ep` (through the fault injector if
+/// `spec.fault`), reading `clock`; the transaction layer on it with `db`; the history
+/// sink; and `spec.coroutines` workers, coroutine c running `worker(WorkerCtx { .. c })`.
+/// `spec.duration` and `spec.history` are the caller's business.
+pub fn start_thread<F, Fut>(
+    ep: Box<dyn Endpoint>,
+    clock: Arc<dyn Clock>,
+    spec: &RunSpec,
+    db: Arc<NodeDb>,
+    history: Option<Box<dyn HistorySink>>,
+    stop: Arc<AtomicBool>,
+    worker: F,
+) -> Result<(Runtime, Rc<TxnThread>), String>
+where
+    F: Fn(WorkerCtx) -> Fut + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    let addr = ep.addr();
+    let ep = match &spec.fault {
+        Some(f) => {
+            FaultyEndpoint::wrap(ep, f.clone()).map_err(|e| format!("fault injector: {e}"))?
+        }
+        None => ep,
+    };
+    let mut rt = Runtime::with_clock(ep, spec.rpc.clone(), clock)
+        .map_err(|e| format!("RPC runtime of thread {}.{}: {e}", addr.node, addr.thread))?;
+    let th = TxnThread::install(&mut rt, db, spec.txn.clone());
+    if let Some(h) = history {
+        th.set_history(h);
+    }
+    let worker = Rc::new(worker);
+    for c in 0..spec.coroutines {
+        let (th, worker, stop) = (th.clone(), worker.clone(), stop.clone());
+        rt.spawn(move |ctx| {
+            worker(WorkerCtx {
+                ctx,
+                th,
+                node: addr.node,
+                thread: addr.thread,
+                coroutine: c,
+                stop,
+            })
+        });
+    }
+    Ok((rt, th))
 }
 
 /// What a node thread reports when it ends: its transaction and RPC counters, its

@@ -9,14 +9,17 @@
 //!   (FaSST §6.3, DrTM+H §5); exact money invariant.
 //! - [`tpcc`]: TPC-C's five-transaction mix and DrTM+H's `tpcc-no`; consistency
 //!   conditions 1–4.
-//! - [`driver`]: [`BenchConfig`] → [`run_bench`] → [`BenchReport`]; [`sweep_coroutines`]
+//! - [`config`]: [`Config`], the one configuration of every path (in-process, node
+//!   processes, simulator); [`transports`] opens a configured cluster's nodes.
+//! - [`driver`]: [`Config`] → [`run_bench`] → [`BenchReport`]; [`sweep_coroutines`]
 //!   for the throughput–latency curve (FaSST Figure 10); [`plot`] draws it, or the
 //!   per-phase breakdown, as SVG.
 //!
 //! [`run_bench`] runs every node in one process (local fabric, or shm with every node
 //! opened here); [`node`] runs one node of a cluster whose nodes are separate processes
 //! (`ambidex node`, driven by `ambidex bench --transport shm|udp`), and
-//! [`combine_node_reports`] merges their reports into the same [`BenchReport`].
+//! [`combine_node_reports`] ([`combine`]) merges their reports into the same
+//! [`BenchReport`]; [`load`] builds and loads every path's databases.
 //!
 //! Paper-scale settings (`--scale 1`): object store 1,000,000 keys per thread; TATP
 //! 1,000,000 subscribers per node; SmallBank 100,000 accounts per thread; TPC-C one
@@ -24,17 +27,21 @@
 //! ([`WorkloadKind::quick_scale`]) keep a 3-node run on a 2-core machine to a few seconds
 //! of loading.
 
+pub mod combine;
 pub mod common;
+pub mod config;
 pub mod driver;
+pub mod load;
 pub mod node;
 pub mod objstore;
 pub mod plot;
 pub mod smallbank;
 pub mod tatp;
 pub mod tpcc;
+pub mod transports;
 
+pub use combine::{combine_node_reports, NodeReport};
 pub use common::{Outcome, Workload};
-pub use driver::{
-    build_and_load, combine_node_reports, run_bench, sweep_coroutines, BenchConfig, BenchReport,
-    LatencyUs, NodeReport, ObjStoreParams, SweepPoint, TransportKind, TypeReport, WorkloadKind,
-};
+pub use config::{Config, ConfigError, ObjStoreParams, Transport, WorkloadKind};
+pub use driver::{run_bench, sweep_coroutines, BenchReport, LatencyUs, SweepPoint, TypeReport};
+pub use load::build_and_load;

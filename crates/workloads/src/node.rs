@@ -9,33 +9,21 @@
 //! processes that counter is the launcher's: a node says when its own workers are done
 //! ([`RunningNode::workers_done`]) and serves on until [`RunningNode::finish`].
 
+use crate::combine::{replica_digests, NodeReport, ReplicaDigest};
 use crate::common::Workload;
+use crate::config::Config;
 use crate::driver::{
-    build_and_load_node, dispatch, make_worker, replica_digests, BenchConfig, NodeReport,
-    ReplicaDigest, Tally, WorkloadVisitor, MEASURE, STOP, WARMUP,
+    dispatch, make_worker, run_spec, Tally, WorkloadVisitor, MEASURE, STOP, WARMUP,
 };
-use ambidex_rpc::{RpcStats, Runtime, RuntimeConfig};
-use ambidex_transport::fault::{FaultConfig, FaultyEndpoint};
+use crate::load::build_and_load_node;
+use ambidex_rpc::RpcStats;
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
-use ambidex_txn::runner::{finish_thread, ThreadResult, Worker, WorkerCtx};
-use ambidex_txn::{NodeDb, Placement, TxnConfig, TxnStats, TxnThread};
-use std::path::PathBuf;
-use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use ambidex_txn::runner::{spawn_node, Crew, RunSpec, Serve, Worker};
+use ambidex_txn::{NodeDb, Placement, TxnStats};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
-
-/// How a node process runs its threads.
-#[derive(Clone, Debug, Default)]
-pub struct NodeOptions {
-    pub rpc: RuntimeConfig,
-    pub txn: TxnConfig,
-    /// Wraps every endpoint of this node in the transport's fault injector.
-    pub fault: Option<FaultConfig>,
-    /// Records this node's transactions to this JSON-lines file.
-    pub history: Option<PathBuf>,
-}
 
 type MakeWorker = Box<dyn Fn(Arc<Mutex<Tally>>, Arc<AtomicU8>) -> Worker + Send>;
 type Check =
@@ -44,8 +32,11 @@ type Check =
 /// A node whose database is loaded, ready to start.
 pub struct LoadedNode {
     node: NodeId,
-    coroutines: usize,
     threads: u16,
+    /// How every thread is built (RPC, transaction layer, fault injector, coroutines).
+    spec: RunSpec,
+    /// Records this node's transactions to this JSON-lines file.
+    history: Option<std::path::PathBuf>,
     types: usize,
     db: Arc<NodeDb>,
     pub load_seconds: f64,
@@ -54,10 +45,10 @@ pub struct LoadedNode {
 }
 
 /// Builds node `node`'s database and loads its share of the workload `cfg` describes
-/// (`cfg.progress`: a progress bar on stderr).
-pub fn load_node(cfg: &BenchConfig, node: NodeId) -> Result<LoadedNode, String> {
+/// (`cfg.run.progress`: a progress bar on stderr).
+pub fn load_node(cfg: &Config, node: NodeId) -> Result<LoadedNode, String> {
     struct Load<'a> {
-        cfg: &'a BenchConfig,
+        cfg: &'a Config,
         node: NodeId,
     }
     impl WorkloadVisitor<LoadedNode> for Load<'_> {
@@ -68,14 +59,16 @@ pub fn load_node(cfg: &BenchConfig, node: NodeId) -> Result<LoadedNode, String> 
         ) -> Result<LoadedNode, String> {
             let cfg = self.cfg;
             let t0 = Instant::now();
-            let db = build_and_load_node(&*wl, placement, self.node, cfg.seed, cfg.progress)?;
+            let db =
+                build_and_load_node(&*wl, placement, self.node, cfg.run.seed, cfg.run.progress)?;
             let load_seconds = t0.elapsed().as_secs_f64();
-            let seed = cfg.seed;
+            let seed = cfg.run.seed;
             let (w1, w2) = (wl.clone(), wl.clone());
             Ok(LoadedNode {
                 node: self.node,
-                coroutines: cfg.coroutines,
-                threads: cfg.threads,
+                threads: cfg.cluster.threads,
+                spec: run_spec(cfg, cfg.coroutines(), Some(self.node))?,
+                history: cfg.run.history_for(self.node),
                 types: wl.txn_types().len(),
                 db,
                 load_seconds,
@@ -86,9 +79,7 @@ pub fn load_node(cfg: &BenchConfig, node: NodeId) -> Result<LoadedNode, String> 
             })
         }
     }
-    if cfg.coroutines == 0 {
-        return Err("coroutines must be at least 1".into());
-    }
+    cfg.validate()?;
     dispatch(cfg, Load { cfg, node })
 }
 
@@ -99,15 +90,10 @@ pub struct RunningNode {
     load_seconds: f64,
     check: Check,
     phase: Arc<AtomicU8>,
-    /// Workers of this node still running.
-    live: Arc<AtomicUsize>,
-    /// Set by `finish`: every node's workers are done; stop serving.
-    drain: Arc<AtomicBool>,
-    /// The workers' own stop flag (set by `abort`).
-    stop: Arc<AtomicBool>,
-    error: Arc<Mutex<Option<String>>>,
+    /// This node's workers (`live`), its serving (`drain`: set by `finish`, every node's
+    /// workers are done), the workers' own stop flag (set by `abort`), thread errors.
+    crew: Crew,
     handles: Vec<JoinHandle<()>>,
-    results: Arc<Mutex<Vec<ThreadResult>>>,
     total: Arc<Mutex<Tally>>,
     types: usize,
     recorder: Option<ambidex_history::Recorder>,
@@ -119,7 +105,7 @@ pub struct RunningNode {
 impl LoadedNode {
     /// Starts every thread of this node on `transport` (this node's), workers in the
     /// warmup phase: nothing is counted until [`RunningNode::measure`].
-    pub fn start(self, transport: SharedNode, opts: NodeOptions) -> Result<RunningNode, String> {
+    pub fn start(self, transport: SharedNode) -> Result<RunningNode, String> {
         if transport.node() != self.node {
             return Err(format!(
                 "the transport is node {}'s, not node {}'s",
@@ -134,109 +120,39 @@ impl LoadedNode {
                 self.threads
             ));
         }
-        let recorder = match &opts.history {
+        let recorder = match &self.history {
             Some(path) => Some(
                 ambidex_history::Recorder::create(path)
                     .map_err(|e| format!("cannot create history file {}: {e}", path.display()))?,
             ),
             None => None,
         };
+        let mut spec = self.spec;
+        spec.history = recorder.clone().map(|rec| {
+            let f: ambidex_txn::runner::SinkFactory =
+                Arc::new(move |_, _| Box::new(ambidex_txn::history::RecorderSink(rec.thread())));
+            f
+        });
         let total = Arc::new(Mutex::new(Tally::new(self.types)));
         let phase = Arc::new(AtomicU8::new(WARMUP));
-        let worker = (self.make_worker)(total.clone(), phase.clone());
-        let live = Arc::new(AtomicUsize::new(self.threads as usize * self.coroutines));
-        let drain = Arc::new(AtomicBool::new(false));
-        let stop = Arc::new(AtomicBool::new(false));
-        let error: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
-        let results = Arc::new(Mutex::new(Vec::new()));
-        let mut handles = Vec::new();
-        for t in 0..self.threads {
-            let (transport, db, worker, opts) = (
-                transport.clone(),
-                self.db.clone(),
-                worker.clone(),
-                opts.clone(),
-            );
-            let (t_live, drain, stop, t_error, results, recorder) = (
-                live.clone(),
-                drain.clone(),
-                stop.clone(),
-                error.clone(),
-                results.clone(),
-                recorder.clone(),
-            );
-            let (node, coroutines) = (self.node, self.coroutines);
-            let spawned = std::thread::Builder::new()
-                .name(format!("node{node}-t{t}"))
-                .spawn(move || {
-                    let setup = || -> Result<(Runtime, Rc<TxnThread>), String> {
-                        let ep = transport
-                            .endpoint(t)
-                            .map_err(|e| format!("endpoint {node}.{t}: {e}"))?;
-                        let ep = match &opts.fault {
-                            Some(f) => FaultyEndpoint::wrap(ep, f.clone())
-                                .map_err(|e| format!("fault injector: {e}"))?,
-                            None => ep,
-                        };
-                        let mut rt = Runtime::new(ep, opts.rpc.clone())
-                            .map_err(|e| format!("RPC runtime of thread {t}: {e}"))?;
-                        let th = TxnThread::install(&mut rt, db, opts.txn.clone());
-                        Ok((rt, th))
-                    };
-                    let (mut rt, th) = match setup() {
-                        Ok(x) => x,
-                        Err(e) => {
-                            t_error.lock().unwrap().get_or_insert(e);
-                            t_live.fetch_sub(coroutines, Ordering::SeqCst);
-                            return;
-                        }
-                    };
-                    if let Some(rec) = &recorder {
-                        th.set_history(Box::new(ambidex_txn::history::RecorderSink(rec.thread())));
-                    }
-                    for c in 0..coroutines {
-                        let (th, worker, live, stop) =
-                            (th.clone(), worker.clone(), t_live.clone(), stop.clone());
-                        rt.spawn(move |ctx| async move {
-                            let w = WorkerCtx {
-                                ctx,
-                                th,
-                                node,
-                                thread: t,
-                                coroutine: c,
-                                stop,
-                            };
-                            worker(w).await;
-                            live.fetch_sub(1, Ordering::SeqCst);
-                        });
-                    }
-                    // Serve until the launcher says every node's workers are done.
-                    rt.run_until(|_| drain.load(Ordering::SeqCst));
-                    results.lock().unwrap().push(finish_thread(&mut rt, &th));
-                });
-            match spawned {
-                Ok(h) => handles.push(h),
-                Err(e) => {
-                    error
-                        .lock()
-                        .unwrap()
-                        .get_or_insert(format!("cannot start thread {t}: {e}"));
-                    live.fetch_sub(self.coroutines, Ordering::SeqCst);
-                }
-            }
-        }
+        let worker: Worker = (self.make_worker)(total.clone(), phase.clone());
+        let crew = Crew::new(self.threads as usize * spec.coroutines);
+        let handles = spawn_node(
+            transport,
+            self.db.clone(),
+            &spec,
+            worker,
+            &crew,
+            Serve::UntilDrained,
+        );
         Ok(RunningNode {
             node: self.node,
             db: self.db,
             load_seconds: self.load_seconds,
             check: self.check,
             phase,
-            live,
-            drain,
-            stop,
-            error,
+            crew,
             handles,
-            results,
             total,
             types: self.types,
             recorder,
@@ -267,21 +183,21 @@ impl RunningNode {
     /// True once every worker of this node has returned (the node still serves
     /// requests); an error if a thread of this node failed.
     pub fn workers_done(&self) -> Result<bool, String> {
-        if let Some(e) = self.error.lock().unwrap().clone() {
+        if let Some(e) = self.crew.error.lock().unwrap().clone() {
             return Err(e);
         }
-        Ok(self.live.load(Ordering::SeqCst) == 0)
+        Ok(self.crew.live.load(Ordering::SeqCst) == 0)
     }
 
     /// Every node's workers are done: stops serving, checks this node's data and
     /// returns its report.
     pub fn finish(mut self) -> Result<NodeReport, String> {
         self.phase.store(STOP, Ordering::SeqCst);
-        self.drain.store(true, Ordering::SeqCst);
+        self.crew.drain.store(true, Ordering::SeqCst);
         for h in std::mem::take(&mut self.handles) {
             h.join().map_err(|_| "a node thread panicked".to_string())?;
         }
-        if let Some(e) = self.error.lock().unwrap().clone() {
+        if let Some(e) = self.crew.error.lock().unwrap().clone() {
             return Err(e);
         }
         if let Some(rec) = &self.recorder {
@@ -291,7 +207,7 @@ impl RunningNode {
         let (mut txn, mut rpc) = (TxnStats::default(), RpcStats::default());
         let mut counters = CounterSnapshot::default();
         let mut stuck = 0;
-        for (t, r, c, s) in self.results.lock().unwrap().iter() {
+        for (t, r, c, s) in self.crew.results.lock().unwrap().iter() {
             txn.merge(t);
             rpc.merge(r);
             counters.merge(c);
@@ -311,8 +227,8 @@ impl RunningNode {
 
     /// Stops the workers and the threads without a report (the run failed elsewhere).
     pub fn abort(self) {
-        self.stop.store(true, Ordering::SeqCst);
+        self.crew.stop.store(true, Ordering::SeqCst);
         self.phase.store(STOP, Ordering::SeqCst);
-        self.drain.store(true, Ordering::SeqCst);
+        self.crew.drain.store(true, Ordering::SeqCst);
     }
 }

@@ -9,7 +9,7 @@
 //! Each update increments a counter in the value's first 8 bytes.
 
 use crate::common::{add_i64, per_node_capacity, Loader, Outcome, Workload};
-use crate::driver::ObjStoreParams;
+use crate::config::ObjStoreParams;
 use ambidex_txn::runner::WorkerCtx;
 use ambidex_txn::{Placement, TableSpec, Txn, WriteKind};
 use rand::rngs::SmallRng;

@@ -4,39 +4,30 @@
 use ambidex_txn::Placement;
 use ambidex_workloads::common::primary_rows;
 use ambidex_workloads::tatp::{self, Tatp};
-use ambidex_workloads::{
-    run_bench, sweep_coroutines, BenchConfig, ObjStoreParams, TransportKind, WorkloadKind,
-};
+use ambidex_workloads::{run_bench, sweep_coroutines, Config, Transport, WorkloadKind};
 use std::collections::HashMap;
 
-fn cfg(workload: WorkloadKind, scale: f64, duration_s: f64) -> BenchConfig {
-    BenchConfig {
-        workload,
-        nodes: 3,
-        threads: 1,
-        coroutines: 4,
-        replication: 3,
-        duration_s,
-        warmup_s: 0.2,
-        scale: Some(scale),
-        seed: 7,
-        transport: TransportKind::Local,
-        objstore: ObjStoreParams::default(),
-        progress: false,
-        history: None,
-    }
+fn cfg(workload: WorkloadKind, scale: f64, duration_s: f64) -> Config {
+    let mut c = Config::default();
+    c.run.workload = workload;
+    c.run.coroutines = Some(4);
+    c.run.duration_s = duration_s;
+    c.run.warmup_s = 0.2;
+    c.run.scale = Some(scale);
+    c.run.seed = 7;
+    c.run.r = 1;
+    c.run.w = 0;
+    c
 }
 
 #[test]
 fn smallbank_invariant_holds_after_a_concurrent_run() {
     // Few accounts (hot set of 2 per... 4% of 600) so transactions really conflict.
     let history = std::env::temp_dir().join(format!("ambidex-sb-{}.jsonl", std::process::id()));
-    let r = run_bench(&BenchConfig {
-        threads: 2,
-        history: Some(history.clone()),
-        ..cfg(WorkloadKind::SmallBank, 0.001, 1.0)
-    })
-    .unwrap();
+    let mut c = cfg(WorkloadKind::SmallBank, 0.001, 1.0);
+    c.cluster.threads = 2;
+    c.run.history = Some(history.display().to_string());
+    let r = run_bench(&c).unwrap();
     assert_eq!(r.invariant_ok, Some(true), "{}", r.check);
     // The recorded history of the whole run is serializable.
     let report = ambidex_history::check_file(&history).unwrap();
@@ -60,11 +51,9 @@ fn smallbank_invariant_holds_after_a_concurrent_run() {
 
 #[test]
 fn smallbank_on_shm() {
-    let r = run_bench(&BenchConfig {
-        transport: TransportKind::Shm,
-        ..cfg(WorkloadKind::SmallBank, 0.01, 0.5)
-    })
-    .unwrap();
+    let mut c = cfg(WorkloadKind::SmallBank, 0.01, 0.5);
+    c.cluster.transport = Transport::Shm;
+    let r = run_bench(&c).unwrap();
     assert_eq!(r.invariant_ok, Some(true), "{}", r.check);
     assert!(r.committed > 100);
     assert_eq!(r.transport, "shm");
@@ -136,11 +125,9 @@ fn tatp_found_rates_match_the_expected_rates() {
 
 #[test]
 fn tpcc_consistency_holds_after_a_run() {
-    let r = run_bench(&BenchConfig {
-        coroutines: 6,
-        ..cfg(WorkloadKind::Tpcc, 0.01, 1.5)
-    })
-    .unwrap();
+    let mut c = cfg(WorkloadKind::Tpcc, 0.01, 1.5);
+    c.run.coroutines = Some(6);
+    let r = run_bench(&c).unwrap();
     assert_eq!(r.consistency_ok, Some(true), "{}", r.check);
     assert_eq!(r.stuck_workers, 0);
     for (name, t) in &r.per_type {
@@ -166,15 +153,8 @@ fn tpcc_new_order_only_is_consistent() {
 
 #[test]
 fn object_store_runs_and_sweeps() {
-    let base = BenchConfig {
-        objstore: ObjStoreParams {
-            reads: 3,
-            writes: 1,
-            same_node: false,
-        },
-        warmup_s: 0.1,
-        ..cfg(WorkloadKind::ObjectStore, 0.01, 0.4)
-    };
+    let mut base = cfg(WorkloadKind::ObjectStore, 0.01, 0.4);
+    (base.run.r, base.run.w, base.run.warmup_s) = (3, 1, 0.1);
     let (points, reports) = sweep_coroutines(&base, &[1, 4]).unwrap();
     assert_eq!(points.len(), 2);
     assert_eq!((points[0].coroutines, points[1].coroutines), (1, 4));

@@ -2,14 +2,14 @@
 //! the raw datagram rate of the same transport measured in the same run so the RPC
 //! layer's cost shows as a ratio. All nodes run as threads of this process.
 
-use crate::cluster::{Backend, InProcessCluster};
 use ambidex_rpc::bench::{run_bench, RpcBenchConfig, RpcBenchReport};
-use ambidex_transport::ClusterConfig;
+use ambidex_workloads::config::{ClusterSection, Transport};
+use ambidex_workloads::transports::InProcess;
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct Args {
-    #[arg(long, value_enum, default_value = "local")]
-    pub transport: Backend,
+    #[arg(long, default_value = "local")]
+    pub transport: Transport,
     #[arg(long, default_value_t = 2)]
     pub nodes: u16,
     /// Threads (runtimes) per node.
@@ -59,7 +59,12 @@ pub fn run(a: &Args) -> Result<RpcBenchReport, String> {
     if a.rounds == 0 || a.rounds > 100 {
         return Err("--rounds must be between 1 and 100".into());
     }
-    let cluster = InProcessCluster::open(a.transport, ClusterConfig::new(a.nodes, a.threads))?;
+    let cluster = InProcess::open(&ClusterSection {
+        transport: a.transport,
+        nodes: a.nodes,
+        threads: a.threads,
+        ..ClusterSection::default()
+    })?;
     let cfg = RpcBenchConfig {
         nodes: a.nodes,
         threads: a.threads,

@@ -6,10 +6,11 @@
 //! `datagram.ops` counts datagrams delivered in both directions. The READ test keeps
 //! `window` batches of `batch` READs in flight, only the last of each batch signaled.
 
-use crate::cluster::{Backend, BenchCluster};
+use crate::cluster::BenchCluster;
 use ambidex_transport::cputime;
 use ambidex_transport::wait::Backoff;
 use ambidex_transport::*;
+use ambidex_workloads::config::{ClusterSection, Transport};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -19,8 +20,8 @@ const REGION_LEN: usize = 1 << 20;
 #[derive(Clone, Debug, clap::Args)]
 pub struct Args {
     /// Transport backend.
-    #[arg(long, value_enum, default_value = "local")]
-    pub transport: Backend,
+    #[arg(long, default_value = "local")]
+    pub transport: Transport,
     /// Payload bytes of each datagram and each READ.
     #[arg(long, default_value_t = 32)]
     pub size: usize,
@@ -92,7 +93,16 @@ pub fn run(args: &Args) -> Result<Report, String> {
             config.recv_depth
         ));
     }
-    let cluster = BenchCluster::start(args.transport, config, "bench-transport", peer)?;
+    let cluster = BenchCluster::start(
+        ClusterSection {
+            transport: args.transport,
+            nodes: config.nodes,
+            threads: config.threads_per_node,
+            ..ClusterSection::default()
+        },
+        "bench-transport",
+        peer,
+    )?;
     let result = drive(args, &cluster);
     let finished = cluster.finish();
     let report = result?;
@@ -245,7 +255,7 @@ fn drive(args: &Args, cluster: &BenchCluster) -> Result<Report, String> {
     ask(&mut *ep, peer, b'q')?;
     Ok(Report {
         transport: args.transport.name(),
-        remote_cpu_involved: args.transport == Backend::Udp,
+        remote_cpu_involved: args.transport == Transport::Udp,
         size: args.size,
         batch: args.batch,
         window: args.window,

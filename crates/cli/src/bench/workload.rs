@@ -2,16 +2,16 @@
 //! DrTM+H §5–6. With the `local` transport every node is a thread of this process; with
 //! `shm` and `udp` every node is its own `ambidex node` process (docs/cluster.md), which
 //! this process starts, drives through the control protocol, and whose reports it
-//! combines into the same report (`--in-process` keeps shm nodes in this process).
+//! combines into the same report (`--in-process` keeps them in this process). The run is
+//! configured by one `Config`: `--config FILE`, then the flags.
 
-use crate::cluster::{
-    Backend, ClusterFile, ClusterSection, ClusterSpec, FaultSection, Launch, NodeProcesses,
-    RpcSection, RunSection,
-};
+use crate::cluster::{Launch, NodeProcesses};
+use crate::config_args::{set, ConfigArgs};
+use ambidex_workloads::config::{ClusterSection, FaultSection, RunSection};
 use ambidex_workloads::plot::{plot, Plot};
 use ambidex_workloads::{
-    combine_node_reports, run_bench, sweep_coroutines, BenchConfig, BenchReport, NodeReport,
-    ObjStoreParams, SweepPoint, TransportKind, WorkloadKind,
+    combine_node_reports, run_bench, sweep_coroutines, transports, BenchReport, Config, NodeReport,
+    SweepPoint, Transport, WorkloadKind,
 };
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -19,19 +19,16 @@ use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub cfg: ConfigArgs,
     /// Transport: `local` (every node a thread of this process), `shm` (one process per
     /// node on this host, shared memory) or `udp` (one process per node, UDP; loopback
-    /// unless `--cluster-config` gives addresses).
-    #[arg(long, default_value = "local")]
-    pub transport: String,
-    /// shm only: attach every node in this process instead of one process per node.
+    /// unless the config file gives addresses) [default: local].
+    #[arg(long)]
+    pub transport: Option<Transport>,
+    /// shm, udp: open every node in this process instead of one process per node.
     #[arg(long)]
     pub in_process: bool,
-    /// Take the cluster (transport, nodes, threads, shm directory or udp addresses, RPC
-    /// retries, injected faults) from this JSON file (docs/cluster.md); the workload
-    /// options still come from this command line.
-    #[arg(long, value_name = "FILE")]
-    pub cluster_config: Option<PathBuf>,
     /// Start each node process through this command, `{node}` replaced by the node id
     /// (e.g. `ip netns exec ns{node}`).
     #[arg(long, value_name = "CMD")]
@@ -39,13 +36,7 @@ pub struct Args {
     /// Seconds every node process has to load its share and open its transport.
     #[arg(long, default_value_t = 600.0)]
     pub node_timeout: f64,
-    /// RPC retransmission timeout in ms (node processes; default 20).
-    #[arg(long)]
-    pub rpc_timeout_ms: Option<f64>,
-    /// RPC retransmissions before a destination is suspected (node processes; default 50).
-    #[arg(long)]
-    pub rpc_retries: Option<u32>,
-    /// Fault injector (node processes): probability of dropping each datagram sent.
+    /// Fault injector: probability of dropping each datagram sent.
     #[arg(long)]
     pub fault_drop: Option<f64>,
     /// Fault injector: probability of duplicating a datagram.
@@ -61,38 +52,21 @@ pub struct Args {
     pub fault_max_delay_us: Option<u64>,
     #[arg(long)]
     pub fault_seed: Option<u64>,
-    #[arg(long, default_value_t = 3)]
-    pub nodes: u16,
-    /// Threads per node.
-    #[arg(long, default_value_t = 1)]
-    pub threads: u16,
-    /// Worker coroutines per thread [default: 20; 8 for TPC-C].
+    /// Measured seconds [default: 5].
     #[arg(long)]
-    pub coroutines: Option<usize>,
-    /// The primitive preset; only `fasst` (RPCs for every phase) exists so far.
-    #[arg(long, default_value = "fasst")]
-    pub mode: String,
-    /// Copies of every key (primary + backups).
-    #[arg(long, default_value_t = 3)]
-    pub replication: u16,
-    /// Measured seconds.
-    #[arg(long, default_value_t = 5.0)]
-    pub duration: f64,
-    /// Seconds run before measuring.
-    #[arg(long, default_value_t = 1.0)]
-    pub warmup: f64,
-    /// Population as a multiple of the papers' (1.0 = paper scale; default: a quick size
-    /// per workload, see docs/workloads.md).
+    pub duration: Option<f64>,
+    /// Seconds run before measuring [default: 1].
     #[arg(long)]
-    pub scale: Option<f64>,
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
-    /// Object store: keys read per transaction.
-    #[arg(long, default_value_t = 4)]
-    pub r: usize,
-    /// Object store: keys of those updated.
-    #[arg(long, default_value_t = 2)]
-    pub w: usize,
+    pub warmup: Option<f64>,
+    /// [default: 42]
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Object store: keys read per transaction [default: 4].
+    #[arg(long)]
+    pub r: Option<usize>,
+    /// Object store: keys of those updated [default: 2].
+    #[arg(long)]
+    pub w: Option<usize>,
     /// Object store: allow several keys of a transaction on one primary.
     #[arg(long)]
     pub same_node: bool,
@@ -127,152 +101,68 @@ pub enum Outcome {
     Sweep(SweepReport),
 }
 
-pub fn config(workload: &str, a: &Args) -> Result<BenchConfig, String> {
-    if a.mode != "fasst" {
-        return Err(format!(
-            "--mode {}: only the fasst preset exists so far (every phase over RPCs)",
-            a.mode
-        ));
+/// The run's configuration: the defaults, `--config FILE`, then the flags (and the
+/// subcommand's workload, if any); validated.
+pub fn config(workload: Option<&str>, a: &Args) -> Result<Config, String> {
+    let mut c = a.cfg.resolve(&Config::default())?;
+    if let Some(w) = workload {
+        c.run.workload = w.parse::<WorkloadKind>()?;
     }
-    let run = run_section(workload, a);
-    let cfg = bench_config(a.nodes, a.threads, &run, !a.no_progress && !a.json)?;
-    Ok(BenchConfig {
-        // Node processes ignore it; udp runs only as node processes.
-        transport: match a.transport.as_str() {
-            "udp" => TransportKind::Local,
-            t => t.parse()?,
-        },
-        history: a.history.clone(),
-        ..cfg
-    })
+    set(&mut c.cluster.transport, a.transport);
+    set(&mut c.run.duration_s, a.duration);
+    set(&mut c.run.warmup_s, a.warmup);
+    set(&mut c.run.seed, a.seed);
+    set(&mut c.run.r, a.r);
+    set(&mut c.run.w, a.w);
+    if a.same_node {
+        c.run.same_node = true;
+    }
+    if let Some(h) = &a.history {
+        c.run.history = Some(h.display().to_string());
+    }
+    if fault_flags(a) {
+        let f = c.fault.get_or_insert_with(FaultSection::default);
+        set(&mut f.drop, a.fault_drop);
+        set(&mut f.duplicate, a.fault_duplicate);
+        set(&mut f.reorder, a.fault_reorder);
+        set(&mut f.delay, a.fault_delay);
+        set(&mut f.max_delay_us, a.fault_max_delay_us);
+        set(&mut f.seed, a.fault_seed);
+    }
+    c.run.progress = !a.no_progress && !a.json;
+    c.validate()?;
+    Ok(c)
 }
 
-/// The run options of the command line, as the cluster file's `run` section.
-fn run_section(workload: &str, a: &Args) -> RunSection {
-    RunSection {
-        workload: workload.to_string(),
-        // An unknown workload name is reported by the caller's parse of the run section.
-        coroutines: a.coroutines.unwrap_or_else(|| {
-            workload
-                .parse::<WorkloadKind>()
-                .map_or(20, |k| k.default_coroutines())
-        }),
-        replication: a.replication,
-        scale: a.scale,
-        seed: a.seed,
-        warmup_s: a.warmup,
-        duration_s: a.duration,
-        r: a.r,
-        w: a.w,
-        same_node: a.same_node,
-        history: a.history.as_ref().map(|p| p.display().to_string()),
-    }
-}
-
-/// The benchmark configuration of a cluster file's run (for a node process).
-pub fn run_config(
-    cluster: &ClusterSection,
-    run: &RunSection,
-    progress: bool,
-) -> Result<BenchConfig, String> {
-    bench_config(cluster.nodes, cluster.threads, run, progress)
-}
-
-fn bench_config(
-    nodes: u16,
-    threads: u16,
-    run: &RunSection,
-    progress: bool,
-) -> Result<BenchConfig, String> {
-    if nodes == 0 || threads == 0 || run.coroutines == 0 {
-        return Err("--nodes, --threads and --coroutines must be at least 1".into());
-    }
-    if run.coroutines > 4096 {
-        return Err("--coroutines must be at most 4096".into());
-    }
-    let duration_ok = run.duration_s > 0.0 && run.duration_s <= 86400.0;
-    let warmup_ok = (0.0..=3600.0).contains(&run.warmup_s);
-    if !(duration_ok && warmup_ok) {
-        return Err("--duration must be in (0, 86400] and --warmup in [0, 3600] seconds".into());
-    }
-    if let Some(s) = run.scale {
-        if !(s > 0.0 && s <= 1000.0) {
-            return Err("--scale must be in (0, 1000]".into());
-        }
-    }
-    if run.w > run.r || run.r == 0 {
-        return Err("object store: need 1 <= r and w <= r".into());
-    }
-    Ok(BenchConfig {
-        workload: run.workload.parse()?,
-        nodes,
-        threads,
-        coroutines: run.coroutines,
-        replication: run.replication,
-        duration_s: run.duration_s,
-        warmup_s: run.warmup_s,
-        scale: run.scale,
-        seed: run.seed,
-        transport: TransportKind::Local,
-        objstore: ObjStoreParams {
-            reads: run.r,
-            writes: run.w,
-            same_node: run.same_node,
-        },
-        progress,
-        history: None,
-    })
-}
-
-/// True if this run starts one node process per node.
-fn multi_process(a: &Args) -> Result<bool, String> {
-    let multi = match (a.transport.as_str(), a.in_process) {
-        _ if a.cluster_config.is_some() => {
-            if a.in_process {
-                return Err("--cluster-config runs node processes; drop --in-process".into());
-            }
-            true
-        }
-        ("local", _) => false,
-        ("shm", in_process) => !in_process,
-        ("udp", false) => true,
-        ("udp", true) => {
-            return Err("--in-process runs local or shm; udp nodes run as processes".into())
-        }
-        (t, _) => return Err(format!("unknown transport {t:?} (local, shm, udp)")),
-    };
-    if !multi {
-        let node_only = a.node_wrapper.is_some()
-            || a.rpc_timeout_ms.is_some()
-            || a.rpc_retries.is_some()
-            || fault_flags(a).is_some();
-        if node_only {
-            return Err(
-                "--node-wrapper, --rpc-* and --fault-* apply to node processes: \
-                 use --transport shm or udp (without --in-process)"
-                    .into(),
-            );
-        }
-    }
-    Ok(multi)
-}
-
-fn fault_flags(a: &Args) -> Option<()> {
-    (a.fault_drop.is_some()
+fn fault_flags(a: &Args) -> bool {
+    a.fault_drop.is_some()
         || a.fault_duplicate.is_some()
         || a.fault_reorder.is_some()
         || a.fault_delay.is_some()
         || a.fault_max_delay_us.is_some()
-        || a.fault_seed.is_some())
-    .then_some(())
+        || a.fault_seed.is_some()
 }
 
-pub fn run(workload: &str, a: &Args) -> Result<Outcome, String> {
+/// True if this run starts one node process per node.
+fn multi_process(c: &ClusterSection, a: &Args) -> Result<bool, String> {
+    let multi = c.transport != Transport::Local && !a.in_process;
+    if !multi && a.node_wrapper.is_some() {
+        return Err(
+            "--node-wrapper applies to node processes: use --transport shm or udp \
+             (without --in-process)"
+                .into(),
+        );
+    }
+    Ok(multi)
+}
+
+pub fn run(workload: Option<&str>, a: &Args) -> Result<Outcome, String> {
     let cfg = config(workload, a)?;
-    if multi_process(a)? {
+    let workload = cfg.run.workload.name();
+    if multi_process(&cfg.cluster, a)? {
         if a.sweep_coroutines.is_some() {
             return Err("--sweep-coroutines runs every node in this process: use \
-                 --transport local, or shm with --in-process"
+                 --transport local, or --in-process"
                 .into());
         }
         let r = run_multi_process(a, cfg)?;
@@ -409,91 +299,25 @@ fn print_one(a: &Args, r: &BenchReport) {
 /// Removes the run's scratch directory and the shm cluster directory, however the run ends.
 struct RunFiles {
     dir: PathBuf,
-    spec: Option<ClusterSpec>,
+    cluster: Option<ClusterSection>,
 }
 
 impl Drop for RunFiles {
     fn drop(&mut self) {
-        if let Some(spec) = &self.spec {
-            spec.destroy();
+        if let Some(c) = &self.cluster {
+            transports::destroy(c);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 /// Runs `cfg` with one `ambidex node` process per node and combines their reports.
-fn run_multi_process(a: &Args, mut cfg: BenchConfig) -> Result<BenchReport, String> {
-    let mut cluster = match &a.cluster_config {
-        Some(path) => {
-            let file = ClusterFile::read(path)?;
-            if file.run.is_some() {
-                eprintln!(
-                    "ambidex: note: the \"run\" section of {} is ignored; the run comes from \\
-                     the command line",
-                    path.display()
-                );
-            }
-            if a.nodes != file.cluster.nodes || a.threads != file.cluster.threads {
-                eprintln!(
-                    "ambidex: note: {} nodes x {} threads, from {}",
-                    file.cluster.nodes,
-                    file.cluster.threads,
-                    path.display()
-                );
-            }
-            file.cluster
-        }
-        None => ClusterSection {
-            transport: match a.transport.as_str() {
-                "udp" => Backend::Udp,
-                _ => Backend::Shm,
-            },
-            nodes: a.nodes,
-            threads: a.threads,
-            cluster_id: None,
-            mtu: None,
-            recv_depth: None,
-            shm_dir: None,
-            udp_addrs: Vec::new(),
-            rpc: RpcSection::default(),
-            fault: None,
-        },
-    };
-    if let Some(ms) = a.rpc_timeout_ms {
-        cluster.rpc.retransmit_timeout_ms = ms;
-    }
-    if let Some(n) = a.rpc_retries {
-        cluster.rpc.max_retries = n;
-    }
-    if fault_flags(a).is_some() {
-        let f = cluster.fault.get_or_insert_with(|| FaultSection {
-            seed: 1,
-            max_delay_us: 2000,
-            ..Default::default()
-        });
-        f.drop = a.fault_drop.unwrap_or(f.drop);
-        f.duplicate = a.fault_duplicate.unwrap_or(f.duplicate);
-        f.reorder = a.fault_reorder.unwrap_or(f.reorder);
-        f.delay = a.fault_delay.unwrap_or(f.delay);
-        f.max_delay_us = a.fault_max_delay_us.unwrap_or(f.max_delay_us);
-        f.seed = a.fault_seed.unwrap_or(f.seed);
-    }
-    cluster.validate()?;
-    cfg.nodes = cluster.nodes;
-    cfg.threads = cluster.threads;
-    check_replication(&cfg)?;
+fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
     if !(a.node_timeout > 0.0 && a.node_timeout <= 86400.0) {
         return Err("--node-timeout must be in (0, 86400] seconds".into());
     }
     // Where the nodes meet on this host, unless the file says.
-    let here = ClusterSpec::on_this_host(cluster.transport, cluster.cluster_config()?);
-    if cluster.transport == Backend::Shm && cluster.shm_dir.is_none() {
-        cluster.shm_dir = here.shm_dir;
-    }
-    if cluster.transport == Backend::Udp && cluster.udp_addrs.is_empty() {
-        cluster.udp_addrs = here.udp_addrs;
-    }
-    let spec = cluster.spec()?;
+    transports::on_this_host(&mut cfg.cluster);
     let dir = std::env::temp_dir().join(format!(
         "ambidex-run-{}-{}",
         std::process::id(),
@@ -503,23 +327,29 @@ fn run_multi_process(a: &Args, mut cfg: BenchConfig) -> Result<BenchReport, Stri
             .unwrap_or(0)
     ));
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let mut files = RunFiles { dir, spec: None };
-    spec.create()?;
-    files.spec = Some(spec);
-    let run = run_section(cfg.workload.name(), a);
-    let give_up = cluster.rpc.give_up_after();
-    let file = ClusterFile {
-        cluster,
-        run: Some(run.clone()),
+    let mut files = RunFiles { dir, cluster: None };
+    transports::create(&cfg.cluster)?;
+    files.cluster = Some(cfg.cluster.clone());
+    let give_up = cfg.rpc.give_up_after();
+    let config_path = files.dir.join("config.json");
+    cfg.write(&config_path)?;
+    let nodes = cfg.cluster.nodes;
+    let path = config_path.display().to_string();
+    let progress = cfg.run.progress;
+    let args = |n: u16| {
+        let mut v: Vec<String> = ["node", "--config", &path, "--node", &n.to_string()]
+            .map(String::from)
+            .to_vec();
+        // Node 0 shows the loading progress bar; the others load silently.
+        if !(progress && n == 0) {
+            v.push("--no-progress".into());
+        }
+        v
     };
-    let config_path = files.dir.join("cluster.json");
-    file.write(&config_path)?;
-
     let mut procs = NodeProcesses::spawn(&Launch {
-        config: &config_path,
-        nodes: cfg.nodes,
+        args: &args,
+        nodes: 0..nodes,
         wrapper: a.node_wrapper.as_deref(),
-        progress: cfg.progress,
     })?;
     let pids: Vec<String> = procs
         .pids()
@@ -528,9 +358,8 @@ fn run_multi_process(a: &Args, mut cfg: BenchConfig) -> Result<BenchReport, Stri
         .map(|(n, p)| format!("{n}={p}"))
         .collect();
     eprintln!(
-        "ambidex: started {} {} node processes (node=pid: {})",
-        cfg.nodes,
-        file.cluster.transport.name(),
+        "ambidex: started {nodes} {} node processes (node=pid: {})",
+        cfg.cluster.transport,
         pids.join(" ")
     );
     let t0 = Instant::now();
@@ -538,10 +367,10 @@ fn run_multi_process(a: &Args, mut cfg: BenchConfig) -> Result<BenchReport, Stri
     let load_seconds = t0.elapsed().as_secs_f64();
     eprintln!("ambidex: every node loaded its share ({load_seconds:.1} s); running");
     procs.send_all("start")?;
-    procs.watch(Duration::from_secs_f64(cfg.warmup_s))?;
+    procs.watch(Duration::from_secs_f64(cfg.run.warmup_s))?;
     procs.send_all("measure")?;
     let tm = Instant::now();
-    procs.watch(Duration::from_secs_f64(cfg.duration_s))?;
+    procs.watch(Duration::from_secs_f64(cfg.run.duration_s))?;
     procs.send_all("stop")?;
     let elapsed = tm.elapsed().as_secs_f64();
     // A worker may be waiting out retransmissions in each phase of its transaction.
@@ -549,7 +378,7 @@ fn run_multi_process(a: &Args, mut cfg: BenchConfig) -> Result<BenchReport, Stri
     procs.wait_all("workers_done", drain)?;
     procs.send_all("finish")?;
     let reports = procs.wait_all("report", Duration::from_secs(600))?;
-    procs.wait_exits(Duration::from_secs(10))?;
+    procs.wait_exits(Duration::from_secs(10), "after its report")?;
     let reports = reports
         .into_iter()
         .enumerate()
@@ -562,25 +391,15 @@ fn run_multi_process(a: &Args, mut cfg: BenchConfig) -> Result<BenchReport, Stri
             Ok(r)
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let mut report = combine_node_reports(&cfg, file.cluster.transport.name(), elapsed, reports)?;
+    let mut report = combine_node_reports(&cfg, cfg.cluster.transport.name(), elapsed, reports)?;
     report.load_seconds = load_seconds;
-    if let Some(h) = &run.history {
+    if let Some(h) = &cfg.run.history {
         if !h.contains("{node}") {
-            merge_histories(Path::new(h), &run, cfg.nodes)?;
+            merge_histories(Path::new(h), &cfg.run, nodes)?;
         }
     }
     drop(files);
     Ok(report)
-}
-
-fn check_replication(cfg: &BenchConfig) -> Result<(), String> {
-    if cfg.replication == 0 || cfg.replication > cfg.nodes {
-        return Err(format!(
-            "replication factor {} must be between 1 and the number of nodes ({})",
-            cfg.replication, cfg.nodes
-        ));
-    }
-    Ok(())
 }
 
 /// Concatenates the nodes' history files into `out` (record order carries no meaning)

@@ -1,0 +1,207 @@
+//! One configuration, every path: a setting given once in a config file reaches an
+//! in-process run (`ambidex bench W --config F`), a node process (`ambidex node --config
+//! F --node I`, whose ready event echoes the configuration it runs), a launcher run of
+//! node processes and the simulator (`ambidex sim --config F`); flags beat the file; a
+//! preset that does not exist is refused by name on every path.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+const EXE: &str = env!("CARGO_BIN_EXE_ambidex");
+
+/// Runs `ambidex ARGS` and returns (success, stdout, stderr).
+fn ambidex(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(EXE).args(args).output().expect("run ambidex");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+fn json(args: &[&str]) -> Value {
+    let (ok, stdout, stderr) = ambidex(args);
+    assert!(ok, "ambidex {args:?} failed:\n{stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"))
+}
+
+/// The distinctive settings every path must see.
+fn check_settings(config: &Value, what: &str) {
+    assert_eq!(config["rpc"]["max_retries"], 7, "{what}: {config}");
+    assert_eq!(config["txn"]["mode"], "fasst", "{what}: {config}");
+    assert_eq!(config["run"]["coroutines"], 3, "{what}: {config}");
+    assert_eq!(config["cluster"]["nodes"], 2, "{what}: {config}");
+}
+
+#[test]
+fn one_config_file_reaches_every_path() {
+    let dir = std::env::temp_dir().join(format!("ambx-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = 21000 + (std::process::id() % 15000) as u16;
+    let file = dir.join("run.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "# one file for the in-process run, the node processes and the simulator\n\
+             [cluster]\ntransport = \"udp\"\nnodes = 2\nreplication = 2\n\
+             udp_addrs = [\"127.0.0.1:{port}\", \"127.0.0.1:{}\"]\n\
+             [rpc]\nmax_retries = 7\n\
+             [txn]\nmode = \"fasst\"\n\
+             [run]\nworkload = \"smallbank\"\ncoroutines = 3\nscale = 0.001\n\
+             duration_s = 0.3\nwarmup_s = 0.1\n\
+             [sim]\nsteps = 300\nfaults = \"none\"\n",
+            port + 10
+        ),
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+
+    // In-process: every node opened in this process.
+    let in_process = |extra: &[&str]| {
+        let base = [
+            "bench",
+            "smallbank",
+            "--config",
+            f,
+            "--in-process",
+            "--json",
+        ];
+        json(&[&base[..], extra].concat())
+    };
+    let r = in_process(&[]);
+    check_settings(&r["config"], "in-process");
+    assert_eq!(r["coroutines"], 3);
+    assert_eq!(r["mode"], "fasst");
+    assert_eq!(r["invariant_ok"], true, "{}", r["check"]);
+
+    // A node process: its ready event echoes the configuration it loaded.
+    let mut node = Command::new(EXE)
+        .args(["node", "--config", f, "--node", "1", "--no-progress"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(node.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(ready["event"], "ready", "{line}");
+    check_settings(&ready["config"], "node process");
+    let mut stdin = node.stdin.take().unwrap();
+    stdin.write_all(b"abort\n").unwrap();
+    drop(stdin);
+    assert_eq!(node.wait().unwrap().code(), Some(2));
+
+    // The launcher and its node processes.
+    let r = json(&[
+        "bench",
+        "smallbank",
+        "--config",
+        f,
+        "--json",
+        "--no-progress",
+    ]);
+    check_settings(&r["config"], "launcher");
+    assert_eq!(
+        (r["transport"].as_str(), r["nodes"].as_u64()),
+        (Some("udp"), Some(2))
+    );
+    assert_eq!(r["invariant_ok"], true, "{}", r["check"]);
+
+    // The simulator: the same file, its own network.
+    let s = json(&["sim", "--config", f, "--seed", "5", "--json"]);
+    check_settings(&s["config"], "sim");
+    assert_eq!(s["config"]["sim"]["steps"], 300);
+    assert!(s["failures"].as_array().unwrap().is_empty(), "{s}");
+    assert!(s["command"].as_str().unwrap().contains("--config"), "{s}");
+
+    // Flags beat the file.
+    let r = in_process(&["--coroutines", "5", "--rpc-retries", "9"]);
+    assert_eq!(r["coroutines"], 5);
+    assert_eq!(r["config"]["rpc"]["max_retries"], 9);
+    assert_eq!(
+        r["config"]["cluster"]["nodes"], 2,
+        "the rest still from the file"
+    );
+    let s = json(&[
+        "sim", "--config", f, "--seed", "5", "--json", "--steps", "100",
+    ]);
+    assert_eq!(s["config"]["sim"]["steps"], 100);
+    assert_eq!(s["config"]["rpc"]["max_retries"], 7);
+
+    // Without a workload subcommand, the file names the workload.
+    let objstore = dir.join("objstore.toml");
+    std::fs::write(
+        &objstore,
+        "[run]\nworkload = \"object-store\"\nscale = 0.001\nduration_s = 0.2\nwarmup_s = 0\n",
+    )
+    .unwrap();
+    let o = objstore.to_str().unwrap();
+    let r = json(&["bench", "--config", o, "--json", "--no-progress"]);
+    assert_eq!(r["workload"], "object-store");
+    let r = json(&["bench", "tatp", "--config", o, "--json", "--no-progress"]);
+    assert_eq!(r["workload"], "tatp", "the subcommand beats the file");
+
+    // A preset that does not exist is refused, naming the presets, on every path.
+    for args in [
+        vec!["bench", "smallbank", "--mode", "farm"],
+        vec!["bench", "smallbank", "--transport", "shm", "--mode", "farm"],
+        vec!["bench", "smallbank", "--config", f, "--mode", "farm"],
+        vec!["sim", "--mode", "farm"],
+        vec!["sim", "--config", f, "--mode", "farm"],
+    ] {
+        let (ok, _, stderr) = ambidex(&args);
+        assert!(!ok, "{args:?}");
+        assert!(
+            stderr.contains("\"farm\"")
+                && stderr.contains("not built yet")
+                && stderr.contains("fasst"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    let farm = dir.join("farm.json");
+    std::fs::write(
+        &farm,
+        format!(
+            "{{\"cluster\": {{\"transport\": \"udp\", \"nodes\": 2, \"replication\": 2, \
+             \"udp_addrs\": [\"127.0.0.1:{port}\", \"127.0.0.1:{}\"]}}, \"txn\": {{\"mode\": \"farm\"}}}}",
+            port + 10
+        ),
+    )
+    .unwrap();
+    let (ok, stdout, stderr) =
+        ambidex(&["node", "--config", farm.to_str().unwrap(), "--node", "0"]);
+    assert!(!ok);
+    assert!(stderr.contains("not built yet"), "{stderr}");
+    let ev: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(ev["event"], "error");
+
+    // Unknown fields and bad values in a file are errors, not panics, on every path.
+    let bad = dir.join("bad.toml");
+    for (text, want) in [
+        ("[rpc]\nmax_retrys = 7\n", "max_retrys"),
+        (
+            "[rpc]\nretransmit_timeout_ms = 0\n",
+            "rpc.retransmit_timeout_ms",
+        ),
+        ("[run]\ncoroutines = 0\n", "coroutines"),
+    ] {
+        std::fs::write(&bad, text).unwrap();
+        let b = bad.to_str().unwrap();
+        for args in [
+            vec!["bench", "smallbank", "--config", b],
+            vec!["sim", "--config", b],
+            vec!["node", "--config", b, "--node", "0"],
+        ] {
+            let (ok, _, stderr) = ambidex(&args);
+            assert!(!ok, "{args:?} {text}");
+            assert!(stderr.contains(want), "{args:?} {text}: {stderr}");
+            assert!(!stderr.contains("panicked"), "{stderr}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

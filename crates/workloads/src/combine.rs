@@ -1,0 +1,560 @@
+//! Multi-process runs: what one node process reports ([`NodeReport`]) and how the
+//! launcher combines the reports into the same [`BenchReport`] as an in-process run
+//! ([`combine_node_reports`]), comparing every backup's rows with its primary's. A node
+//! report arrives from another process, so everything in it is checked.
+
+use crate::common::Workload;
+use crate::config::Config;
+use crate::driver::{
+    assemble_report, dispatch, BenchReport, ReportParts, Tally, TypeReport, WorkloadVisitor,
+};
+use ambidex_rpc::RpcStats;
+use ambidex_transport::CounterSnapshot;
+use ambidex_txn::{AbortReason, NodeDb, Placement, TxnStats};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// What one node process reports after a run (the `report` message of the control
+/// protocol, docs/cluster.md). Everything is additive over nodes except `max_rss_bytes`
+/// (the launcher takes the largest). It arrives from another process: the launcher
+/// treats it as untrusted input.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NodeReport {
+    pub node: u16,
+    pub load_seconds: f64,
+    /// Wall time of this node's measured window (between `measure` and `stop`).
+    pub measured_s: f64,
+    /// User + system CPU seconds of this node's process over its measured window.
+    pub cpu_seconds: f64,
+    /// Peak resident set size of this node's process.
+    pub max_rss_bytes: u64,
+    /// Per transaction type (the workload's order): committed, aborted, found, not found.
+    pub per_type: Vec<TypeReport>,
+    pub aborts_by_reason: BTreeMap<String, u64>,
+    /// The latency histogram of committed transactions (ns) as raw counts:
+    /// `[value, count]` per recorded bucket (its highest equivalent value).
+    pub latency_ns: Vec<[u64; 2]>,
+    /// `TxnStats` of this node's threads (as serialized).
+    pub txn_layer: serde_json::Value,
+    /// `RpcStats` of this node's threads (as serialized).
+    pub rpc: serde_json::Value,
+    pub transport_counters: CounterSnapshot,
+    pub stuck_workers: usize,
+    /// The workload's [`Workload::check_node`] result...
+    pub check: serde_json::Value,
+    /// ...or the violation it found.
+    #[serde(default)]
+    pub check_violation: Option<String>,
+    /// Digests of the rows this node stores, per (table, primary node): what
+    /// [`combine_node_reports`] compares between a primary and its backups.
+    #[serde(default)]
+    pub replica_digests: Vec<ReplicaDigest>,
+}
+
+/// An order-independent digest of the rows of `table` whose primary is `primary`, as
+/// stored on one node (the primary itself or one of its backups). Deletes count (as
+/// their tombstones); keys that never existed do not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaDigest {
+    pub table: u32,
+    pub primary: u16,
+    pub rows: u64,
+    /// Wrapping sum of a 64-bit hash of (key, transaction version, value) per row.
+    pub sum: u64,
+}
+
+fn row_hash(key: u64, meta: u64, value: &[u8]) -> u64 {
+    // FNV-1a over the value, mixed with the key and the version word.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in value {
+        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let mut x = h ^ key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ meta.rotate_left(29);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// The digests of every table of `db` (after a run, on the quiescent node).
+pub fn replica_digests<W: Workload>(wl: &W, db: &NodeDb) -> Vec<ReplicaDigest> {
+    let mut map: BTreeMap<(u32, u16), ReplicaDigest> = BTreeMap::new();
+    for spec in wl.tables() {
+        for (key, meta, value) in db.dump(spec.id) {
+            // A version-0 tombstone is a key that never existed: an aborted insert leaves
+            // one at the primary only. Deletes leave tombstones with their version.
+            if meta == ambidex_txn::db::TOMBSTONE {
+                continue;
+            }
+            let primary = db.placement.primary(spec.id, key);
+            let d = map.entry((spec.id, primary)).or_insert(ReplicaDigest {
+                table: spec.id,
+                primary,
+                ..Default::default()
+            });
+            d.rows += 1;
+            d.sum = d.sum.wrapping_add(row_hash(key, meta, value.as_slice()));
+        }
+    }
+    map.into_values().collect()
+}
+
+impl NodeReport {
+    /// Packs one node's tally and counters.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        node: u16,
+        tally: Tally,
+        txn: &TxnStats,
+        rpc: &RpcStats,
+        transport_counters: CounterSnapshot,
+        stuck_workers: usize,
+        check: Result<serde_json::Value, String>,
+        replica_digests: Vec<ReplicaDigest>,
+    ) -> NodeReport {
+        let (check, check_violation) = match check {
+            Ok(v) => (v, None),
+            Err(e) => (serde_json::Value::Null, Some(e)),
+        };
+        NodeReport {
+            node,
+            per_type: tally.per_type,
+            aborts_by_reason: tally.aborts,
+            latency_ns: tally
+                .hist
+                .iter_recorded()
+                .map(|v| [v.value_iterated_to(), v.count_at_value()])
+                .collect(),
+            txn_layer: serde_json::to_value(txn).unwrap_or_default(),
+            rpc: serde_json::to_value(rpc).unwrap_or_default(),
+            transport_counters,
+            stuck_workers,
+            check,
+            check_violation,
+            replica_digests,
+            ..Default::default()
+        }
+    }
+}
+
+/// Merges the reports of every node (one per node, any order) into the run's report.
+/// `elapsed` is the measured window as the launcher timed it.
+pub fn combine_node_reports(
+    cfg: &Config,
+    transport: &str,
+    elapsed: f64,
+    reports: Vec<NodeReport>,
+) -> Result<BenchReport, String> {
+    struct Combine<'a> {
+        cfg: &'a Config,
+        transport: &'a str,
+        elapsed: f64,
+        reports: Vec<NodeReport>,
+    }
+    impl WorkloadVisitor<BenchReport> for Combine<'_> {
+        fn visit<W: Workload>(self, wl: Arc<W>, p: Placement) -> Result<BenchReport, String> {
+            combine(
+                self.cfg,
+                &*wl,
+                p,
+                self.transport,
+                self.elapsed,
+                self.reports,
+            )
+        }
+    }
+    dispatch(
+        cfg,
+        Combine {
+            cfg,
+            transport,
+            elapsed,
+            reports,
+        },
+    )
+}
+
+fn combine<W: Workload>(
+    cfg: &Config,
+    wl: &W,
+    placement: Placement,
+    transport: &str,
+    elapsed: f64,
+    mut reports: Vec<NodeReport>,
+) -> Result<BenchReport, String> {
+    reports.sort_by_key(|r| r.node);
+    let nodes: Vec<u16> = reports.iter().map(|r| r.node).collect();
+    if nodes != (0..cfg.cluster.nodes).collect::<Vec<_>>() {
+        return Err(format!(
+            "expected one report from each of nodes 0..{}, got nodes {nodes:?}",
+            cfg.cluster.nodes
+        ));
+    }
+    let types = wl.txn_types().len();
+    let mut tally = Tally::new(types);
+    let (mut txn, mut rpc) = (TxnStats::default(), RpcStats::default());
+    let mut counters = CounterSnapshot::default();
+    let (mut cpu, mut rss, mut stuck, mut load) = (0.0, 0u64, 0usize, 0.0f64);
+    let mut parts = Vec::new();
+    let mut violations = Vec::new();
+    for r in &reports {
+        let n = r.node;
+        plausible(r).map_err(|e| format!("node {n}'s report: {e}"))?;
+        if r.per_type.len() != types {
+            return Err(format!(
+                "node {n} reported {} transaction types, the workload has {types}",
+                r.per_type.len()
+            ));
+        }
+        for (a, b) in tally.per_type.iter_mut().zip(&r.per_type) {
+            a.committed = a.committed.saturating_add(b.committed);
+            a.aborted = a.aborted.saturating_add(b.aborted);
+            a.found = a.found.saturating_add(b.found);
+            a.not_found = a.not_found.saturating_add(b.not_found);
+        }
+        for (k, v) in &r.aborts_by_reason {
+            let e = tally.aborts.entry(k.clone()).or_insert(0);
+            *e = e.saturating_add(*v);
+        }
+        for &[value, count] in &r.latency_ns {
+            tally
+                .hist
+                .record_n(value.max(1), count)
+                .map_err(|e| format!("node {n}'s latency histogram: {e:?}"))?;
+        }
+        txn.merge(&txn_stats_from_json(&r.txn_layer).map_err(|e| format!("node {n}: {e}"))?);
+        rpc.merge(&rpc_stats_from_json(&r.rpc).map_err(|e| format!("node {n}: {e}"))?);
+        counters.merge(&r.transport_counters);
+        if !(r.cpu_seconds.is_finite() && r.cpu_seconds >= 0.0) {
+            return Err(format!("node {n} reported {} CPU seconds", r.cpu_seconds));
+        }
+        cpu += r.cpu_seconds;
+        rss = rss.max(r.max_rss_bytes);
+        stuck = stuck.saturating_add(r.stuck_workers);
+        if r.load_seconds.is_finite() {
+            load = load.max(r.load_seconds);
+        }
+        match &r.check_violation {
+            Some(v) => violations.push(format!("node {n}: {v}")),
+            None => parts.push(r.check.clone()),
+        }
+    }
+    let check = if !violations.is_empty() {
+        Err(violations.join("; "))
+    } else {
+        wl.check_combine(&parts).and_then(|summary| {
+            let replicas = compare_replicas(&reports, placement)?;
+            Ok(match summary {
+                serde_json::Value::Object(mut m) => {
+                    m.insert("replica_rows_compared".into(), replicas.into());
+                    serde_json::Value::Object(m)
+                }
+                other => other,
+            })
+        })
+    };
+    let mut r = assemble_report(
+        cfg,
+        wl,
+        ReportParts {
+            transport,
+            coroutines: cfg.coroutines(),
+            tally,
+            elapsed,
+            cpu,
+            txn,
+            rpc,
+            transport_counters: counters,
+            max_rss_bytes: rss,
+            stuck_workers: stuck,
+            check,
+        },
+    );
+    r.load_seconds = load;
+    Ok(r)
+}
+
+/// Largest counter accepted from a node report: far above any real run, and low enough
+/// that sums over nodes cannot overflow.
+const MAX_COUNT: u64 = 1 << 56;
+
+/// Rejects counters no run can produce (a node report is input from another process).
+fn plausible(r: &NodeReport) -> Result<(), String> {
+    let big = |what: &str, v: u64| {
+        if v > MAX_COUNT {
+            Err(format!("{what} = {v} is implausible"))
+        } else {
+            Ok(())
+        }
+    };
+    for t in &r.per_type {
+        for v in [t.committed, t.aborted, t.found, t.not_found] {
+            big("a transaction count", v)?;
+        }
+    }
+    for (k, v) in &r.aborts_by_reason {
+        big(k, *v)?;
+    }
+    for [_, c] in &r.latency_ns {
+        big("a latency count", *c)?;
+    }
+    for (k, v) in &r.transport_counters.0 {
+        big(k, *v)?;
+    }
+    big("stuck_workers", r.stuck_workers as u64)?;
+    for (what, x) in [("txn_layer", &r.txn_layer), ("rpc", &r.rpc)] {
+        let mut stack = vec![x];
+        while let Some(v) = stack.pop() {
+            match v {
+                serde_json::Value::Number(n) => {
+                    big(what, n.as_u64().unwrap_or(0))?;
+                }
+                serde_json::Value::Array(a) => stack.extend(a),
+                serde_json::Value::Object(m) => stack.extend(m.values()),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every backup holds exactly its primary's rows (same keys, versions and values) once
+/// the cluster is quiescent. Returns the backup rows compared.
+fn compare_replicas(reports: &[NodeReport], placement: Placement) -> Result<u64, String> {
+    // (table, primary) -> per holding node, its digest.
+    let mut groups: BTreeMap<(u32, u16), BTreeMap<u16, ReplicaDigest>> = BTreeMap::new();
+    for r in reports {
+        for d in &r.replica_digests {
+            groups
+                .entry((d.table, d.primary))
+                .or_default()
+                .insert(r.node, *d);
+        }
+    }
+    let mut compared = 0u64;
+    for ((table, primary), holders) in &groups {
+        let reference = holders.get(primary).copied().unwrap_or(ReplicaDigest {
+            table: *table,
+            primary: *primary,
+            ..Default::default()
+        });
+        for i in 1..placement.replication {
+            let b = ((*primary as u32 + i as u32) % placement.nodes as u32) as u16;
+            let got = holders.get(&b).copied().unwrap_or(ReplicaDigest {
+                table: *table,
+                primary: *primary,
+                ..Default::default()
+            });
+            if got != reference {
+                return Err(format!(
+                    "replicas differ: table {table}, primary node {primary} has {} rows \
+                     (digest {:#x}), its backup node {b} has {} rows (digest {:#x})",
+                    reference.rows, reference.sum, got.rows, got.sum
+                ));
+            }
+            compared += got.rows;
+        }
+        if let Some(extra) = holders
+            .keys()
+            .find(|&&n| !placement_holds(placement, *primary, n))
+        {
+            return Err(format!(
+                "node {extra} stores rows of table {table} whose primary is node {primary}, \
+                 but it is not one of their replicas"
+            ));
+        }
+    }
+    Ok(compared)
+}
+
+fn placement_holds(p: Placement, primary: u16, node: u16) -> bool {
+    let d = (node as u32 + p.nodes as u32 - primary as u32) % p.nodes as u32;
+    d < p.replication as u32
+}
+
+// Node reports carry `RpcStats` (serde) and `TxnStats` as JSON. `TxnStats` keys its
+// aborts by `&'static str`, so it is rebuilt field by field (a unit test checks that no
+// field is missed).
+
+fn json_u64(v: &serde_json::Value, name: &str) -> Result<u64, String> {
+    match v.get(name) {
+        None => Ok(0),
+        Some(x) => x
+            .as_u64()
+            .ok_or_else(|| format!("counter {name:?} is not a non-negative integer")),
+    }
+}
+
+fn rpc_stats_from_json(v: &serde_json::Value) -> Result<RpcStats, String> {
+    if !v.is_object() {
+        return Err("RPC counters are not a JSON object".into());
+    }
+    RpcStats::deserialize(v).map_err(|e| format!("RPC counters: {e}"))
+}
+
+const ABORT_REASONS: [AbortReason; 9] = [
+    AbortReason::LockedAtExecute,
+    AbortReason::MissingKey,
+    AbortReason::InsertExists,
+    AbortReason::LockedAtValidate,
+    AbortReason::VersionChanged,
+    AbortReason::TableFull,
+    AbortReason::Timeout,
+    AbortReason::BadResponse,
+    AbortReason::User,
+];
+
+/// The `&'static str` `TxnStats::aborts` keys by: a known reason's name, or (a reason
+/// added since) a leaked copy, at most 64 of them per process.
+fn intern_reason(name: &str) -> Result<&'static str, String> {
+    if let Some(r) = ABORT_REASONS.iter().find(|r| r.name() == name) {
+        return Ok(r.name());
+    }
+    static EXTRA: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut extra = EXTRA.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = extra.iter().find(|s| **s == name) {
+        return Ok(s);
+    }
+    if extra.len() >= 64 || name.len() > 64 {
+        return Err(format!("unknown abort reason {name:?}"));
+    }
+    let s: &'static str = Box::leak(name.to_string().into_boxed_str());
+    extra.push(s);
+    Ok(s)
+}
+
+#[allow(clippy::needless_update)]
+fn txn_stats_from_json(v: &serde_json::Value) -> Result<TxnStats, String> {
+    if !v.is_object() {
+        return Err("transaction-layer counters are not a JSON object".into());
+    }
+    let g = |name: &str| json_u64(v, name);
+    let arr = |name: &str| -> Result<[u64; 5], String> {
+        let mut out = [0u64; 5];
+        if let Some(a) = v.get(name) {
+            let a = a
+                .as_array()
+                .filter(|a| a.len() == 5)
+                .ok_or_else(|| format!("{name:?} is not an array of 5 counters"))?;
+            for (o, x) in out.iter_mut().zip(a) {
+                *o = x
+                    .as_u64()
+                    .ok_or_else(|| format!("{name:?} holds a non-integer"))?;
+            }
+        }
+        Ok(out)
+    };
+    let mut aborts = BTreeMap::new();
+    if let Some(m) = v.get("aborts") {
+        let m = m.as_object().ok_or("\"aborts\" is not an object")?;
+        for (k, x) in m {
+            let n = x
+                .as_u64()
+                .ok_or_else(|| format!("abort count {k:?} is not an integer"))?;
+            aborts.insert(intern_reason(k)?, n);
+        }
+    }
+    Ok(TxnStats {
+        committed: g("committed")?,
+        aborted: g("aborted")?,
+        aborts,
+        read_only_committed: g("read_only_committed")?,
+        committed_incomplete: g("committed_incomplete")?,
+        phase_ns: arr("phase_ns")?,
+        phase_count: arr("phase_count")?,
+        log_appended: g("log_appended")?,
+        log_truncated: g("log_truncated")?,
+        log_records_held: g("log_records_held")?,
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field of the serialized stats comes back: a field added to `RpcStats` or
+    /// `TxnStats` without being added here fails this test.
+    #[test]
+    fn stats_round_trip_through_json() {
+        let mut v = serde_json::to_value(RpcStats::default()).unwrap();
+        for (i, (_, x)) in v.as_object_mut().unwrap().iter_mut().enumerate() {
+            *x = (i as u64 + 1).into();
+        }
+        let back = serde_json::to_value(rpc_stats_from_json(&v).unwrap()).unwrap();
+        assert_eq!(back, v);
+
+        let mut t = TxnStats::default();
+        for (i, r) in ABORT_REASONS.iter().enumerate() {
+            t.aborts.insert(r.name(), i as u64 + 1);
+        }
+        let mut v = serde_json::to_value(&t).unwrap();
+        for (i, (k, x)) in v.as_object_mut().unwrap().iter_mut().enumerate() {
+            match k.as_str() {
+                "aborts" => {}
+                "phase_ns" | "phase_count" => {
+                    *x = serde_json::json!([i, i + 1, i + 2, i + 3, i + 4]);
+                }
+                _ => *x = (i as u64 + 100).into(),
+            }
+        }
+        let back = serde_json::to_value(txn_stats_from_json(&v).unwrap()).unwrap();
+        assert_eq!(back, v);
+        // Malformed input is an error, not a panic.
+        assert!(txn_stats_from_json(&serde_json::json!({"phase_ns": [1]})).is_err());
+        assert!(rpc_stats_from_json(&serde_json::json!({"retransmits": -1})).is_err());
+        assert!(rpc_stats_from_json(&serde_json::json!([])).is_err());
+    }
+
+    #[test]
+    fn implausible_node_reports_are_errors_not_panics() {
+        let mut cfg = Config::default();
+        cfg.run.scale = Some(0.001);
+        let good = |node| NodeReport {
+            node,
+            per_type: vec![TypeReport::default(); 6],
+            txn_layer: serde_json::to_value(TxnStats::default()).unwrap(),
+            rpc: serde_json::to_value(RpcStats::default()).unwrap(),
+            ..Default::default()
+        };
+        let mut bad = good(1);
+        bad.per_type[0].committed = u64::MAX;
+        let e = combine_node_reports(&cfg, "udp", 1.0, vec![good(0), bad, good(2)]);
+        assert!(e.unwrap_err().contains("node 1"));
+        let mut bad = good(2);
+        bad.rpc["retransmits"] = serde_json::json!(u64::MAX);
+        assert!(combine_node_reports(&cfg, "udp", 1.0, vec![good(0), good(1), bad]).is_err());
+        let mut bad = good(0);
+        bad.latency_ns = vec![[u64::MAX, 1]];
+        assert!(combine_node_reports(&cfg, "udp", 1.0, vec![bad, good(1), good(2)]).is_err());
+        // A missing node, or one twice.
+        assert!(combine_node_reports(&cfg, "udp", 1.0, vec![good(0), good(1)]).is_err());
+        assert!(combine_node_reports(&cfg, "udp", 1.0, vec![good(0), good(1), good(1)]).is_err());
+    }
+
+    #[test]
+    fn replica_comparison_finds_a_diverging_backup() {
+        let p = Placement::new(3, 2).unwrap();
+        let d = |node: u16, table: u32, primary: u16, rows: u64, sum: u64| NodeReport {
+            node,
+            replica_digests: vec![ReplicaDigest {
+                table,
+                primary,
+                rows,
+                sum,
+            }],
+            ..Default::default()
+        };
+        // Node 0's rows are backed up on node 1.
+        let ok = [d(0, 1, 0, 5, 77), d(1, 1, 0, 5, 77), d(2, 9, 2, 0, 0)];
+        assert_eq!(compare_replicas(&ok, p), Ok(5));
+        let bad = [d(0, 1, 0, 5, 77), d(1, 1, 0, 5, 78), d(2, 9, 2, 0, 0)];
+        assert!(compare_replicas(&bad, p)
+            .unwrap_err()
+            .contains("backup node 1"));
+        let stray = [d(0, 1, 0, 5, 77), d(1, 1, 0, 5, 77), d(2, 1, 0, 1, 1)];
+        assert!(compare_replicas(&stray, p).unwrap_err().contains("node 2"));
+    }
+}

@@ -1,0 +1,216 @@
+//! Checking a configuration, and turning its sections into the settings of the layers
+//! below (`ClusterConfig`, `RuntimeConfig`, `TxnConfig`, `FaultConfig`): each conversion
+//! checks what it converts.
+
+use super::error::invalid;
+use super::{
+    ClusterSection, Config, ConfigError, FaultSection, InjectedBug, RpcSection, Transport,
+    TxnSection, PRESETS,
+};
+use ambidex_rpc::RuntimeConfig;
+use ambidex_transport::fault::FaultConfig;
+use ambidex_transport::{ClusterConfig, NodeId};
+use ambidex_txn::TxnConfig;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+impl ClusterSection {
+    /// The transport's cluster settings.
+    pub fn cluster_config(&self) -> Result<ClusterConfig, ConfigError> {
+        let mut c = ClusterConfig::new(self.nodes, self.threads);
+        if let Some(id) = self.cluster_id {
+            c.cluster_id = id;
+        }
+        if let Some(m) = self.mtu {
+            c.mtu = m;
+        }
+        if let Some(d) = self.recv_depth {
+            c.recv_depth = d;
+        }
+        c.validate().map_err(|e| ConfigError::Invalid {
+            field: "cluster",
+            why: format!("{e} (nodes {}, threads {})", self.nodes, self.threads),
+        })?;
+        Ok(c)
+    }
+}
+
+impl Config {
+    /// Checks every section (the simulator checks `sim` and its own limits besides).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let c = self.cluster_config()?;
+        self.placement()?;
+        self.validate_addresses(&c)?;
+        self.rpc.runtime_config()?;
+        self.txn.txn_config()?;
+        if let Some(f) = &self.fault {
+            f.fault_config(0)?;
+        }
+        let r = &self.run;
+        if let Some(n) = r.coroutines {
+            if !(1..=4096).contains(&n) {
+                return invalid("run.coroutines", format!("must be 1..=4096, not {n}"));
+            }
+        }
+        if !(r.duration_s > 0.0 && r.duration_s <= 86400.0) {
+            return invalid(
+                "run.duration_s",
+                format!("must be in (0, 86400] seconds, not {}", r.duration_s),
+            );
+        }
+        if !(0.0..=3600.0).contains(&r.warmup_s) {
+            return invalid(
+                "run.warmup_s",
+                format!("must be in [0, 3600] seconds, not {}", r.warmup_s),
+            );
+        }
+        if let Some(s) = r.scale {
+            if !(s > 0.0 && s <= 1000.0) {
+                return invalid("run.scale", format!("must be in (0, 1000], not {s}"));
+            }
+        }
+        if r.r == 0 || r.w > r.r {
+            return invalid(
+                "run.r",
+                format!(
+                    "object store: need 1 <= r and w <= r (r {}, w {})",
+                    r.r, r.w
+                ),
+            );
+        }
+        if r.history.as_deref() == Some("") {
+            return invalid("run.history", "is an empty path");
+        }
+        Ok(())
+    }
+
+    fn validate_addresses(&self, c: &ClusterConfig) -> Result<(), ConfigError> {
+        let s = &self.cluster;
+        if s.transport != Transport::Udp && !s.udp_addrs.is_empty() {
+            return invalid("cluster.udp_addrs", "is for the udp transport");
+        }
+        if s.transport != Transport::Shm && s.shm_dir.is_some() {
+            return invalid("cluster.shm_dir", "is for the shm transport");
+        }
+        if !s.udp_addrs.is_empty() && s.udp_addrs.len() != s.nodes as usize {
+            return invalid(
+                "cluster.udp_addrs",
+                format!(
+                    "lists {} addresses for {} nodes",
+                    s.udp_addrs.len(),
+                    s.nodes
+                ),
+            );
+        }
+        let threads = c.threads_per_node;
+        let mut seen = std::collections::HashSet::new();
+        for (n, a) in s.udp_addrs.iter().enumerate() {
+            if a.port() == 0 || a.port() as u32 + threads as u32 > 65536 {
+                return invalid(
+                    "cluster.udp_addrs",
+                    format!(
+                        "[{n}] = {a}: ports {}..{} must be within 1..=65535",
+                        a.port(),
+                        a.port() as u32 + threads as u32
+                    ),
+                );
+            }
+            for t in 0..threads {
+                if !seen.insert(SocketAddr::new(a.ip(), a.port() + t)) {
+                    return invalid(
+                        "cluster.udp_addrs",
+                        format!("two endpoints share {}:{}", a.ip(), a.port() + t),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RpcSection {
+    /// The runtime settings (the rest at `RuntimeConfig`'s defaults).
+    pub fn runtime_config(&self) -> Result<RuntimeConfig, ConfigError> {
+        let ms = self.retransmit_timeout_ms;
+        if !(ms.is_finite() && (0.1..=60_000.0).contains(&ms)) {
+            return invalid(
+                "rpc.retransmit_timeout_ms",
+                format!("must be within 0.1..=60000, not {ms}"),
+            );
+        }
+        if self.max_retries > 1_000_000 {
+            return invalid(
+                "rpc.max_retries",
+                format!("must be at most 1000000, not {}", self.max_retries),
+            );
+        }
+        if self.credits == Some(0) {
+            return invalid("rpc.credits", "must be at least 1");
+        }
+        Ok(RuntimeConfig {
+            // Whole nanoseconds, rounded: 1 ms stays exactly 1 ms (the simulator's runs
+            // depend on it bit for bit).
+            retransmit_timeout: Duration::from_nanos((ms * 1e6).round() as u64),
+            max_retries: self.max_retries,
+            coalesce: self.coalesce,
+            credits: self.credits,
+            ..RuntimeConfig::default()
+        })
+    }
+
+    /// How long a request may go unanswered before its destination is suspected.
+    pub fn give_up_after(&self) -> Duration {
+        Duration::from_secs_f64(
+            (self.retransmit_timeout_ms.clamp(0.0, 60_000.0) / 1000.0)
+                * (self.max_retries.min(1_000_000) as f64 + 1.0),
+        )
+    }
+}
+
+impl TxnSection {
+    /// Checks `mode` against the presets that exist.
+    pub fn check_mode(mode: &str) -> Result<(), ConfigError> {
+        if PRESETS.contains(&mode) {
+            Ok(())
+        } else {
+            Err(ConfigError::UnknownMode {
+                mode: mode.to_string(),
+            })
+        }
+    }
+
+    /// The transaction layer's settings: the one place a preset becomes a `TxnConfig`.
+    pub fn txn_config(&self) -> Result<TxnConfig, ConfigError> {
+        Self::check_mode(&self.mode)?;
+        // Struct update on purpose: TxnConfig may grow fields (presets).
+        #[allow(clippy::needless_update)]
+        Ok(TxnConfig {
+            skip_validation_for_tests: self.inject_bug == Some(InjectedBug::SkipValidation),
+            ..TxnConfig::default()
+        })
+    }
+}
+
+impl FaultSection {
+    /// The injector's configuration for node `node` (each node gets its own stream).
+    pub fn fault_config(&self, node: NodeId) -> Result<FaultConfig, ConfigError> {
+        if self.max_delay_us > 10_000_000 {
+            return invalid("fault.max_delay_us", "must be at most 10000000 (10 s)");
+        }
+        let cfg = FaultConfig {
+            seed: self
+                .seed
+                .wrapping_add((node as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            drop: self.drop,
+            duplicate: self.duplicate,
+            reorder: self.reorder,
+            delay: self.delay,
+            max_delay: Duration::from_micros(self.max_delay_us),
+        };
+        cfg.validate().map_err(|e| ConfigError::Invalid {
+            field: "fault",
+            why: e.to_string(),
+        })?;
+        Ok(cfg)
+    }
+}

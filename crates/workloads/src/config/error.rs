@@ -1,0 +1,86 @@
+//! What is wrong with a configuration: one typed error per kind of problem, each naming
+//! the file or the field.
+
+use super::file::MAX_FILE_BYTES;
+use super::{NOT_BUILT, PRESETS};
+use std::fmt;
+use std::path::PathBuf;
+
+/// What is wrong with a configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConfigError {
+    /// The file cannot be opened or read.
+    Io { path: PathBuf, error: String },
+    /// The file is over `MAX_FILE_BYTES` (1 MiB).
+    TooLarge { path: PathBuf },
+    /// The file's extension is neither `.toml` nor `.json`.
+    Extension { path: PathBuf },
+    /// The file is not valid TOML/JSON, or has unknown fields or values of a wrong type.
+    Parse { path: PathBuf, error: String },
+    /// A name that is not one of the known ones.
+    UnknownName {
+        what: &'static str,
+        name: String,
+        known: &'static str,
+    },
+    /// A transaction-policy preset that does not exist (or is not built yet).
+    UnknownMode { mode: String },
+    /// A value out of its range, or settings that contradict each other.
+    Invalid { field: &'static str, why: String },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Io { path, error } => {
+                write!(f, "cannot read config file {}: {error}", path.display())
+            }
+            ConfigError::TooLarge { path } => write!(
+                f,
+                "config file {} is larger than {MAX_FILE_BYTES} bytes",
+                path.display()
+            ),
+            ConfigError::Extension { path } => write!(
+                f,
+                "config file {}: the name must end in .toml or .json",
+                path.display()
+            ),
+            ConfigError::Parse { path, error } => {
+                write!(f, "config file {}: {error}", path.display())
+            }
+            ConfigError::UnknownName { what, name, known } => {
+                write!(f, "unknown {what} {name:?} ({known})")
+            }
+            ConfigError::UnknownMode { mode } => {
+                let not_built = NOT_BUILT.contains(&mode.as_str());
+                write!(
+                    f,
+                    "txn.mode (--mode) {mode:?}: {}; the presets are: {} (farm, drtm-r and \
+                     drtm-h need one-sided phases, not built yet)",
+                    if not_built {
+                        "this preset is not built yet"
+                    } else {
+                        "no such preset"
+                    },
+                    PRESETS.join(", ")
+                )
+            }
+            ConfigError::Invalid { field, why } => write!(f, "{field}: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl From<ConfigError> for String {
+    fn from(e: ConfigError) -> String {
+        e.to_string()
+    }
+}
+
+pub(super) fn invalid<T>(field: &'static str, why: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError::Invalid {
+        field,
+        why: why.into(),
+    })
+}

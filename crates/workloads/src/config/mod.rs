@@ -1,0 +1,463 @@
+//! The one configuration of a run, used by every path: in-process runs (`ambidex bench
+//! W`), node processes (`ambidex node --config FILE --node I`) and the simulator
+//! (`ambidex sim`). A [`Config`] is read from a TOML or JSON file (by extension) laid over
+//! the path's defaults ([`Config::read`]), then command-line overrides are set on its
+//! fields, then [`Config::validate`] checks it; every bad value is a [`ConfigError`].
+//!
+//! It lives in `ambidex-workloads` because it names workloads and is turned into the
+//! settings of the layers below (`RuntimeConfig`, `TxnConfig`, `ClusterConfig`,
+//! `FaultConfig`), all of which this crate already depends on; the simulator and the CLI
+//! depend on this crate.
+//!
+//! Sections: `cluster` (transport and shape), `rpc` (the runtime's user-facing settings),
+//! `txn` (the transaction-policy preset), `fault` (the transport's fault injector, node
+//! and in-process runs), `run` (workload and its parameters) and `sim` (knobs only the
+//! simulator reads).
+//!
+//! Files: the types and their defaults here; [`ConfigError`] in `error`; reading a file
+//! over a path's defaults in `file`; checking and converting to the layers' settings in
+//! `check`.
+
+mod check;
+mod error;
+mod file;
+#[cfg(test)]
+mod tests;
+
+pub use error::ConfigError;
+
+use ambidex_rpc::RuntimeConfig;
+use ambidex_transport::{ClusterConfig, NodeId};
+use ambidex_txn::Placement;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Transaction-policy presets that exist.
+pub const PRESETS: &[&str] = &["fasst"];
+/// Presets of the papers that are not built yet (named in the error for them).
+pub const NOT_BUILT: &[&str] = &["farm", "drtm-r", "drtm-h"];
+
+/// Everything a run is configured by. Defaults are `ambidex bench`'s.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub cluster: ClusterSection,
+    pub rpc: RpcSection,
+    pub txn: TxnSection,
+    /// The transport's fault injector on every endpoint (off when absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fault: Option<FaultSection>,
+    pub run: RunSection,
+    pub sim: SimSection,
+}
+
+/// The transport backends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// Every node is a thread of this process.
+    #[default]
+    Local,
+    /// Processes on one host, rings and regions in shared memory.
+    Shm,
+    /// Hosts (or processes on loopback), UDP datagrams.
+    Udp,
+}
+
+impl Transport {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Local => "local",
+            Transport::Shm => "shm",
+            Transport::Udp => "udp",
+        }
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Transport {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "local" => Ok(Transport::Local),
+            "shm" => Ok(Transport::Shm),
+            "udp" => Ok(Transport::Udp),
+            _ => Err(ConfigError::UnknownName {
+                what: "transport",
+                name: s.to_string(),
+                known: "local, shm, udp",
+            }),
+        }
+    }
+}
+
+/// The cluster: transport, shape, addresses, replication.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterSection {
+    pub transport: Transport,
+    pub nodes: u16,
+    /// Threads (runtimes) per node.
+    pub threads: u16,
+    /// Copies of every key (primary + backups).
+    pub replication: u16,
+    /// Tells clusters sharing a network apart (default: ambidex's fixed id).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recv_depth: Option<usize>,
+    /// shm: the cluster directory (the launcher makes a fresh one when absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shm_dir: Option<PathBuf>,
+    /// udp: every node's base address, `IP:PORT` (thread t listens on PORT + t). The
+    /// launcher picks loopback ports when absent.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub udp_addrs: Vec<SocketAddr>,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        ClusterSection {
+            transport: Transport::Local,
+            nodes: 3,
+            threads: 1,
+            replication: 3,
+            cluster_id: None,
+            mtu: None,
+            recv_depth: None,
+            shm_dir: None,
+            udp_addrs: Vec::new(),
+        }
+    }
+}
+
+/// RPC retransmission and batching. A request unanswered for `retransmit_timeout_ms` is
+/// sent again, and after `max_retries` retransmissions its destination is suspected
+/// failed and the transaction aborts: size them so that the longest expected outage is
+/// shorter than `retransmit_timeout_ms * (max_retries + 1)`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RpcSection {
+    pub retransmit_timeout_ms: f64,
+    pub max_retries: u32,
+    /// Coalesce requests (and responses) to one endpoint into one datagram.
+    pub coalesce: bool,
+    /// Overrides the per-(thread, destination) credit budget derived from recv_depth.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credits: Option<u32>,
+}
+
+impl Default for RpcSection {
+    fn default() -> Self {
+        let d = RuntimeConfig::default();
+        RpcSection {
+            retransmit_timeout_ms: d.retransmit_timeout.as_secs_f64() * 1000.0,
+            max_retries: d.max_retries,
+            coalesce: d.coalesce,
+            credits: d.credits,
+        }
+    }
+}
+
+/// A deliberately broken protocol, to show that the checks catch it (tests only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InjectedBug {
+    /// `TxnConfig::skip_validation_for_tests`: commit without validating the read set.
+    SkipValidation,
+}
+
+impl InjectedBug {
+    pub fn name(self) -> &'static str {
+        match self {
+            InjectedBug::SkipValidation => "skip-validation",
+        }
+    }
+}
+
+impl std::str::FromStr for InjectedBug {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "skip-validation" => Ok(InjectedBug::SkipValidation),
+            _ => Err(ConfigError::UnknownName {
+                what: "injected bug",
+                name: s.to_string(),
+                known: "skip-validation",
+            }),
+        }
+    }
+}
+
+/// The transaction layer: which preset, and (tests only) a broken protocol.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TxnSection {
+    /// The primitive preset (DrTM+H Table 4); only `fasst` exists so far.
+    pub mode: String,
+    /// TEST ONLY: run a deliberately broken protocol.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inject_bug: Option<InjectedBug>,
+}
+
+impl Default for TxnSection {
+    fn default() -> Self {
+        TxnSection {
+            mode: "fasst".into(),
+            inject_bug: None,
+        }
+    }
+}
+
+/// Probabilities (0..=1) of each fault the transport's injector applies to every
+/// datagram a node sends (`ambidex_transport::fault`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FaultSection {
+    pub seed: u64,
+    pub drop: f64,
+    pub duplicate: f64,
+    /// Held back until after the endpoint's next batch.
+    pub reorder: f64,
+    /// Held back for a random time up to `max_delay_us`.
+    pub delay: f64,
+    pub max_delay_us: u64,
+}
+
+impl Default for FaultSection {
+    fn default() -> Self {
+        FaultSection {
+            seed: 1,
+            drop: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            delay: 0.0,
+            max_delay_us: 2000,
+        }
+    }
+}
+
+/// Which workload to run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkloadKind {
+    /// FaSST's object store O(r, w) (`run.r`, `run.w`).
+    #[serde(alias = "objstore", alias = "object")]
+    ObjectStore,
+    Tatp,
+    #[default]
+    #[serde(rename = "smallbank")]
+    SmallBank,
+    /// Full TPC-C mix.
+    Tpcc,
+    /// DrTM+H's TPC-C variant: NewOrder only, always distributed.
+    TpccNo,
+}
+
+impl WorkloadKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkloadKind::ObjectStore => "object-store",
+            WorkloadKind::Tatp => "tatp",
+            WorkloadKind::SmallBank => "smallbank",
+            WorkloadKind::Tpcc => "tpcc",
+            WorkloadKind::TpccNo => "tpcc-no",
+        }
+    }
+
+    /// Worker coroutines per thread when none are given: FaSST's ~20, enough to hide the
+    /// network latency (FaSST §4.1); 8 for TPC-C, whose transactions are long and contend
+    /// on few warehouses at the quick scale.
+    pub fn default_coroutines(self) -> usize {
+        match self {
+            WorkloadKind::Tpcc | WorkloadKind::TpccNo => 8,
+            _ => 20,
+        }
+    }
+
+    /// The scale used when none is given: small enough that a 3-node run loads in a few
+    /// seconds on a 2-core machine. Paper scale is 1.0 (see [`RunSection::scale`]).
+    pub fn quick_scale(self) -> f64 {
+        match self {
+            WorkloadKind::ObjectStore => 0.1,
+            WorkloadKind::Tatp => 0.05,
+            WorkloadKind::SmallBank => 1.0,
+            WorkloadKind::Tpcc | WorkloadKind::TpccNo => 0.1,
+        }
+    }
+}
+
+impl std::str::FromStr for WorkloadKind {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        Ok(match s {
+            "object-store" | "objstore" | "object" => WorkloadKind::ObjectStore,
+            "tatp" => WorkloadKind::Tatp,
+            "smallbank" => WorkloadKind::SmallBank,
+            "tpcc" => WorkloadKind::Tpcc,
+            "tpcc-no" => WorkloadKind::TpccNo,
+            _ => {
+                return Err(ConfigError::UnknownName {
+                    what: "workload",
+                    name: s.to_string(),
+                    known: "object-store, tatp, smallbank, tpcc, tpcc-no",
+                })
+            }
+        })
+    }
+}
+
+/// O(r, w) parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ObjStoreParams {
+    /// Keys read per transaction (r).
+    pub reads: usize,
+    /// Of those, keys updated (w ≤ r).
+    pub writes: usize,
+    /// Allow several keys of a transaction on one primary (default: distinct primaries
+    /// where r ≤ nodes, as FaSST's O(r, w) avoids coalescing).
+    pub same_node: bool,
+}
+
+/// The run every node performs: the workload and its parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunSection {
+    pub workload: WorkloadKind,
+    /// Worker coroutines per thread (default: the workload's, see
+    /// [`WorkloadKind::default_coroutines`]; the simulator's is 4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coroutines: Option<usize>,
+    /// Measured seconds.
+    pub duration_s: f64,
+    /// Seconds run before measuring.
+    pub warmup_s: f64,
+    /// Multiplier of the paper-scale population (default: [`WorkloadKind::quick_scale`],
+    /// or the simulator's tiny one). 1.0 is: object store 1,000,000 keys per thread;
+    /// TATP 1,000,000 subscribers per node; SmallBank 100,000 accounts per thread; TPC-C
+    /// 1 warehouse per thread with spec-size tables.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale: Option<f64>,
+    pub seed: u64,
+    /// Object store: keys read (r) and written (w) per transaction.
+    pub r: usize,
+    pub w: usize,
+    /// Object store: allow several keys of a transaction on one primary.
+    pub same_node: bool,
+    /// Record every transaction to this JSON-lines file (docs/history-format.md). A
+    /// node process writes it with `{node}` replaced by its id, or `.nodeI` appended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<String>,
+    /// Show a progress bar while loading: the command line's choice, not a setting of
+    /// the file.
+    #[serde(skip)]
+    pub progress: bool,
+}
+
+impl Default for RunSection {
+    fn default() -> Self {
+        RunSection {
+            workload: WorkloadKind::SmallBank,
+            coroutines: None,
+            duration_s: 5.0,
+            warmup_s: 1.0,
+            scale: None,
+            seed: 42,
+            r: 4,
+            w: 2,
+            same_node: false,
+            history: None,
+            progress: false,
+        }
+    }
+}
+
+impl RunSection {
+    /// The path node `node` records its history to, if any.
+    pub fn history_for(&self, node: NodeId) -> Option<PathBuf> {
+        self.history.as_ref().map(|h| {
+            if h.contains("{node}") {
+                PathBuf::from(h.replace("{node}", &node.to_string()))
+            } else {
+                PathBuf::from(format!("{h}.node{node}"))
+            }
+        })
+    }
+}
+
+/// Knobs only the simulator reads (`docs/simulation.md`); checked by `ambidex-sim`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimSection {
+    /// Scheduler steps (one runtime's master step each) before the workers stop.
+    pub steps: u64,
+    /// Fault profile: none, lossy, reorder, partition, pause, onesided, chaos.
+    pub faults: String,
+    /// Scripted partitions, `NODES@FROM..UNTIL` in ms of simulated time.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<String>,
+    /// Scripted pauses, `NODE@FROM..UNTIL` in ms.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pauses: Vec<String>,
+    /// Keep the last this-many network events in the report (0: none).
+    pub trace: usize,
+}
+
+impl Default for SimSection {
+    fn default() -> Self {
+        SimSection {
+            steps: 2_000,
+            faults: "chaos".into(),
+            partitions: Vec::new(),
+            pauses: Vec::new(),
+            trace: 0,
+        }
+    }
+}
+
+impl Config {
+    /// Worker coroutines per thread.
+    pub fn coroutines(&self) -> usize {
+        self.run
+            .coroutines
+            .unwrap_or_else(|| self.run.workload.default_coroutines())
+    }
+
+    /// The workload's scale.
+    pub fn scale(&self) -> f64 {
+        self.run
+            .scale
+            .unwrap_or_else(|| self.run.workload.quick_scale())
+    }
+
+    pub fn objstore(&self) -> ObjStoreParams {
+        ObjStoreParams {
+            reads: self.run.r,
+            writes: self.run.w,
+            same_node: self.run.same_node,
+        }
+    }
+
+    pub fn placement(&self) -> Result<Placement, ConfigError> {
+        Placement::new(self.cluster.nodes, self.cluster.replication).map_err(|e| {
+            ConfigError::Invalid {
+                field: "cluster.replication",
+                why: e,
+            }
+        })
+    }
+
+    /// The transport's cluster settings.
+    pub fn cluster_config(&self) -> Result<ClusterConfig, ConfigError> {
+        self.cluster.cluster_config()
+    }
+}

@@ -1,0 +1,161 @@
+//! Building and loading the nodes' databases, the same way on every path: every unit of
+//! the workload is generated from its own seeded stream (so the data depends neither on
+//! the thread nor on the number of threads), and each node's tables are written by one
+//! thread only, in unit order.
+
+use crate::common::{worker_seed, Loader, Workload};
+use ambidex_txn::{NodeDb, Placement};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// Creates one database per node with the workload's tables and loads it in parallel.
+pub fn build_and_load<W: Workload>(
+    wl: &W,
+    placement: Placement,
+    seed: u64,
+    progress: bool,
+) -> Result<Vec<Arc<NodeDb>>, String> {
+    let opts = LoadOptions {
+        progress,
+        ..Default::default()
+    };
+    build_nodes(wl, placement, 0..placement.nodes, seed, &opts)
+}
+
+/// Creates and loads the database of node `node` only (a node process of a multi-process
+/// cluster): every unit is generated, and only this node's rows are stored.
+pub fn build_and_load_node<W: Workload>(
+    wl: &W,
+    placement: Placement,
+    node: u16,
+    seed: u64,
+    progress: bool,
+) -> Result<Arc<NodeDb>, String> {
+    if node >= placement.nodes {
+        return Err(format!(
+            "node {node} is outside a cluster of {} nodes",
+            placement.nodes
+        ));
+    }
+    let opts = LoadOptions {
+        progress,
+        ..Default::default()
+    };
+    let mut dbs = build_nodes(wl, placement, node..node + 1, seed, &opts)?;
+    Ok(dbs.pop().expect("one database"))
+}
+
+/// How [`build_nodes`] loads.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// A progress bar on stderr.
+    pub progress: bool,
+    /// Loading threads (`None`: one per node, up to the cores; the simulator loads in
+    /// its own thread, `Some(1)`).
+    pub threads: Option<usize>,
+    /// Caps every table's rows per node (the simulator's short runs need little room).
+    pub max_capacity: Option<usize>,
+}
+
+/// The databases of `nodes`, with the workload's tables, loaded: the one way every path
+/// (in-process runs, node processes, the simulator) builds its nodes' data.
+pub fn build_nodes<W: Workload>(
+    wl: &W,
+    placement: Placement,
+    nodes: std::ops::Range<u16>,
+    seed: u64,
+    opts: &LoadOptions,
+) -> Result<Vec<Arc<NodeDb>>, String> {
+    let mut specs = wl.tables();
+    if let Some(cap) = opts.max_capacity {
+        for s in &mut specs {
+            s.capacity_per_node = s.capacity_per_node.min(cap);
+        }
+    }
+    let dbs: Vec<Arc<NodeDb>> = nodes
+        .map(|n| NodeDb::new(n, placement, &specs))
+        .collect::<Result<_, _>>()?;
+    load_parallel(wl, &dbs, seed, opts)?;
+    wl.after_load(&dbs)?;
+    Ok(dbs)
+}
+
+fn load_parallel<W: Workload>(
+    wl: &W,
+    dbs: &[Arc<NodeDb>],
+    seed: u64,
+    opts: &LoadOptions,
+) -> Result<(), String> {
+    let units = wl.load_units();
+    let nodes = dbs.iter().map(|d| d.node as usize + 1).max().unwrap_or(0);
+    // One thread per group of nodes; generation (cheap) is repeated by every thread so
+    // that each node's tables are written by one thread only.
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let threads = opts
+        .threads
+        .unwrap_or_else(|| dbs.len().min(cores.max(2)))
+        .clamp(1, dbs.len().max(1));
+    let bar = if opts.progress {
+        let b = indicatif::ProgressBar::with_draw_target(
+            Some(units),
+            indicatif::ProgressDrawTarget::stderr(),
+        );
+        b.set_style(
+            indicatif::ProgressStyle::with_template("loading {msg} [{bar:40}] {pos}/{len} ({eta})")
+                .expect("template")
+                .progress_chars("=> "),
+        );
+        b.set_message(wl.name());
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let err: Mutex<Option<String>> = Mutex::new(None);
+    // Thread t writes the databases at positions t, t + threads, ...
+    let work = |t: usize| {
+        let mut mine = vec![false; nodes];
+        for (i, db) in dbs.iter().enumerate() {
+            if i % threads == t {
+                mine[db.node as usize] = true;
+            }
+        }
+        let loader = Loader::new(dbs, mine, t == 0);
+        for u in 0..units {
+            if failed.load(Ordering::Relaxed) {
+                return;
+            }
+            // A stream per unit: the data depends neither on the thread nor on the number
+            // of threads.
+            let mut rng = SmallRng::seed_from_u64(worker_seed(seed, 0xffff, 0xffff, u as usize));
+            if let Err(e) = wl.load_unit(u, &mut rng, &loader) {
+                failed.store(true, Ordering::Relaxed);
+                *err.lock().unwrap() = Some(e);
+                return;
+            }
+            if t == 0 && u % 64 == 63 {
+                bar.inc(64);
+            }
+        }
+    };
+    if threads == 1 {
+        // In the caller's thread (the simulator runs many seeds, each in one thread).
+        work(0);
+    } else {
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let work = &work;
+                s.spawn(move || work(t));
+            }
+        });
+    }
+    bar.finish_and_clear();
+    match err.into_inner().unwrap() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,126 @@
+//! Where a cluster's nodes meet: creating, opening and removing the transport of a
+//! [`ClusterSection`] (local fabric, shm directory, udp addresses). Used by in-process
+//! runs (every node opened here, [`InProcess`]), node processes (one node,
+//! [`open_node`]) and the launcher ([`on_this_host`], [`create`], [`destroy`]).
+
+use crate::config::{ClusterSection, Transport};
+use ambidex_transport::local::LocalFabric;
+use ambidex_transport::{NodeId, SharedNode};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Fills in what `c` leaves to this host: a fresh shm directory, or loopback ports.
+pub fn on_this_host(c: &mut ClusterSection) {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let tag = format!(
+        "{}-{}",
+        std::process::id(),
+        rand_u32() ^ N.fetch_add(1, Ordering::Relaxed)
+    );
+    if c.transport == Transport::Shm && c.shm_dir.is_none() {
+        c.shm_dir = Some(PathBuf::from(format!("/dev/shm/ambidex-{tag}")));
+    }
+    if c.transport == Transport::Udp && c.udp_addrs.is_empty() {
+        // Spread clusters over the ephemeral range; each node gets a block of ports.
+        let base = 20000 + (rand_u32() % 20000) as u16;
+        let stride = c.threads.max(1) + 1;
+        c.udp_addrs = (0..c.nodes)
+            .map(|n| SocketAddr::from(([127, 0, 0, 1], base + n * stride)))
+            .collect();
+    }
+}
+
+fn rand_u32() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    t ^ std::process::id().rotate_left(16)
+}
+
+/// Creates whatever the backend keeps outside the nodes (the shm directory).
+pub fn create(c: &ClusterSection) -> Result<(), String> {
+    if c.transport == Transport::Shm {
+        let dir = c.shm_dir.as_ref().ok_or("shm needs a cluster directory")?;
+        ambidex_transport_shm::ShmCluster::create(dir, &c.cluster_config()?)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Removes what [`create`] made.
+pub fn destroy(c: &ClusterSection) {
+    if let (Transport::Shm, Some(dir)) = (c.transport, &c.shm_dir) {
+        let _ = ambidex_transport_shm::ShmCluster::remove(dir);
+    }
+}
+
+/// Opens node `node` of a multi-process cluster in this process.
+pub fn open_node(c: &ClusterSection, node: NodeId) -> Result<SharedNode, String> {
+    if node >= c.nodes {
+        return Err(format!(
+            "node {node} is not in this {}-node cluster",
+            c.nodes
+        ));
+    }
+    match c.transport {
+        Transport::Local => {
+            Err("a local cluster lives in one process; it has no node to open".into())
+        }
+        Transport::Shm => {
+            let dir = c
+                .shm_dir
+                .as_ref()
+                .ok_or("an shm cluster needs its shm_dir")?;
+            ambidex_transport_shm::ShmNode::open(dir, node).map_err(|e| e.to_string())
+        }
+        Transport::Udp => {
+            if c.udp_addrs.is_empty() {
+                return Err("a udp cluster needs udp_addrs (one base address per node)".into());
+            }
+            ambidex_transport_udp::UdpNode::open(&c.cluster_config()?, &c.udp_addrs, node)
+                .map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// Every node of a cluster opened in this process. Dropping it removes the shm directory.
+pub struct InProcess {
+    pub cluster: ClusterSection,
+    pub nodes: Vec<SharedNode>,
+    _fabric: Option<std::sync::Arc<LocalFabric>>,
+}
+
+impl InProcess {
+    /// Opens every node of `c` here (fresh shm directory or loopback ports if `c` has none).
+    pub fn open(c: &ClusterSection) -> Result<InProcess, String> {
+        let mut c = c.clone();
+        on_this_host(&mut c);
+        if c.transport == Transport::Local {
+            let f = LocalFabric::new(c.cluster_config()?).map_err(|e| e.to_string())?;
+            return Ok(InProcess {
+                nodes: f.nodes(),
+                cluster: c,
+                _fabric: Some(f),
+            });
+        }
+        create(&c)?;
+        let mut ip = InProcess {
+            nodes: Vec::new(),
+            cluster: c,
+            _fabric: None,
+        };
+        for n in 0..ip.cluster.nodes {
+            ip.nodes.push(open_node(&ip.cluster, n)?);
+        }
+        Ok(ip)
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        destroy(&self.cluster);
+    }
+}
