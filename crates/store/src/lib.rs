@@ -19,7 +19,7 @@ pub mod table;
 
 pub use bench::{run_bench, StoreBenchConfig, StoreBenchReport};
 pub use btree::OrderedIndex;
-pub use layout::{TableConfig, TableDesc, TableLayout};
+pub use layout::{Header, LockOwner, OwnerRangeError, TableConfig, TableDesc, TableLayout};
 pub use loc_cache::{Loc, LocationCache};
 pub use remote::{RemoteError, RemoteGet, RemoteReader};
 pub use table::{ItemLock, ReadOutcome, StoreError, Table};
