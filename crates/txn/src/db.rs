@@ -11,7 +11,7 @@
 //! not collected yet (their number is bounded by the keys ever inserted).
 
 use crate::placement::Placement;
-use ambidex_store::{LockOwner, Table, TableConfig};
+use ambidex_store::{Header, LockOwner, Table, TableConfig};
 use ambidex_transport::NodeId;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -121,6 +121,12 @@ impl NodeDb {
         t.insert(key, &v)
             .map_err(|e| format!("loading key {key} into {}: {e}", spec.name))?;
         Ok(true)
+    }
+
+    /// The lock word of `key`'s item, unpacked (who holds its lock, and the store
+    /// version); `None` if the table or key is unknown here. For recovery and tests.
+    pub fn lock_word(&self, table: u32, key: u64) -> Option<Header> {
+        self.table(table)?.1.header(key)
     }
 
     /// Every key this node stores in `table` with its transaction version and value,
