@@ -324,6 +324,7 @@ impl Table {
 
     /// The offset and version of `key`'s item (what the location cache stores), as the
     /// lock `owner` would take it.
+    #[inline]
     fn locate_for(&self, key: u64, owner: LockOwner) -> Result<ItemLock, StoreError> {
         match self.locate(key, None) {
             Locate::Found { off, h } => Ok(ItemLock {
@@ -344,6 +345,7 @@ impl Table {
 
     /// Locks `key`'s item for `owner` with a CAS on its header (the word remote nodes
     /// CAS too). Fails with `Locked` if someone holds it.
+    #[inline]
     pub fn try_lock(&self, key: u64, owner: LockOwner) -> Result<ItemLock, StoreError> {
         let lk = self.locate_for(key, owner)?;
         self.try_lock_at(lk.offset, lk.version, owner)?;
@@ -351,6 +353,7 @@ impl Table {
     }
 
     /// Locks the item at `offset` for `owner` if it is unlocked at `version`.
+    #[inline]
     pub fn try_lock_at(
         &self,
         offset: u64,

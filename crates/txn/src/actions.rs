@@ -8,7 +8,7 @@
 //! on that key changes nothing.
 
 use crate::db::{split_meta, NodeDb, META, TOMBSTONE};
-use crate::messages::{Fetched, LockToken, Status, WriteKind, WriteRec, Writes};
+use crate::messages::{Fetched, LockToken, Status, WriteKind, WriteRec};
 use ambidex_store::{ItemLock, LockOwner, ReadOutcome, StoreError, Table};
 use std::cell::RefCell;
 
@@ -147,9 +147,9 @@ pub fn release(db: &NodeDb, table: u32, key: u64, token: LockToken, owner: LockO
 }
 
 /// Whether `w` can be applied here: a known table and a value of its size (a delete
-/// carries no value); at a primary (`owner` given) also a lock `owner` holds. Checked
-/// for every write of a request before any is applied, so a bad request changes
-/// nothing.
+/// carries no value); at a primary (`owner` given) also a lock `owner` holds. The
+/// handlers check every write of a request (while decoding it) before applying any, so
+/// a bad request changes nothing.
 pub fn check_write(db: &NodeDb, w: &WriteRec<'_>, owner: Option<LockOwner>) -> bool {
     let Some((spec, _)) = db.table(w.table) else {
         return false;
@@ -163,11 +163,6 @@ pub fn check_write(db: &NodeDb, w: &WriteRec<'_>, owner: Option<LockOwner>) -> b
             Some(o) => held(db, w.table, w.key, w.token, o).is_some(),
             None => true,
         }
-}
-
-/// [`check_write`] for every write of a request.
-pub fn check_writes(db: &NodeDb, writes: &Writes<'_>, owner: Option<LockOwner>) -> bool {
-    writes.iter().all(|w| check_write(db, &w, owner))
 }
 
 /// Runs `f` on the stored form of a write (version prefix + value) built in this

@@ -153,12 +153,9 @@ pub fn truncate<R: RespBuf>(db: &NodeDb, log: &mut LogReplica, req: &[u8], resp:
 
 /// Applies a transaction's writes at a backup; the whole request is checked first.
 pub fn commit_backup<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
-    let Ok(r) = CommitBackupReq::decode(req) else {
+    let Ok(r) = CommitBackupReq::decode_checked(req, |w| actions::check_write(db, w, None)) else {
         return refuse(db, resp);
     };
-    if !actions::check_writes(db, &r.writes, None) {
-        return refuse(db, resp);
-    }
     let mut ok = true;
     for w in r.writes.iter() {
         ok &= actions::apply_backup(db, r.txn, &w);
@@ -169,15 +166,15 @@ pub fn commit_backup<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
 /// Installs a transaction's writes at their primary and releases its locks; refused,
 /// changing nothing, unless the sender's transaction holds every lock named.
 pub fn commit_primary<R: RespBuf>(db: &NodeDb, src: EndpointAddr, req: &[u8], resp: &mut R) {
-    let Ok(r) = CommitPrimaryReq::decode(req) else {
+    let decoded = CommitPrimaryReq::decode_checked(req, |slot, w| {
+        owner_of(src, slot).is_some_and(|o| actions::check_write(db, w, Some(o)))
+    });
+    let Ok(r) = decoded else {
         return refuse(db, resp);
     };
     let Some(owner) = owner_of(src, r.slot) else {
         return refuse(db, resp);
     };
-    if !actions::check_writes(db, &r.writes, Some(owner)) {
-        return refuse(db, resp);
-    }
     let mut ok = true;
     for w in r.writes.iter() {
         ok &= actions::install(db, r.txn, &w, owner);

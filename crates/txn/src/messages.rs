@@ -84,6 +84,9 @@ pub enum DecodeError {
     TrailingBytes,
     BadWriteKind(u8),
     BadStatus(u8),
+    /// A well-formed write the receiver's check refused (unknown table, wrong value
+    /// size, lock not held).
+    Rejected,
 }
 
 impl std::fmt::Display for DecodeError {
@@ -93,6 +96,7 @@ impl std::fmt::Display for DecodeError {
             DecodeError::TrailingBytes => write!(f, "bytes after the message"),
             DecodeError::BadWriteKind(k) => write!(f, "unknown write kind {k}"),
             DecodeError::BadStatus(s) => write!(f, "unknown status {s}"),
+            DecodeError::Rejected => write!(f, "a write was refused"),
         }
     }
 }
@@ -181,6 +185,7 @@ impl<'a> Reader<'a> {
 /// coordinator's local path).
 pub trait RespBuf: DerefMut<Target = [u8]> + for<'v> Extend<&'v u8> {
     fn put(&mut self, s: &[u8]);
+    fn put_u8(&mut self, b: u8);
 }
 
 impl RespBuf for Vec<u8> {
@@ -188,12 +193,20 @@ impl RespBuf for Vec<u8> {
     fn put(&mut self, s: &[u8]) {
         self.extend_from_slice(s);
     }
+    #[inline]
+    fn put_u8(&mut self, b: u8) {
+        self.push(b);
+    }
 }
 
 impl RespBuf for Reply<'_> {
     #[inline]
     fn put(&mut self, s: &[u8]) {
         self.extend_from_slice(s);
+    }
+    #[inline]
+    fn put_u8(&mut self, b: u8) {
+        self.push(b);
     }
 }
 
@@ -405,12 +418,23 @@ pub struct Writes<'a> {
 impl<'a> Writes<'a> {
     /// Reads `[n u16][n writes]`.
     fn decode(r: &mut Reader<'a>) -> Result<Writes<'a>, DecodeError> {
+        Self::decode_checked(r, |_| true)
+    }
+
+    /// Reads `[n u16][n writes]`, each write also passing `accept` (one pass over the
+    /// records for both checks).
+    fn decode_checked(
+        r: &mut Reader<'a>,
+        mut accept: impl FnMut(&WriteRec<'a>) -> bool,
+    ) -> Result<Writes<'a>, DecodeError> {
         let n = r.u16()?;
         let start = r.pos();
         let all = r.rest();
         let mut check = Reader::new(all);
         for _ in 0..n {
-            WriteRec::decode(&mut check)?;
+            if !accept(&WriteRec::decode(&mut check)?) {
+                return Err(DecodeError::Rejected);
+            }
         }
         // Give back what follows the writes.
         let used = check.pos();
@@ -568,9 +592,16 @@ impl<'a> CommitBackupReq<'a> {
         WritesEncoder::begin(b)
     }
     pub fn decode(b: &'a [u8]) -> Result<CommitBackupReq<'a>, DecodeError> {
+        Self::decode_checked(b, |_| true)
+    }
+    /// Decodes, refusing the request unless every write passes `accept`.
+    pub fn decode_checked(
+        b: &'a [u8],
+        accept: impl FnMut(&WriteRec<'a>) -> bool,
+    ) -> Result<CommitBackupReq<'a>, DecodeError> {
         let mut r = Reader::new(b);
         let txn = r.u64()?;
-        let writes = Writes::decode(&mut r)?;
+        let writes = Writes::decode_checked(&mut r, accept)?;
         r.end()?;
         Ok(CommitBackupReq { txn, writes })
     }
@@ -593,10 +624,18 @@ impl<'a> CommitPrimaryReq<'a> {
         WritesEncoder::begin(b)
     }
     pub fn decode(b: &'a [u8]) -> Result<CommitPrimaryReq<'a>, DecodeError> {
+        Self::decode_checked(b, |_, _| true)
+    }
+    /// Decodes, refusing the request unless every write passes `accept` (given the
+    /// request's slot, since a primary checks the sender's locks).
+    pub fn decode_checked(
+        b: &'a [u8],
+        mut accept: impl FnMut(u16, &WriteRec<'a>) -> bool,
+    ) -> Result<CommitPrimaryReq<'a>, DecodeError> {
         let mut r = Reader::new(b);
         let txn = r.u64()?;
         let slot = r.u16()?;
-        let writes = Writes::decode(&mut r)?;
+        let writes = Writes::decode_checked(&mut r, |w| accept(slot, w))?;
         r.end()?;
         Ok(CommitPrimaryReq { txn, slot, writes })
     }
@@ -701,7 +740,7 @@ pub struct ValidateResp {
 
 impl ValidateResp {
     pub fn encode<R: RespBuf>(&self, out: &mut R) {
-        out.put(&[self.status as u8]);
+        out.put_u8(self.status as u8);
         out.put(&self.version.to_le_bytes());
     }
     pub fn decode(b: &[u8]) -> Result<ValidateResp, DecodeError> {
@@ -724,7 +763,7 @@ pub struct Ack {
 
 impl Ack {
     pub fn encode<R: RespBuf>(&self, out: &mut R) {
-        out.put(&[self.status as u8]);
+        out.put_u8(self.status as u8);
     }
     pub fn decode(b: &[u8]) -> Result<Ack, DecodeError> {
         let mut r = Reader::new(b);

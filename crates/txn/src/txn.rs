@@ -90,7 +90,9 @@ pub struct Txn<'c> {
     aborted: Option<AbortReason>,
     start_ns: u64,
     phase_ns: PhaseMap<u64>,
-    ran: PhaseMap<bool>,
+    /// Bit `p` set once phase `p` ran (a byte, not a map of bools: `Txn` is moved by
+    /// value, so its size costs copies).
+    ran: u8,
     done: bool,
 }
 
@@ -113,7 +115,7 @@ impl<'c> Txn<'c> {
             // order; the end below must not be early, so it reads the clock).
             start_ns: ctx.step_ns(),
             phase_ns: PhaseMap::default(),
-            ran: PhaseMap::default(),
+            ran: 0,
             done: false,
         }
     }
@@ -200,7 +202,7 @@ impl<'c> Txn<'c> {
     /// Adds the time since `t0` (a `step_ns` reading) to phase `p`.
     pub(crate) fn timed(&mut self, p: Phase, t0: u64) {
         self.phase_ns[p] += self.ctx.step_ns().saturating_sub(t0);
-        self.ran[p] = true;
+        self.ran |= 1 << p as u8;
     }
 
     /// Fetches every key added since the last call with one doorbell: values and
@@ -347,7 +349,7 @@ impl<'c> Txn<'c> {
                 st.committed_incomplete += 1;
             }
             for p in Phase::ALL {
-                if self.ran[p] {
+                if self.ran & (1 << p as u8) != 0 {
                     st.phase_ns[p] += self.phase_ns[p];
                     st.phase_count[p] += 1;
                 }

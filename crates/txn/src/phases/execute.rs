@@ -82,6 +82,7 @@ impl Txn<'_> {
         failure.map_or(Ok(()), Err)
     }
 
+    #[inline]
     fn absorb_read_response(
         &mut self,
         i: usize,

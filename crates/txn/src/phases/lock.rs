@@ -27,6 +27,7 @@ pub(crate) struct Orphan {
 
 impl Txn<'_> {
     /// Locks write-set item `i`: in place if local, else a LOCK queued (returns true).
+    #[inline]
     pub(crate) fn lock_item(&mut self, i: usize, req: &mut Vec<u8>) -> Result<bool, AbortReason> {
         match self.th.cfg.policy.lock {
             policy::Lock::Rpc => self.lock_item_rpc(i, req),
@@ -64,6 +65,7 @@ impl Txn<'_> {
     }
 
     /// Takes the LOCK response of item `i`.
+    #[inline]
     pub(crate) fn absorb_lock_response(
         &mut self,
         i: usize,
@@ -125,11 +127,18 @@ impl Txn<'_> {
 
     /// Queues UNLOCKs for the thread's orphaned locks (responses are not awaited: an
     /// unlock of a lock no longer held is a no-op). Returns whether any was queued.
+    #[inline]
     pub(crate) fn queue_orphans(&mut self) -> bool {
-        let mut orphans = self.th.orphans.borrow_mut();
-        if orphans.is_empty() {
+        // Every round trip checks; orphans are rare (an application bug).
+        if self.th.orphans.borrow().is_empty() {
             return false;
         }
+        self.queue_orphans_now()
+    }
+
+    #[inline(never)]
+    fn queue_orphans_now(&mut self) -> bool {
+        let mut orphans = self.th.orphans.borrow_mut();
         let mut req = std::mem::take(&mut self.bufs.req);
         let mut any = false;
         for o in orphans.drain(..) {
