@@ -99,7 +99,10 @@ enum Locate {
         h: u64,
     },
     NotFound,
-    Locked,
+    /// Present (key matches) and locked.
+    Locked {
+        off: u64,
+    },
 }
 
 impl Table {
@@ -285,7 +288,7 @@ impl Table {
                         if self.w(off + 8).load(Ordering::Acquire) == key
                             && Header::version_of(h) & 1 == 1
                         {
-                            return Locate::Locked;
+                            return Locate::Locked { off };
                         }
                     }
                     (ItemCheck::Miss, _) => {}
@@ -306,7 +309,7 @@ impl Table {
         match self.locate(key, Some(out)) {
             Locate::Found { h, .. } => ReadOutcome::Found { version: h },
             Locate::NotFound => ReadOutcome::NotFound,
-            Locate::Locked => ReadOutcome::Locked,
+            Locate::Locked { .. } => ReadOutcome::Locked,
         }
     }
 
@@ -333,7 +336,7 @@ impl Table {
                 owner,
             }),
             Locate::NotFound => Err(StoreError::NotFound),
-            Locate::Locked => Err(StoreError::Locked),
+            Locate::Locked { .. } => Err(StoreError::Locked),
         }
     }
 
@@ -415,31 +418,12 @@ impl Table {
     /// The lock word of `key`'s item, unpacked (who holds it; for recovery and tests).
     /// `None` if the key is absent.
     pub fn header(&self, key: u64) -> Option<Header> {
-        let l = &self.desc.layout;
-        let h = hash(key, l.seed);
-        let tag = tag_of(h);
-        let mut b = l.main_bucket_off(h);
-        for _ in 0..=l.overflow {
-            let w0 = self.w(b).load(Ordering::Acquire);
-            let w1 = self.w(b + 8).load(Ordering::Acquire);
-            let mut m = tag_matches(w0, w1, tag);
-            while m != 0 {
-                let s = m.trailing_zeros() as usize;
-                m &= m - 1;
-                let r = slot_ref(
-                    self.w(b + 16 + 8 * (s as u64 / 2)).load(Ordering::Acquire),
-                    s,
-                );
-                let Some(off) = l.item_off(r) else { continue };
-                let hd = self.hdr(off).load(Ordering::Acquire);
-                if Header::version_of(hd) & 1 == 1 && self.w(off + 8).load(Ordering::Acquire) == key
-                {
-                    return Some(Header::unpack(hd));
-                }
+        match self.locate(key, None) {
+            Locate::Found { off, .. } | Locate::Locked { off } => {
+                Some(Header::unpack(self.hdr(off).load(Ordering::Acquire)))
             }
-            b = l.overflow_bucket_off(w0 & LINK_MASK)?;
+            Locate::NotFound => None,
         }
-        None
     }
 
     /// Calls `f(key, value)` for every present item. Only meaningful while no thread

@@ -27,32 +27,39 @@ pub fn check_version(db: &NodeDb, table: u32, key: u64) -> Fetched {
     read_into(db, table, key, None::<&mut Vec<u8>>)
 }
 
-fn read_into(
-    db: &NodeDb,
-    table: u32,
-    key: u64,
-    out: Option<&mut impl for<'v> Extend<&'v u8>>,
-) -> Fetched {
+/// Runs `f` on `table`'s store and this thread's scratch buffer sized for one stored
+/// value; `BadRequest` if the table is unknown here.
+#[inline]
+fn with_table(db: &NodeDb, table: u32, f: impl FnOnce(&Table, &mut Vec<u8>) -> Fetched) -> Fetched {
     let Some((spec, t)) = db.table(table) else {
         return Fetched::just(Status::BadRequest);
     };
     SCRATCH.with(|s| {
         let mut buf = s.borrow_mut();
         buf.resize(META + spec.value_size, 0);
-        match t.try_get(key, &mut buf) {
-            ReadOutcome::NotFound => Fetched::just(Status::Absent),
-            ReadOutcome::Locked => Fetched::just(Status::Locked),
-            ReadOutcome::Found { .. } => {
-                let (meta, val) = split_meta(&buf);
-                let mut f = Fetched::just(Status::Ok);
-                f.version = meta & !TOMBSTONE;
-                if meta & TOMBSTONE != 0 {
-                    f.status = Status::Absent;
-                } else if let Some(out) = out {
-                    out.extend(val);
-                }
-                f
+        f(t, &mut buf)
+    })
+}
+
+fn read_into(
+    db: &NodeDb,
+    table: u32,
+    key: u64,
+    out: Option<&mut impl for<'v> Extend<&'v u8>>,
+) -> Fetched {
+    with_table(db, table, |t, buf| match t.try_get(key, buf) {
+        ReadOutcome::NotFound => Fetched::just(Status::Absent),
+        ReadOutcome::Locked => Fetched::just(Status::Locked),
+        ReadOutcome::Found { .. } => {
+            let (meta, val) = split_meta(buf);
+            let mut f = Fetched::just(Status::Ok);
+            f.version = meta & !TOMBSTONE;
+            if meta & TOMBSTONE != 0 {
+                f.status = Status::Absent;
+            } else if let Some(out) = out {
+                out.extend(val);
             }
+            f
         }
     })
 }
@@ -68,20 +75,15 @@ pub fn lock(
     owner: LockOwner,
     out: &mut impl for<'v> Extend<&'v u8>,
 ) -> Fetched {
-    let Some((spec, t)) = db.table(table) else {
-        return Fetched::just(Status::BadRequest);
-    };
-    SCRATCH.with(|s| {
-        let mut buf = s.borrow_mut();
-        buf.resize(META + spec.value_size, 0);
-        let lk = match t.try_lock_read(key, owner, &mut buf) {
+    with_table(db, table, |t, buf| {
+        let lk = match t.try_lock_read(key, owner, buf) {
             Ok(lk) => lk,
             Err(StoreError::Locked) => return Fetched::just(Status::Locked),
             Err(StoreError::NotFound) if kind == WriteKind::Insert => {
                 // Insert a locked tombstone that never existed (version 0).
                 buf.iter_mut().for_each(|b| *b = 0);
                 buf[..META].copy_from_slice(&TOMBSTONE.to_le_bytes());
-                match t.insert_and_lock(key, &buf, owner) {
+                match t.insert_and_lock(key, buf, owner) {
                     Ok(lk) => lk,
                     Err(StoreError::Exists) | Err(StoreError::Locked) => {
                         return Fetched::just(Status::Locked)
@@ -93,7 +95,7 @@ pub fn lock(
             Err(StoreError::NotFound) => return Fetched::just(Status::Absent),
             Err(_) => return Fetched::just(Status::BadRequest),
         };
-        let (meta, val) = split_meta(&buf);
+        let (meta, val) = split_meta(buf);
         let live = meta & TOMBSTONE == 0;
         let st = match (kind, live) {
             (WriteKind::Insert, true) => Status::Exists,

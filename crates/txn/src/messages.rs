@@ -646,6 +646,45 @@ fn head(r: &mut Reader<'_>) -> Result<Status, DecodeError> {
     Status::from_u8(r.u8()?)
 }
 
+/// Writes a READ or LOCK response (`with_token`: LOCK's, with the lock token): the head
+/// is reserved, `act` appends the value and returns the head, which is filled in.
+#[inline]
+fn encode_fetch<R: RespBuf>(out: &mut R, with_token: bool, act: impl FnOnce(&mut R) -> Fetched) {
+    let head = if with_token { 25 } else { 9 };
+    out.put(&[0; 25][..head]);
+    let f = act(out);
+    out[0] = f.status as u8;
+    out[1..9].copy_from_slice(&f.version.to_le_bytes());
+    if with_token {
+        out[9..17].copy_from_slice(&f.token.offset.to_le_bytes());
+        out[17..25].copy_from_slice(&f.token.store_version.to_le_bytes());
+    }
+}
+
+/// Decodes a READ or LOCK response (also its bare `BadRequest` form).
+fn decode_fetch(b: &[u8], with_token: bool) -> Result<(Fetched, &[u8]), DecodeError> {
+    let mut r = Reader::new(b);
+    let status = head(&mut r)?;
+    if status == Status::BadRequest && b.len() == 1 {
+        return Ok((Fetched::just(status), &[]));
+    }
+    let version = r.u64()?;
+    let token = if with_token {
+        LockToken {
+            offset: r.u64()?,
+            store_version: r.u64()?,
+        }
+    } else {
+        LockToken::default()
+    };
+    let f = Fetched {
+        status,
+        version,
+        token,
+    };
+    Ok((f, r.rest()))
+}
+
 /// READ response: status, transaction version, then the value (found keys only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadResp<'a> {
@@ -655,32 +694,18 @@ pub struct ReadResp<'a> {
 }
 
 impl<'a> ReadResp<'a> {
-    const HEAD: usize = 9;
-
     /// Writes the response of `act`, which appends the value and returns the head.
     #[inline]
     pub fn encode_with<R: RespBuf>(out: &mut R, act: impl FnOnce(&mut R) -> Fetched) {
-        out.put(&[0; Self::HEAD]);
-        let f = act(out);
-        out[0] = f.status as u8;
-        out[1..Self::HEAD].copy_from_slice(&f.version.to_le_bytes());
+        encode_fetch(out, false, act);
     }
 
     pub fn decode(b: &'a [u8]) -> Result<ReadResp<'a>, DecodeError> {
-        let mut r = Reader::new(b);
-        let status = head(&mut r)?;
-        if status == Status::BadRequest && b.len() == 1 {
-            return Ok(ReadResp {
-                status,
-                version: 0,
-                value: &[],
-            });
-        }
-        let version = r.u64()?;
+        let (f, value) = decode_fetch(b, false)?;
         Ok(ReadResp {
-            status,
-            version,
-            value: r.rest(),
+            status: f.status,
+            version: f.version,
+            value,
         })
     }
 }
@@ -693,41 +718,15 @@ pub struct LockResp<'a> {
 }
 
 impl<'a> LockResp<'a> {
-    const HEAD: usize = 25;
-
     /// Writes the response of `act`, which appends the value and returns the head.
     #[inline]
     pub fn encode_with<R: RespBuf>(out: &mut R, act: impl FnOnce(&mut R) -> Fetched) {
-        out.put(&[0; Self::HEAD]);
-        let f = act(out);
-        out[0] = f.status as u8;
-        out[1..9].copy_from_slice(&f.version.to_le_bytes());
-        out[9..17].copy_from_slice(&f.token.offset.to_le_bytes());
-        out[17..Self::HEAD].copy_from_slice(&f.token.store_version.to_le_bytes());
+        encode_fetch(out, true, act);
     }
 
     pub fn decode(b: &'a [u8]) -> Result<LockResp<'a>, DecodeError> {
-        let mut r = Reader::new(b);
-        let status = head(&mut r)?;
-        if status == Status::BadRequest && b.len() == 1 {
-            return Ok(LockResp {
-                fetched: Fetched::just(status),
-                value: &[],
-            });
-        }
-        let version = r.u64()?;
-        let token = LockToken {
-            offset: r.u64()?,
-            store_version: r.u64()?,
-        };
-        Ok(LockResp {
-            fetched: Fetched {
-                status,
-                version,
-                token,
-            },
-            value: r.rest(),
-        })
+        let (fetched, value) = decode_fetch(b, true)?;
+        Ok(LockResp { fetched, value })
     }
 }
 

@@ -3,10 +3,11 @@
 
 use super::rpc_failure;
 use crate::actions;
-use crate::messages::{Fetched, ReadReq, ReadResp, Status, WriteKind};
+use crate::messages::{DecodeError, Fetched, ReadReq, ReadResp, Status, WriteKind};
 use crate::policy;
 use crate::stats::AbortReason;
 use crate::txn::{Item, Txn};
+use ambidex_rpc::ReqHandle;
 
 impl Txn<'_> {
     /// Fetches every key not yet fetched with one doorbell. The caller aborts on error.
@@ -86,20 +87,38 @@ impl Txn<'_> {
     fn absorb_read_response(
         &mut self,
         i: usize,
-        h: ambidex_rpc::ReqHandle,
+        h: ReqHandle,
         flushed: bool,
+    ) -> Result<(), AbortReason> {
+        self.take_fetch(i, h, flushed, |b| {
+            ReadResp::decode(b).map(|r| {
+                let f = Fetched {
+                    status: r.status,
+                    version: r.version,
+                    token: Default::default(),
+                };
+                (f, r.value)
+            })
+        })
+    }
+
+    /// Takes the READ or LOCK response `h` of item `i` (decoded by `decode` into its
+    /// head and value) into the item.
+    #[inline]
+    pub(crate) fn take_fetch(
+        &mut self,
+        i: usize,
+        h: ReqHandle,
+        flushed: bool,
+        decode: impl FnOnce(&[u8]) -> Result<(Fetched, &[u8]), DecodeError>,
     ) -> Result<(), AbortReason> {
         let it = &mut self.items[i];
         let mut val = std::mem::take(&mut it.value);
         val.clear();
         let parsed = self.ctx.response(h, |b| {
-            ReadResp::decode(b).map(|r| {
-                val.extend_from_slice(r.value);
-                Fetched {
-                    status: r.status,
-                    version: r.version,
-                    token: Default::default(),
-                }
+            decode(b).map(|(f, value)| {
+                val.extend_from_slice(value);
+                f
             })
         });
         match parsed {

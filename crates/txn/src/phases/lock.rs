@@ -6,7 +6,6 @@
 //! queued on the thread and sent with its next round trip.
 
 use super::execute::absorb;
-use super::rpc_failure;
 use crate::actions;
 use crate::messages::{rtype, LockReq, LockResp, LockToken, UnlockReq};
 use crate::policy;
@@ -72,26 +71,9 @@ impl Txn<'_> {
         h: ReqHandle,
         flushed: bool,
     ) -> Result<(), AbortReason> {
-        let it = &mut self.items[i];
-        let mut val = std::mem::take(&mut it.value);
-        val.clear();
-        let parsed = self.ctx.response(h, |b| {
-            LockResp::decode(b).map(|r| {
-                val.extend_from_slice(r.value);
-                r.fetched
-            })
-        });
-        match parsed {
-            Ok(Ok(f)) => absorb(it, f, val),
-            Ok(Err(_)) => {
-                it.value = val;
-                Err(AbortReason::BadResponse)
-            }
-            Err(e) => {
-                it.value = val;
-                Err(rpc_failure(&e, flushed))
-            }
-        }
+        self.take_fetch(i, h, flushed, |b| {
+            LockResp::decode(b).map(|r| (r.fetched, r.value))
+        })
     }
 
     /// Releases every lock held (abort), waiting for the UNLOCKs to be sent.
