@@ -2,10 +2,11 @@
 //!
 //! - [`table`]: a MICA-style hash table of cache-line buckets (12 slots) with overflow
 //!   chains, inside one registered region, so remote nodes can READ a bucket or an item
-//!   and lock an item with one CAS; lock-free consistent reads; layout and the version
-//!   scheme that makes one-sided reads safe under word atomicity are in [`layout`].
+//!   and lock an item with one CAS; lock-free consistent reads; layout, the lock word
+//!   (lock bit, owner and version: [`LockOwner`], [`Header`]) and the version scheme that
+//!   makes one-sided reads safe under word atomicity are in [`layout`].
 //! - [`remote`]: one-sided access to a remote table through an `Endpoint` (READ with
-//!   retry on torn/locked items, CAS lock, WRITE-and-unlock).
+//!   retry on torn/locked items, CAS lock naming its owner, WRITE-and-unlock).
 //! - [`loc_cache`]: the bounded location cache (set-associative, CLOCK per set).
 //! - [`btree`]: the ordered index (B+tree) for range scans.
 //! - [`bench`]: the benchmark behind `ambidex bench store`.
