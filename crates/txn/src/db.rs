@@ -144,3 +144,18 @@ impl NodeDb {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn more_nodes_than_lock_words_can_name_is_an_error() {
+        let p = |n| Placement::new(n, 1).unwrap();
+        assert!(NodeDb::new(0, p(LockOwner::MAX_NODES), &[]).is_ok());
+        let e = NodeDb::new(0, p(LockOwner::MAX_NODES + 1), &[])
+            .err()
+            .expect("65 nodes accepted");
+        assert!(e.contains("lock words"), "{e}");
+    }
+}
