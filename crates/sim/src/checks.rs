@@ -8,8 +8,9 @@ use ambidex_history::{
 };
 use ambidex_transport::{NodeId, ThreadId};
 use ambidex_transport_sim::{hash_bytes, mix, HASH_SEED};
+use ambidex_txn::actions;
 use ambidex_txn::db::TOMBSTONE;
-use ambidex_txn::wire::status;
+use ambidex_txn::messages::Status;
 use ambidex_txn::{AbortReason, HistorySink, ItemView, NodeDb, Placement, WriteKind};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -207,7 +208,8 @@ pub fn replica_consistency(
                 });
             }
             let Some(primary) = copies.iter().find(|c| c.0 == p) else {
-                let locked = dbs[p as usize].validate(table, *key).status == status::LOCKED;
+                let locked =
+                    actions::check_version(&dbs[p as usize], table, *key).status == Status::Locked;
                 pr.add(|| {
                     format!(
                         "table {table} key {key}: no copy at its primary {p}{}",
@@ -280,11 +282,11 @@ pub fn committed_writes_installed(
         let h = heads[0];
         let p = placement.primary(*table, *key);
         buf.clear();
-        let f = dbs[p as usize].read(*table, *key, &mut buf);
+        let f = actions::read(&dbs[p as usize], *table, *key, &mut buf);
         let ok = match h.kind {
-            HKind::Delete => f.status == status::ABSENT && f.version == h.version,
+            HKind::Delete => f.status == Status::Absent && f.version == h.version,
             _ => {
-                f.status == status::OK
+                f.status == Status::Ok
                     && f.version == h.version
                     && h.value.as_deref() == Some(encode_hex(&buf).as_str())
             }
@@ -315,7 +317,7 @@ pub fn no_locks_held(
     let mut pr = Problems::new("locks released");
     for (table, key) in keys {
         let p = placement.primary(table, key);
-        if dbs[p as usize].validate(table, key).status == status::LOCKED {
+        if actions::check_version(&dbs[p as usize], table, key).status == Status::Locked {
             pr.add(|| format!("table {table} key {key} is still locked at its primary {p}"));
         }
     }
@@ -325,7 +327,14 @@ pub fn no_locks_held(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ambidex_txn::wire::{LockToken, WriteRec};
+    use ambidex_txn::messages::{LockToken, WriteRec};
+    use ambidex_txn::LockOwner;
+    /// The owner of these tests' locks.
+    const OWNER: LockOwner = LockOwner {
+        node: 0,
+        thread: 0,
+        slot: 0,
+    };
     use ambidex_txn::TableSpec;
 
     const T: u32 = 5;
@@ -399,7 +408,11 @@ mod tests {
         let (dbs, p) = cluster();
         let key = 3;
         let backup = p.replica(T, key, 1);
-        assert!(dbs[backup as usize].apply_backup(77, &write(key, 1, &[9; 8])));
+        assert!(actions::apply_backup(
+            &dbs[backup as usize],
+            77,
+            &write(key, 1, &[9; 8])
+        ));
         let f = replica_consistency(&dbs, &p, &Dump::of(&dbs, &[T])).expect("divergence missed");
         assert!(
             f.contains(&format!("key {key}: backup {backup} has version 0x4d")),
@@ -417,12 +430,12 @@ mod tests {
         let id = 1 << 62 | 6;
         let prim = p.primary(T, 4) as usize;
         let mut v = Vec::new();
-        let fetched = dbs[prim].lock(T, 4, WriteKind::Update, &mut v);
+        let fetched = actions::lock(&dbs[prim], T, 4, WriteKind::Update, OWNER, &mut v);
         let w = WriteRec {
             token: fetched.token,
             ..write(4, 1, &[2; 8])
         };
-        assert!(dbs[prim].commit_primary(id, &w));
+        assert!(actions::install(&dbs[prim], id, &w, OWNER));
         assert_eq!(
             committed_writes_installed(&dbs, &p, &[committed(id, 4, 1, &[2; 8])]),
             None
@@ -436,8 +449,8 @@ mod tests {
         let (dbs, p) = cluster();
         let prim = p.primary(T, 2) as usize;
         let mut v = Vec::new();
-        let f = dbs[prim].lock(T, 2, WriteKind::Update, &mut v);
-        assert_eq!(f.status, status::OK);
+        let f = actions::lock(&dbs[prim], T, 2, WriteKind::Update, OWNER, &mut v);
+        assert_eq!(f.status, Status::Ok);
         let mut rec = committed(1 << 62 | 9, 2, 1, &[1; 8]);
         rec.outcome = Outcome::Aborted;
         let r = no_locks_held(&dbs, &p, &[rec]).expect("held lock missed");
@@ -453,7 +466,7 @@ mod tests {
         let d0 = Dump::of(&dbs, &[T]).digest();
         assert_eq!(d0, Dump::of(&dbs, &[T]).digest());
         let b = p.replica(T, 1, 2);
-        dbs[b as usize].apply_backup(1, &write(1, 1, &[1, 0, 0, 0, 0, 0, 0, 1]));
+        actions::apply_backup(&dbs[b as usize], 1, &write(1, 1, &[1, 0, 0, 0, 0, 0, 0, 1]));
         assert_ne!(d0, Dump::of(&dbs, &[T]).digest());
     }
 }

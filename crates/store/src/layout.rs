@@ -34,15 +34,55 @@
 //! ```text
 //! chunk 0: [H header][K key][data ...][V0 version]
 //! chunk j: [data ...............][Vj version]      (64-byte chunks when S >= 64)
-//! H = lock bit (63) | version (0..62); version odd = present, even = absent/free
+//! H = the lock word (below); its version odd = present, even = absent/free
 //! Vj = version of the last completed write, or MARKER while a write is in progress
 //! ```
+//!
+//! **The lock word** ([`Header`]): one 8-byte word, so one CPU or one NIC CAS takes the
+//! lock and names its holder at once.
+//!
+//! ```text
+//! bit 63      lock
+//! bits 57..62 owner node        (6 bits: 64 nodes)
+//! bits 50..56 owner thread      (7 bits: 128 threads per node)
+//! bits 40..49 owner slot        (10 bits: 1023 transactions in flight per thread,
+//!                                and LockOwner::STORE for the store's own short locks)
+//! bits 0..39  version           (40 bits)
+//! ```
+//!
+//! An unlocked word has owner 0, so it equals its version; a locked word is
+//! `LOCK | owner | version` with the version it was locked at. The owner is the
+//! coordinator's (node, thread, transaction slot): a later recovery reads it to find the
+//! locks of a failed coordinator, and a holder proves ownership by the whole word. Why
+//! these widths: the papers' clusters are 11 (FaSST) to 90 (FaRM) machines, but ambidex
+//! targets one rack (16 nodes in DrTM+H), so 64 nodes leave headroom; 128 threads exceed
+//! the cores of one machine; 1024 slots exceed the coroutines per thread (FaSST runs
+//! about 20). Every owner bit taken from the version shortens its wrap period, so the
+//! owner gets no more than it needs.
+//!
+//! **Version overflow.** A write adds 2 to the version field (an insert or delete adds
+//! 1), modulo 2^40 and never carrying into the owner or lock bits ([`Header::bump`]),
+//! so present/absent parity is kept. Versions grow; after 2^39 writes of one item (six
+//! days at one write per microsecond, faster than one item's lock can be taken and
+//! released) the field wraps. Readers only need a version not to recur *during one
+//! read*, which a wrap would need 2^39 writes inside one READ to break.
+//!
+//! **NIC/CPU atomicity (DrTM+H §5.2).** On a real RDMA NIC, a remote CAS is atomic only
+//! with other NIC atomics, not with a CPU's CAS on the same word: the NIC reads and
+//! writes the word over PCIe. That problem does not arise on ambidex's backends: on
+//! `local` and `shm` the "NIC" CAS *is* a CPU atomic on the same memory (the same
+//! hardware instruction), and on `udp` the target's poll loop performs the CAS with a
+//! CPU atomic. On a real RDMA backend local writers would have to lock through their own
+//! NIC too (loopback CAS), as DrTM+H does; [`crate::table::Table`]'s CPU CAS would then
+//! be wrong, and that backend would need a table mode that locks via the NIC.
 //!
 //! **Why a version at the end of every chunk (FaRM's per-line versions, adapted).** The
 //! transport guarantees only that a READ loads each aligned word atomically, in ascending
 //! order, with acquire ordering. A writer (holding H's lock) first stores MARKER into
 //! every Vj, then (after a release fence) the data, then the new version into every Vj,
 //! then H. A reader accepts only if H is unlocked with version v and every Vj == v:
+//! (Below, "H == v" means H unlocked with version field v; chunk versions hold the version
+//! field alone.)
 //! - it cannot see data older than v: it loaded H == v with acquire, which the writer
 //!   of v stored after that data;
 //! - it cannot see data newer than v: a data word written by a later writer comes after
@@ -63,8 +103,146 @@ pub const LINE: u64 = 64;
 pub const SLOTS: usize = 12;
 /// Lock bit of an item header; also set in [`MARKER`].
 pub const LOCK: u64 = 1 << 63;
-/// Stored in chunk versions while a write is in progress; never equal to an unlocked version.
+/// Stored in chunk versions while a write is in progress; never equal to a version (it
+/// has bits above the version field).
 pub const MARKER: u64 = u64::MAX;
+/// Bits of the version field of a [`Header`].
+pub const VERSION_BITS: u32 = 40;
+/// The version field of a [`Header`].
+pub const VERSION_MASK: u64 = (1 << VERSION_BITS) - 1;
+const SLOT_BITS: u32 = 10;
+const THREAD_BITS: u32 = 7;
+const NODE_BITS: u32 = 6;
+const SLOT_SHIFT: u32 = VERSION_BITS;
+const THREAD_SHIFT: u32 = SLOT_SHIFT + SLOT_BITS;
+const NODE_SHIFT: u32 = THREAD_SHIFT + THREAD_BITS;
+const _: () = assert!(
+    NODE_SHIFT + NODE_BITS == 63,
+    "owner fields fill bits 40..62"
+);
+
+/// Who holds an item's lock: a coordinator's node, thread and transaction slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LockOwner {
+    pub node: u16,
+    pub thread: u16,
+    pub slot: u16,
+}
+
+/// A [`LockOwner`] field does not fit its bits in the lock word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnerRangeError(pub LockOwner);
+
+impl std::fmt::Display for OwnerRangeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "lock owner {:?} out of range (at most 64 nodes, 128 threads, 1023 slots)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for OwnerRangeError {}
+
+impl LockOwner {
+    pub const MAX_NODES: u16 = 1 << NODE_BITS;
+    pub const MAX_THREADS: u16 = 1 << THREAD_BITS;
+    /// Transaction slots are `0..MAX_SLOTS`; the last slot value is [`LockOwner::STORE`]'s.
+    pub const MAX_SLOTS: u16 = (1 << SLOT_BITS) - 1;
+    /// The owner of the store's own short locks, held only inside one
+    /// [`crate::Table`] call (insert, delete, update: loads and backup applies). No
+    /// transaction has this slot.
+    pub const STORE: LockOwner = LockOwner {
+        node: 0,
+        thread: 0,
+        slot: (1 << SLOT_BITS) - 1,
+    };
+
+    /// An owner, if every field fits the lock word.
+    pub fn new(node: u16, thread: u16, slot: u16) -> Result<LockOwner, OwnerRangeError> {
+        let o = LockOwner { node, thread, slot };
+        if node < Self::MAX_NODES && thread < Self::MAX_THREADS && slot < Self::MAX_SLOTS {
+            Ok(o)
+        } else {
+            Err(OwnerRangeError(o))
+        }
+    }
+
+    /// The owner's bits in place in the lock word (fields are masked to their widths;
+    /// [`LockOwner::new`] rejects values that do not fit).
+    #[inline]
+    pub fn bits(self) -> u64 {
+        (self.node as u64 & ((1 << NODE_BITS) - 1)) << NODE_SHIFT
+            | (self.thread as u64 & ((1 << THREAD_BITS) - 1)) << THREAD_SHIFT
+            | (self.slot as u64 & ((1 << SLOT_BITS) - 1)) << SLOT_SHIFT
+    }
+
+    #[inline]
+    fn from_bits(w: u64) -> LockOwner {
+        LockOwner {
+            node: ((w >> NODE_SHIFT) & ((1 << NODE_BITS) - 1)) as u16,
+            thread: ((w >> THREAD_SHIFT) & ((1 << THREAD_BITS) - 1)) as u16,
+            slot: ((w >> SLOT_SHIFT) & ((1 << SLOT_BITS) - 1)) as u16,
+        }
+    }
+}
+
+/// An item's lock word, unpacked (see the module docs for the bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// `Some` while locked.
+    pub owner: Option<LockOwner>,
+    /// The version field (odd: present).
+    pub version: u64,
+}
+
+impl Header {
+    /// The word of an unlocked item at `version` (owner cleared).
+    #[inline]
+    pub fn unlocked(version: u64) -> u64 {
+        version & VERSION_MASK
+    }
+
+    /// The word of an item at `version` locked by `owner`.
+    #[inline]
+    pub fn locked(version: u64, owner: LockOwner) -> u64 {
+        LOCK | owner.bits() | (version & VERSION_MASK)
+    }
+
+    /// The version field of a word.
+    #[inline]
+    pub fn version_of(word: u64) -> u64 {
+        word & VERSION_MASK
+    }
+
+    #[inline]
+    pub fn is_locked(word: u64) -> bool {
+        word & LOCK != 0
+    }
+
+    /// `version + by` in the version field (wrapping within it, see the module docs).
+    #[inline]
+    pub fn bump(version: u64, by: u64) -> u64 {
+        version.wrapping_add(by) & VERSION_MASK
+    }
+
+    pub fn pack(self) -> u64 {
+        match self.owner {
+            Some(o) => Self::locked(self.version, o),
+            None => Self::unlocked(self.version),
+        }
+    }
+
+    /// Unpacks a word. An unlocked word with owner bits set (only a misbehaving remote
+    /// writes one) unpacks to its version; readers compare versions, not whole words.
+    pub fn unpack(word: u64) -> Header {
+        Header {
+            owner: Self::is_locked(word).then(|| LockOwner::from_bits(word)),
+            version: word & VERSION_MASK,
+        }
+    }
+}
 /// Bucket word 0: overflow link.
 pub const LINK_MASK: u64 = (1 << 31) - 1;
 /// Bucket word 0: writer lock.
@@ -375,20 +553,22 @@ pub fn check_image(shape: &ItemShape, img: &[u8], key: u64, out: &mut [u8]) -> I
         }
     };
     let h = word(0);
-    if h & LOCK != 0 {
+    if Header::is_locked(h) {
         return ItemCheck::Busy;
     }
-    if h & 1 == 0 {
+    // Chunk versions hold the version field alone; an unlocked header is compared by it.
+    let v = Header::version_of(h);
+    if v & 1 == 0 {
         return ItemCheck::Miss;
     }
-    if shape.versions.iter().any(|&v| word(v) != h) {
+    if shape.versions.iter().any(|&c| word(c) != v) {
         return ItemCheck::Busy;
     }
     if word(1) != key {
         return ItemCheck::Miss;
     }
     copy_words_out(shape, out, word);
-    ItemCheck::Ok(h)
+    ItemCheck::Ok(v)
 }
 
 /// Copies the value's data words (fetched by `get`) into `out`.
@@ -461,6 +641,55 @@ mod tests {
         assert_eq!((s8.data.clone(), s8.versions.clone()), (vec![2], vec![3]));
         l.validate(l.len).unwrap();
         assert!(l.validate(l.len - 1).is_err());
+    }
+
+    #[test]
+    fn lock_words_pack_and_unpack() {
+        let o = LockOwner::new(63, 127, 1022).unwrap();
+        for v in [1, 2, 77, VERSION_MASK] {
+            let w = Header::locked(v, o);
+            assert_eq!(
+                Header::unpack(w),
+                Header {
+                    owner: Some(o),
+                    version: v
+                }
+            );
+            assert_eq!(Header::unpack(w).pack(), w);
+            assert_eq!(
+                Header::unpack(Header::unlocked(v)),
+                Header {
+                    owner: None,
+                    version: v
+                }
+            );
+            assert_ne!(w, MARKER);
+            assert_ne!(Header::unlocked(v), MARKER);
+        }
+        let o0 = LockOwner::new(0, 0, 0).unwrap();
+        assert_ne!(Header::locked(5, o0), Header::unlocked(5));
+        assert!(LockOwner::new(64, 0, 0).is_err());
+        assert!(LockOwner::new(0, 128, 0).is_err());
+        assert!(LockOwner::new(0, 0, 1023).is_err(), "the store's own slot");
+        // Distinct owners give distinct words.
+        let a = LockOwner::new(1, 2, 3).unwrap();
+        let b = LockOwner::new(3, 2, 1).unwrap();
+        assert_ne!(Header::locked(9, a), Header::locked(9, b));
+    }
+
+    #[test]
+    fn version_overflow_stays_in_its_field_and_keeps_parity() {
+        let top = VERSION_MASK; // odd: present
+        assert_eq!(Header::bump(top, 2), 1);
+        assert_eq!(Header::bump(top - 1, 2), 0);
+        assert_eq!(Header::bump(top, 1), 0);
+        let o = LockOwner::new(5, 6, 7).unwrap();
+        let w = Header::locked(Header::bump(top, 2), o);
+        assert_eq!(
+            Header::unpack(w).owner,
+            Some(o),
+            "a bump never carries into the owner"
+        );
     }
 
     #[test]

@@ -2,10 +2,11 @@
 //!
 //! - [`table`]: a MICA-style hash table of cache-line buckets (12 slots) with overflow
 //!   chains, inside one registered region, so remote nodes can READ a bucket or an item
-//!   and lock an item with one CAS; lock-free consistent reads; layout and the version
-//!   scheme that makes one-sided reads safe under word atomicity are in [`layout`].
+//!   and lock an item with one CAS; lock-free consistent reads; layout, the lock word
+//!   (lock bit, owner and version: [`LockOwner`], [`Header`]) and the version scheme that
+//!   makes one-sided reads safe under word atomicity are in [`layout`].
 //! - [`remote`]: one-sided access to a remote table through an `Endpoint` (READ with
-//!   retry on torn/locked items, CAS lock, WRITE-and-unlock).
+//!   retry on torn/locked items, CAS lock naming its owner, WRITE-and-unlock).
 //! - [`catalog`]: every node's table descriptors (region, key, layout), exchanged at
 //!   start-up, checked before use.
 //! - [`loc_cache`]: the bounded location cache (set-associative, CLOCK per set).
@@ -23,7 +24,7 @@ pub mod table;
 pub use bench::{run_bench, StoreBenchConfig, StoreBenchReport};
 pub use btree::OrderedIndex;
 pub use catalog::{Catalog, CatalogError};
-pub use layout::{TableConfig, TableDesc, TableLayout};
+pub use layout::{Header, LockOwner, OwnerRangeError, TableConfig, TableDesc, TableLayout};
 pub use loc_cache::{Loc, LocationCache};
 pub use remote::{RemoteError, RemoteGet, RemoteReader};
 pub use table::{ItemLock, ReadOutcome, StoreError, Table};

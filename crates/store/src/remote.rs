@@ -283,14 +283,16 @@ impl RemoteReader {
         }
     }
 
-    /// Locks the item at `offset` with a one-sided CAS if it still has `version`
-    /// (unlocked). Returns whether the lock was taken.
+    /// Locks the item at `offset` for `owner` with a one-sided CAS if it is still
+    /// unlocked at `version` (the CAS installs lock bit, owner and version in one word,
+    /// see [`Header`]). Returns whether the lock was taken.
     pub fn lock(
         &mut self,
         ep: &mut dyn Endpoint,
         t: &TableDesc,
         offset: u64,
         version: u64,
+        owner: LockOwner,
     ) -> Result<bool, RemoteError> {
         self.check_desc(t)?;
         if t.layout.item_at(offset).is_none() {
@@ -303,22 +305,24 @@ impl RemoteReader {
                 wr_id,
                 remote: t.region.at(offset),
                 kind: OneSidedKind::Cas {
-                    expected: version & !LOCK,
-                    new: version | LOCK,
+                    expected: Header::unlocked(version),
+                    new: Header::locked(version, owner),
                 },
                 signaled: true,
             },
         )?;
-        Ok(old == version & !LOCK)
+        Ok(old == Header::unlocked(version))
     }
 
-    /// Releases a lock taken with [`RemoteReader::lock`] without changing the item.
+    /// Releases a lock `owner` took with [`RemoteReader::lock`] without changing the
+    /// item (the CAS fails, changing nothing, if `owner` does not hold it).
     pub fn unlock(
         &mut self,
         ep: &mut dyn Endpoint,
         t: &TableDesc,
         offset: u64,
         version: u64,
+        owner: LockOwner,
     ) -> Result<(), RemoteError> {
         self.check_desc(t)?;
         let wr_id = self.wr();
@@ -328,8 +332,8 @@ impl RemoteReader {
                 wr_id,
                 remote: t.region.at(offset),
                 kind: OneSidedKind::Cas {
-                    expected: version | LOCK,
-                    new: version & !LOCK,
+                    expected: Header::locked(version, owner),
+                    new: Header::unlocked(version),
                 },
                 signaled: true,
             },
@@ -357,7 +361,7 @@ impl RemoteReader {
         if t.layout.item_at(offset).is_none() {
             return Err(bad("offset is not an item"));
         }
-        let nv = (version & !LOCK).wrapping_add(2) & !LOCK;
+        let nv = Header::bump(version, 2);
         let marker = MARKER.to_ne_bytes();
         let mut img = vec![0u8; shape.item_size];
         img[8..16].copy_from_slice(&key.to_ne_bytes());

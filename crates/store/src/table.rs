@@ -2,9 +2,10 @@
 //!
 //! - Lookups take no lock: a seqlock read of the item (header before and after, acquire
 //!   fence), retried if the header changed.
-//! - Updates hold the item's lock bit, taken with a compare-and-swap on the header word,
-//!   the same word a remote node locks with a one-sided CAS, so local and remote lockers
-//!   exclude each other.
+//! - Updates hold the item's lock, taken with a compare-and-swap that installs the lock
+//!   bit and the owner on the header word ([`Header`]), the same word a remote node
+//!   locks with a one-sided CAS, so local and remote lockers exclude each other (see
+//!   [`crate::layout`] on why a CPU CAS and a NIC CAS are atomic with each other here).
 //! - Inserts and deletes hold the main bucket's writer lock (an owner-local bit in bucket
 //!   word 0); remote nodes never change buckets (inserts and deletes go to the owner by
 //!   RPC, as in FaSST and DrTM+H).
@@ -63,14 +64,16 @@ pub enum ReadOutcome {
     Locked,
 }
 
-/// An item locked by this node through [`Table::lock`]: write it with
-/// [`Table::write_locked`] and release it with [`Table::unlock`].
+/// An item locked through [`Table::lock`]: write it with [`Table::write_locked`] and
+/// release it with [`Table::unlock`]. The header holds exactly
+/// `Header::locked(version, owner)` while it is held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ItemLock {
     /// Offset of the item in the region.
     pub offset: u64,
-    /// The version that was locked.
+    /// The version that was locked (the version field, see [`Header`]).
     pub version: u64,
+    pub owner: LockOwner,
 }
 
 /// A MICA-style hash table inside one registered region (see [`crate::layout`]).
@@ -90,9 +93,16 @@ unsafe impl Send for Table {}
 unsafe impl Sync for Table {}
 
 enum Locate {
-    Found { off: u64, h: u64 },
+    /// `h` is the version field.
+    Found {
+        off: u64,
+        h: u64,
+    },
     NotFound,
-    Locked,
+    /// Present (key matches) and locked.
+    Locked {
+        off: u64,
+    },
 }
 
 impl Table {
@@ -225,10 +235,10 @@ impl Table {
         let mut out = out;
         loop {
             let h1 = self.hdr(off).load(Ordering::Acquire);
-            if h1 & LOCK != 0 {
+            if Header::is_locked(h1) {
                 return (ItemCheck::Busy, h1);
             }
-            if h1 & 1 == 0 {
+            if Header::version_of(h1) & 1 == 0 {
                 return (ItemCheck::Miss, h1);
             }
             let k = self.w(off + 8).load(Ordering::Relaxed);
@@ -242,7 +252,7 @@ impl Table {
             fence(Ordering::Acquire);
             if self.hdr(off).load(Ordering::Relaxed) == h1 {
                 let r = if k == key {
-                    ItemCheck::Ok(h1)
+                    ItemCheck::Ok(Header::version_of(h1))
                 } else {
                     ItemCheck::Miss
                 };
@@ -275,8 +285,10 @@ impl Table {
                     (ItemCheck::Ok(h), _) => return Locate::Found { off, h },
                     (ItemCheck::Busy, h) => {
                         // Locked: it is ours only if the key matches (stable while locked).
-                        if self.w(off + 8).load(Ordering::Acquire) == key && h & 1 == 1 {
-                            return Locate::Locked;
+                        if self.w(off + 8).load(Ordering::Acquire) == key
+                            && Header::version_of(h) & 1 == 1
+                        {
+                            return Locate::Locked { off };
                         }
                     }
                     (ItemCheck::Miss, _) => {}
@@ -297,7 +309,7 @@ impl Table {
         match self.locate(key, Some(out)) {
             Locate::Found { h, .. } => ReadOutcome::Found { version: h },
             Locate::NotFound => ReadOutcome::NotFound,
-            Locate::Locked => ReadOutcome::Locked,
+            Locate::Locked { .. } => ReadOutcome::Locked,
         }
     }
 
@@ -313,42 +325,68 @@ impl Table {
         }
     }
 
-    /// The offset and version of `key`'s item (what the location cache stores).
-    pub fn locate_item(&self, key: u64) -> Result<ItemLock, StoreError> {
+    /// The offset and version of `key`'s item (what the location cache stores), as the
+    /// lock `owner` would take it.
+    #[inline]
+    fn locate_for(&self, key: u64, owner: LockOwner) -> Result<ItemLock, StoreError> {
         match self.locate(key, None) {
             Locate::Found { off, h } => Ok(ItemLock {
                 offset: off,
                 version: h,
+                owner,
             }),
             Locate::NotFound => Err(StoreError::NotFound),
-            Locate::Locked => Err(StoreError::Locked),
+            Locate::Locked { .. } => Err(StoreError::Locked),
         }
     }
 
-    /// Locks `key`'s item with a CAS on its header (the word remote nodes CAS too).
-    /// Fails with `Locked` if someone holds it.
-    pub fn try_lock(&self, key: u64) -> Result<ItemLock, StoreError> {
-        let lk = self.locate_item(key)?;
-        self.try_lock_at(lk.offset, lk.version)?;
+    /// The offset and version of `key`'s item (what the location cache stores).
+    pub fn locate_item(&self, key: u64) -> Result<(u64, u64), StoreError> {
+        self.locate_for(key, LockOwner::STORE)
+            .map(|lk| (lk.offset, lk.version))
+    }
+
+    /// Locks `key`'s item for `owner` with a CAS on its header (the word remote nodes
+    /// CAS too). Fails with `Locked` if someone holds it.
+    #[inline]
+    pub fn try_lock(&self, key: u64, owner: LockOwner) -> Result<ItemLock, StoreError> {
+        let lk = self.locate_for(key, owner)?;
+        self.try_lock_at(lk.offset, lk.version, owner)?;
         Ok(lk)
     }
 
-    /// Locks the item at `offset` if it still has `version`.
-    pub fn try_lock_at(&self, offset: u64, version: u64) -> Result<(), StoreError> {
+    /// Locks the item at `offset` for `owner` if it is unlocked at `version`.
+    #[inline]
+    pub fn try_lock_at(
+        &self,
+        offset: u64,
+        version: u64,
+        owner: LockOwner,
+    ) -> Result<(), StoreError> {
         let l = &self.desc.layout;
-        if l.item_at(offset).is_none() || version & (LOCK | 1) != 1 {
+        if l.item_at(offset).is_none() || version & !VERSION_MASK != 0 || version & 1 != 1 {
             return Err(StoreError::NotFound);
         }
         self.hdr(offset)
-            .compare_exchange(version, version | LOCK, Ordering::AcqRel, Ordering::Relaxed)
+            .compare_exchange(
+                Header::unlocked(version),
+                Header::locked(version, owner),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
             .map(|_| ())
             .map_err(|_| StoreError::Locked)
     }
 
-    /// Locks `key`'s item and copies its value out under the lock (the transaction
-    /// layer's "read and lock in one round trip", FaSST §5 step 1).
-    pub fn try_lock_read(&self, key: u64, out: &mut [u8]) -> Result<ItemLock, StoreError> {
-        let lk = self.try_lock(key)?;
+    /// Locks `key`'s item for `owner` and copies its value out under the lock (the
+    /// transaction layer's "read and lock in one round trip", FaSST §5 step 1).
+    pub fn try_lock_read(
+        &self,
+        key: u64,
+        owner: LockOwner,
+        out: &mut [u8],
+    ) -> Result<ItemLock, StoreError> {
+        let lk = self.try_lock(key, owner)?;
         if let Err(e) = self.read_locked(&lk, out) {
             self.unlock(lk, false);
             return Err(e);
@@ -356,19 +394,36 @@ impl Table {
         Ok(lk)
     }
 
-    /// Inserts `key` with `val` and locks it. `Locked` if another thread locked the new
-    /// item first (the item stays, unlocked, with `val`).
-    pub fn insert_and_lock(&self, key: u64, val: &[u8]) -> Result<ItemLock, StoreError> {
+    /// Inserts `key` with `val` and locks it for `owner`. `Locked` if another thread
+    /// locked the new item first (the item stays, unlocked, with `val`).
+    pub fn insert_and_lock(
+        &self,
+        key: u64,
+        val: &[u8],
+        owner: LockOwner,
+    ) -> Result<ItemLock, StoreError> {
         self.insert(key, val)?;
-        self.try_lock(key)
+        self.try_lock(key, owner)
     }
 
-    /// True if `lk` names an item that holds `key` and is locked at `lk.version`: checks a
-    /// lock token that came back over the network before acting on it.
+    /// True if `lk` names an item that holds `key` and is locked by `lk.owner` at
+    /// `lk.version`: checks a lock token that came back over the network before acting
+    /// on it.
     pub fn holds_lock(&self, lk: &ItemLock, key: u64) -> bool {
         self.desc.layout.item_at(lk.offset).is_some()
-            && self.hdr(lk.offset).load(Ordering::Acquire) == lk.version | LOCK
+            && self.hdr(lk.offset).load(Ordering::Acquire) == Header::locked(lk.version, lk.owner)
             && self.w(lk.offset + 8).load(Ordering::Acquire) == key
+    }
+
+    /// The lock word of `key`'s item, unpacked (who holds it; for recovery and tests).
+    /// `None` if the key is absent.
+    pub fn header(&self, key: u64) -> Option<Header> {
+        match self.locate(key, None) {
+            Locate::Found { off, .. } | Locate::Locked { off } => {
+                Some(Header::unpack(self.hdr(off).load(Ordering::Acquire)))
+            }
+            Locate::NotFound => None,
+        }
     }
 
     /// Calls `f(key, value)` for every present item. Only meaningful while no thread
@@ -380,13 +435,14 @@ impl Table {
         for r in 1..=used {
             let Some(off) = l.item_off(r) else { continue };
             let h = self.hdr(off).load(Ordering::Acquire);
-            if h & LOCK != 0 || h & 1 == 0 {
+            if Header::is_locked(h) || h & 1 == 0 {
                 continue;
             }
             let key = self.w(off + 8).load(Ordering::Acquire);
             let lk = ItemLock {
                 offset: off,
                 version: h,
+                owner: LockOwner::STORE,
             };
             if self.read_locked(&lk, &mut buf).is_ok() {
                 f(key, &buf);
@@ -394,11 +450,11 @@ impl Table {
         }
     }
 
-    /// Locks `key`'s item, waiting for other holders.
-    pub fn lock(&self, key: u64) -> Result<ItemLock, StoreError> {
+    /// Locks `key`'s item for `owner`, waiting for other holders.
+    pub fn lock(&self, key: u64, owner: LockOwner) -> Result<ItemLock, StoreError> {
         let mut spins = 0u32;
         loop {
-            match self.try_lock(key) {
+            match self.try_lock(key, owner) {
                 Err(StoreError::Locked) => backoff(&mut spins),
                 r => return r,
             }
@@ -428,18 +484,18 @@ impl Table {
         Ok(())
     }
 
-    /// Releases a lock: with `commit` the version advances (readers see a change, and
-    /// the chunk versions are set to it); without, the old version is restored. An
-    /// abort must not follow [`Table::write_locked`] (OCC writes only when it commits):
-    /// readers would take the new data for the old version.
+    /// Releases a lock (the owner is cleared): with `commit` the version advances by 2
+    /// (readers see a change, and the chunk versions are set to it); without, the old
+    /// version is restored. An abort must not follow [`Table::write_locked`] (OCC writes
+    /// only when it commits): readers would take the new data for the old version.
     pub fn unlock(&self, lk: ItemLock, commit: bool) -> u64 {
         if self.desc.layout.item_at(lk.offset).is_none() {
             return lk.version;
         }
         let v = if commit {
-            lk.version.wrapping_add(2) & !LOCK
+            Header::bump(lk.version, 2)
         } else {
-            lk.version
+            Header::version_of(lk.version)
         };
         self.publish(lk.offset, v);
         v
@@ -464,8 +520,9 @@ impl Table {
         }
     }
 
-    /// Chunk versions then header to `v` (unlocked).
+    /// Chunk versions then header to version `v` (unlocked, owner cleared).
     fn publish(&self, off: u64, v: u64) {
+        let v = Header::unlocked(v);
         for &c in &self.shape.versions {
             self.w(off + 8 * c as u64).store(v, Ordering::Release);
         }
@@ -475,7 +532,7 @@ impl Table {
     /// Replaces `key`'s value, waiting for the item's lock; returns the new version.
     pub fn update(&self, key: u64, val: &[u8]) -> Result<u64, StoreError> {
         self.check_value(val)?;
-        let lk = self.lock(key)?;
+        let lk = self.lock(key, LockOwner::STORE)?;
         self.write_data(lk.offset, None, val);
         Ok(self.unlock(lk, true))
     }
@@ -631,17 +688,23 @@ impl Table {
             let item = self.alloc_item().ok_or(StoreError::Full)?;
             let off = l.item_off(item + 1).ok_or(StoreError::Full)?;
             let old = self.hdr(off).load(Ordering::Acquire);
-            if old & (LOCK | 1) == 0
+            if !Header::is_locked(old)
+                && old & 1 == 0
                 && self
                     .hdr(off)
-                    .compare_exchange(old, old | LOCK, Ordering::AcqRel, Ordering::Relaxed)
+                    .compare_exchange(
+                        old,
+                        Header::locked(old, LockOwner::STORE),
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    )
                     .is_ok()
             {
-                break (item, off, old);
+                break (item, off, Header::version_of(old));
             }
         };
         self.write_data(off, Some(key), val);
-        let nv = (v + 1) & !LOCK;
+        let nv = Header::bump(v, 1);
         self.publish(off, nv);
         self.set_slot(b, s, item + 1, tag);
         Ok(nv)
@@ -671,20 +734,26 @@ impl Table {
         let mut spins = 0;
         let v = loop {
             let v = self.hdr(off).load(Ordering::Acquire);
-            if v & LOCK == 0
+            if !Header::is_locked(v)
                 && self
                     .hdr(off)
-                    .compare_exchange(v, v | LOCK, Ordering::AcqRel, Ordering::Relaxed)
+                    .compare_exchange(
+                        v,
+                        Header::locked(v, LockOwner::STORE),
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    )
                     .is_ok()
             {
-                break v;
+                break Header::version_of(v);
             }
             backoff(&mut spins);
         };
         self.set_slot(b, s, 0, 0);
         // Even version: absent. Data and chunk versions stay; a reader holding the old
         // location sees the absent header.
-        self.hdr(off).store((v + 1) & !LOCK, Ordering::Release);
+        self.hdr(off)
+            .store(Header::unlocked(Header::bump(v, 1)), Ordering::Release);
         self.unlock_bucket(main);
         if let Some(item) = l.item_at(off) {
             self.free_items

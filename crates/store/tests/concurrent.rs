@@ -3,9 +3,17 @@
 //! its version, so a torn read or a value/version mismatch is caught; the final
 //! versions count the commits, so a lost update is caught.
 
+use ambidex_store::LockOwner;
 use ambidex_store::{ReadOutcome, StoreError, Table, TableConfig};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// The lock owner of this test's local lockers.
+const OWNER: LockOwner = LockOwner {
+    node: 0,
+    thread: 1,
+    slot: 2,
+};
 
 const VS: usize = 200; // four 64-byte chunks
 
@@ -38,7 +46,7 @@ fn no_torn_reads_no_lost_updates() {
     for k in 0..keys {
         // Insert with a placeholder, then make the value equal its version.
         t.insert(k, &image(0)).unwrap();
-        let lk = t.lock(k).unwrap();
+        let lk = t.lock(k, OWNER).unwrap();
         t.write_locked(&lk, &image(lk.version + 2)).unwrap();
         initial.push(t.unlock(lk, true));
     }
@@ -60,7 +68,7 @@ fn no_torn_reads_no_lost_updates() {
                         .wrapping_mul(6364136223846793005)
                         .wrapping_add(1442695040888963407)
                         >> 3;
-                    let lk = match t.try_lock(k) {
+                    let lk = match t.try_lock(k, OWNER) {
                         Ok(lk) => lk,
                         Err(StoreError::Locked) => continue,
                         Err(e) => panic!("{e}"),
@@ -85,7 +93,7 @@ fn no_torn_reads_no_lost_updates() {
                 let mut k = 1000u64;
                 while !stop.load(Ordering::Relaxed) {
                     if t.insert(k, &image(1)).is_ok() {
-                        let lk = t.lock(k).unwrap();
+                        let lk = t.lock(k, OWNER).unwrap();
                         t.write_locked(&lk, &image(lk.version + 2)).unwrap();
                         t.unlock(lk, true);
                         t.delete(k).unwrap();

@@ -1,6 +1,7 @@
 //! One-sided access over the `local` transport: a thread of node 1 reads node 0's table
 //! with READs (and locks/writes it with CAS/WRITE) while node 0's threads update it.
 
+use ambidex_store::{Header, LockOwner};
 use ambidex_store::{
     LocationCache, RemoteError, RemoteGet, RemoteReader, StoreError, Table, TableConfig,
 };
@@ -8,6 +9,19 @@ use ambidex_transport::local::LocalFabric;
 use ambidex_transport::{AccessError, ClusterConfig, Perms};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// The lock owner of this test's local lockers.
+const OWNER: LockOwner = LockOwner {
+    node: 0,
+    thread: 1,
+    slot: 2,
+};
+/// The lock owner of the remote node's CAS locks.
+const REMOTE: LockOwner = LockOwner {
+    node: 1,
+    thread: 0,
+    slot: 5,
+};
 
 const VS: usize = 4000; // 72 chunks: a READ spans many writer stores
 
@@ -47,7 +61,7 @@ fn remote_reads_are_never_torn_while_owner_updates() {
     let keys = 6u64;
     for k in 0..keys {
         t.insert(k, &image(0)).unwrap();
-        let lk = t.lock(k).unwrap();
+        let lk = t.lock(k, OWNER).unwrap();
         t.write_locked(&lk, &image(lk.version + 2)).unwrap();
         t.unlock(lk, true);
     }
@@ -63,7 +77,7 @@ fn remote_reads_are_never_torn_while_owner_updates() {
                 while !stop.load(Ordering::Relaxed) {
                     let k = i % keys;
                     i += 1 + w;
-                    let lk = t.lock(k).unwrap();
+                    let lk = t.lock(k, OWNER).unwrap();
                     t.write_locked(&lk, &image(lk.version + 2)).unwrap();
                     t.unlock(lk, true);
                 }
@@ -117,7 +131,7 @@ fn remote_and_local_lockers_lose_no_update() {
             s.spawn(move || {
                 for i in 0..per {
                     let k = i % 2;
-                    let lk = t.lock(k).unwrap();
+                    let lk = t.lock(k, OWNER).unwrap();
                     let mut b = [0u8; 8];
                     t.read_locked(&lk, &mut b).unwrap();
                     t.write_locked(&lk, &(u64::from_le_bytes(b) + 1).to_le_bytes())
@@ -142,7 +156,10 @@ fn remote_and_local_lockers_lose_no_update() {
                         Err(RemoteError::Busy) => continue,
                         r => panic!("{r:?}"),
                     };
-                    if !rd.lock(ep.as_mut(), &desc, offset, version).unwrap() {
+                    if !rd
+                        .lock(ep.as_mut(), &desc, offset, version, REMOTE)
+                        .unwrap()
+                    {
                         continue;
                     }
                     let nv = rd
@@ -214,11 +231,41 @@ fn stale_cached_locations_are_detected() {
     else {
         panic!()
     };
-    assert!(rd.lock(ep.as_mut(), &desc, offset, version).unwrap());
-    assert_eq!(t.try_lock(2), Err(StoreError::Locked));
-    assert!(!rd.lock(ep.as_mut(), &desc, offset, version).unwrap());
-    rd.unlock(ep.as_mut(), &desc, offset, version).unwrap();
-    assert!(t.try_lock(2).is_ok());
+    assert!(rd
+        .lock(ep.as_mut(), &desc, offset, version, REMOTE)
+        .unwrap());
+    // The CAS installed the remote owner in the lock word.
+    assert_eq!(
+        t.header(2),
+        Some(Header {
+            owner: Some(REMOTE),
+            version
+        })
+    );
+    assert_eq!(t.try_lock(2, OWNER), Err(StoreError::Locked));
+    assert!(!rd
+        .lock(ep.as_mut(), &desc, offset, version, REMOTE)
+        .unwrap());
+    // An unlock naming another owner changes nothing.
+    rd.unlock(ep.as_mut(), &desc, offset, version, OWNER)
+        .unwrap();
+    assert_eq!(t.try_lock(2, OWNER), Err(StoreError::Locked));
+    rd.unlock(ep.as_mut(), &desc, offset, version, REMOTE)
+        .unwrap();
+    assert_eq!(
+        t.header(2),
+        Some(Header {
+            owner: None,
+            version
+        })
+    );
+    let lk = t.try_lock(2, OWNER).unwrap();
+    assert_eq!(t.header(2).and_then(|h| h.owner), Some(OWNER));
+    // The owner's lock refuses the remote CAS.
+    assert!(!rd
+        .lock(ep.as_mut(), &desc, offset, version, REMOTE)
+        .unwrap());
+    t.unlock(lk, false);
     // Bad descriptors and keys are errors, not panics.
     let mut bad = desc;
     bad.layout.capacity = u32::MAX;

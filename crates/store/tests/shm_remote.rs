@@ -2,6 +2,7 @@
 //! process updates it. The test re-runs its own binary as the reader (the ignored test
 //! `shm_child_reader`, selected through an environment variable).
 
+use ambidex_store::LockOwner;
 use ambidex_store::{
     LocationCache, RemoteError, RemoteGet, RemoteReader, Table, TableConfig, TableDesc,
 };
@@ -11,6 +12,13 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// The lock owner of this test's local lockers.
+const OWNER: LockOwner = LockOwner {
+    node: 0,
+    thread: 1,
+    slot: 2,
+};
 
 const VS: usize = 1000;
 const KEYS: u64 = 6;
@@ -45,7 +53,7 @@ fn second_process_reads_one_sided_while_owner_updates() {
     let t = Table::create(region, 3, &cfg).unwrap();
     for k in 0..KEYS {
         t.insert(k, &image(0)).unwrap();
-        let lk = t.lock(k).unwrap();
+        let lk = t.lock(k, OWNER).unwrap();
         t.write_locked(&lk, &image(lk.version + 2)).unwrap();
         t.unlock(lk, true);
     }
@@ -62,7 +70,7 @@ fn second_process_reads_one_sided_while_owner_updates() {
             while !stop.load(Ordering::Relaxed) {
                 let k = i % KEYS;
                 i += 1;
-                let lk = t.lock(k).unwrap();
+                let lk = t.lock(k, OWNER).unwrap();
                 t.write_locked(&lk, &image(lk.version + 2)).unwrap();
                 t.unlock(lk, true);
             }

@@ -1,5 +1,19 @@
 //! The hash table against a BTreeMap model, with tiny bucket counts so that overflow
 //! chains, slot reuse and item reuse are exercised.
+use ambidex_store::{Header, LockOwner};
+
+/// The lock owner of this test's local lockers.
+const OWNER: LockOwner = LockOwner {
+    node: 0,
+    thread: 1,
+    slot: 2,
+};
+/// Another transaction of the same thread.
+const OTHER: LockOwner = LockOwner {
+    node: 0,
+    thread: 1,
+    slot: 3,
+};
 
 use ambidex_store::layout::{check_image, ItemCheck, ItemShape};
 use ambidex_store::{ReadOutcome, StoreError, Table, TableConfig};
@@ -50,10 +64,10 @@ fn check_get(
             prop_assert_eq!(version, *mv);
             prop_assert_eq!(version & 1, 1);
             // The image a remote READ would get passes the one-sided check too.
-            let lk = t.locate_item(k).unwrap();
+            let lk = t.locate_item(k).unwrap().0;
             let shape = ItemShape::new(t.layout());
             let mut img = vec![0u8; shape.item_size];
-            prop_assert!(t.memory().read(lk.offset, &mut img));
+            prop_assert!(t.memory().read(lk, &mut img));
             let mut rout = vec![0u8; t.value_size()];
             prop_assert_eq!(
                 check_image(&shape, &img, k, &mut rout),
@@ -109,12 +123,19 @@ proptest! {
                 }
                 Op::Get(_) => {}
                 Op::LockWrite(k, s, commit) => {
-                    match (t.try_lock(k), model.get_mut(&k)) {
+                    match (t.try_lock(k, OWNER), model.get_mut(&k)) {
                         (Ok(lk), Some(e)) => {
                             prop_assert_eq!(lk.version, e.1);
                             let mut out = vec![0u8; vs];
                             let mut buf = vec![0u8; vs];
                             prop_assert_eq!(t.try_get(k, &mut out), ReadOutcome::Locked);
+                            // The lock word names its owner; a second locker is refused.
+                            prop_assert_eq!(
+                                t.header(k),
+                                Some(Header { owner: Some(OWNER), version: e.1 })
+                            );
+                            prop_assert!(t.holds_lock(&lk, k));
+                            prop_assert_eq!(t.try_lock(k, OTHER), Err(StoreError::Locked));
                             t.read_locked(&lk, &mut buf).unwrap();
                             prop_assert_eq!(&buf, &e.0);
                             if commit {
@@ -126,6 +147,8 @@ proptest! {
                             } else {
                                 prop_assert_eq!(t.unlock(lk, false), e.1);
                             }
+                            prop_assert_eq!(t.header(k).and_then(|h| h.owner), None);
+                            prop_assert!(!t.holds_lock(&lk, k));
                         }
                         (Err(StoreError::NotFound), None) => {}
                         (r, m) => prop_assert!(false, "lock {k}: {r:?}, model {m:?}"),

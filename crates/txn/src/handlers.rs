@@ -1,152 +1,183 @@
-//! The protocol's request handlers, run inline by the RPC master loop of every thread.
-//! Requests are untrusted: a malformed one is answered with `BAD_REQUEST` and changes
-//! nothing.
+//! The protocol's request handlers, run inline by the RPC master loop of every thread:
+//! each decodes its request ([`crate::messages`]), acts through the item actions
+//! ([`crate::actions`]) and encodes its response. Requests are untrusted: one that does
+//! not decode, names an unknown table, carries a value of the wrong size or a lock its
+//! sender does not hold is answered with `BadRequest`, changes nothing, and is counted
+//! in [`NodeDb::bad_requests`].
+//!
+//! The handlers are plain functions of (database, sender, request, response buffer), so
+//! tests call them directly without a cluster; [`register`] installs them on a runtime.
 
+use crate::actions;
 use crate::db::NodeDb;
 use crate::log::LogReplica;
-use crate::wire::{self, rtype, status, LockToken, Reader, WriteKind};
+use crate::messages::{
+    rtype, Ack, CommitBackupReq, CommitPrimaryReq, LockReq, LockResp, LogReq, ReadReq, ReadResp,
+    RespBuf, Status, TruncateReq, UnlockReq, ValidateReq, ValidateResp,
+};
 use ambidex_rpc::{RequestInfo, Runtime};
+use ambidex_store::LockOwner;
+use ambidex_transport::EndpointAddr;
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Registers every transaction handler on `rt`.
 pub fn register(rt: &mut Runtime, db: Arc<NodeDb>, log: Rc<RefCell<LogReplica>>) {
     let d = db.clone();
-    rt.register(rtype::READ, move |_, req, resp| {
-        let mut r = Reader::new(req);
-        let (Some(table), Some(key), true) = (r.u32(), r.u64(), r.is_empty()) else {
-            return resp.push(status::BAD_REQUEST);
-        };
-        resp.extend_from_slice(&[0; 9]);
-        let f = d.read(table, key, resp);
-        resp[0] = f.status;
-        resp[1..9].copy_from_slice(&f.version.to_le_bytes());
+    rt.register(rtype::READ, move |_, req, resp| read(&d, req, resp));
+    let d = db.clone();
+    rt.register(rtype::LOCK, move |i: &RequestInfo, req, resp| {
+        lock(&d, i.src, req, resp)
     });
     let d = db.clone();
-    rt.register(rtype::LOCK, move |_, req, resp| {
-        let mut r = Reader::new(req);
-        let (Some(table), Some(key), Some(kind), true) = (
-            r.u32(),
-            r.u64(),
-            r.u8().and_then(WriteKind::from_code),
-            r.is_empty(),
-        ) else {
-            return resp.push(status::BAD_REQUEST);
-        };
-        resp.extend_from_slice(&[0; 25]);
-        let f = d.lock(table, key, kind, resp);
-        resp[0] = f.status;
-        resp[1..9].copy_from_slice(&f.version.to_le_bytes());
-        resp[9..17].copy_from_slice(&f.token.offset.to_le_bytes());
-        resp[17..25].copy_from_slice(&f.token.store_version.to_le_bytes());
-    });
+    rt.register(rtype::VALIDATE, move |_, req, resp| validate(&d, req, resp));
     let d = db.clone();
-    rt.register(rtype::VALIDATE, move |_, req, resp| {
-        let mut r = Reader::new(req);
-        let (Some(table), Some(key), true) = (r.u32(), r.u64(), r.is_empty()) else {
-            return resp.push(status::BAD_REQUEST);
-        };
-        let f = d.validate(table, key);
-        resp.push(f.status);
-        resp.extend_from_slice(&f.version.to_le_bytes());
+    rt.register(rtype::UNLOCK, move |i: &RequestInfo, req, resp| {
+        unlock(&d, i.src, req, resp)
     });
-    let d = db.clone();
-    rt.register(rtype::UNLOCK, move |_, req, resp| {
-        let mut r = Reader::new(req);
-        let (Some(table), Some(key), Some(offset), Some(store_version), true) =
-            (r.u32(), r.u64(), r.u64(), r.u64(), r.is_empty())
-        else {
-            return resp.push(status::BAD_REQUEST);
-        };
-        d.unlock(
-            table,
-            key,
-            LockToken {
-                offset,
-                store_version,
-            },
-        );
-        resp.push(status::OK);
+    let (d, l) = (db.clone(), log.clone());
+    rt.register(rtype::LOG, move |i: &RequestInfo, req, resp| {
+        append_log(&d, &mut l.borrow_mut(), i.src, req, resp)
     });
-    let l = log.clone();
-    rt.register(rtype::LOG, move |info: &RequestInfo, req, resp| {
-        resp.push(if handle_log(&mut l.borrow_mut(), info, req) {
-            status::OK
-        } else {
-            status::BAD_REQUEST
-        });
-    });
-    let l = log;
+    let (d, l) = (db.clone(), log);
     rt.register(rtype::TRUNCATE, move |_, req, resp| {
-        let mut r = Reader::new(req);
-        let ok = take_truncations(&mut r, &mut l.borrow_mut()) && r.is_empty();
-        resp.push(if ok { status::OK } else { status::BAD_REQUEST });
+        truncate(&d, &mut l.borrow_mut(), req, resp)
     });
     let d = db.clone();
     rt.register(rtype::COMMIT_BACKUP, move |_, req, resp| {
-        resp.push(apply_commit(req, |txn, w| d.apply_backup(txn, w)));
+        commit_backup(&d, req, resp)
     });
     let d = db;
-    rt.register(rtype::COMMIT_PRIMARY, move |_, req, resp| {
-        resp.push(apply_commit(req, |txn, w| d.commit_primary(txn, w)));
+    rt.register(rtype::COMMIT_PRIMARY, move |i: &RequestInfo, req, resp| {
+        commit_primary(&d, i.src, req, resp)
     });
 }
 
-/// Validates a whole commit request before applying any of it.
-fn apply_commit(req: &[u8], mut apply: impl FnMut(u64, &wire::WriteRec<'_>) -> bool) -> u8 {
-    let mut r = Reader::new(req);
-    let (Some(txn), Some(n)) = (r.u64(), r.u16()) else {
-        return status::BAD_REQUEST;
-    };
-    let body = r.rest();
-    let mut check = Reader::new(body);
-    for _ in 0..n {
-        if wire::get_write(&mut check).is_none() {
-            return status::BAD_REQUEST;
-        }
+/// Answers a request that cannot be served with the bare `BadRequest` and counts it.
+fn refuse<R: RespBuf>(db: &NodeDb, resp: &mut R) {
+    db.bad_requests.fetch_add(1, Ordering::Relaxed);
+    Ack {
+        status: Status::BadRequest,
     }
-    if !check.is_empty() {
-        return status::BAD_REQUEST;
-    }
-    let mut rd = Reader::new(body);
-    let mut ok = true;
-    while let Some(w) = wire::get_write(&mut rd) {
-        ok &= apply(txn, &w);
-    }
+    .encode(resp);
+}
+
+/// The owner of the locks of the sender's transaction `slot`: the sender's own node and
+/// thread, so a coordinator can name only its own locks.
+fn owner_of(src: EndpointAddr, slot: u16) -> Option<LockOwner> {
+    LockOwner::new(src.node, src.thread, slot).ok()
+}
+
+/// Answers `Ok`, or refuses.
+fn ack<R: RespBuf>(db: &NodeDb, ok: bool, resp: &mut R) {
     if ok {
-        status::OK
+        Ack { status: Status::Ok }.encode(resp);
     } else {
-        status::BAD_REQUEST
+        refuse(db, resp);
     }
 }
 
-/// LOG request: `[txn][n][n writes][truncations]`.
-fn handle_log(log: &mut LogReplica, info: &RequestInfo, req: &[u8]) -> bool {
-    let mut r = Reader::new(req);
-    let (Some(txn), Some(n)) = (r.u64(), r.u16()) else {
-        return false;
+pub fn read<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
+    let Ok(r) = ReadReq::decode(req) else {
+        return refuse(db, resp);
     };
-    let start = req.len() - r.rest_len();
-    for _ in 0..n {
-        if wire::get_write(&mut r).is_none() {
-            return false;
-        }
-    }
-    let end = req.len() - r.rest_len();
-    if !take_truncations(&mut r, log) || !r.is_empty() {
-        return false;
-    }
-    log.append(txn, info.src.node, &req[start..end]);
-    true
+    ReadResp::encode_with(resp, |out| actions::read(db, r.table, r.key, out));
 }
 
-/// `[count: u16][txn ids]`: records the coordinator knows are installed everywhere.
-fn take_truncations(r: &mut Reader<'_>, log: &mut LogReplica) -> bool {
-    let Some(n) = r.u16() else { return false };
-    for _ in 0..n {
-        let Some(id) = r.u64() else { return false };
+pub fn lock<R: RespBuf>(db: &NodeDb, src: EndpointAddr, req: &[u8], resp: &mut R) {
+    let Ok(r) = LockReq::decode(req) else {
+        return refuse(db, resp);
+    };
+    let Some(owner) = owner_of(src, r.slot) else {
+        return refuse(db, resp);
+    };
+    LockResp::encode_with(resp, |out| {
+        actions::lock(db, r.table, r.key, r.kind, owner, out)
+    });
+}
+
+pub fn validate<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
+    let Ok(r) = ValidateReq::decode(req) else {
+        return refuse(db, resp);
+    };
+    let f = actions::check_version(db, r.table, r.key);
+    ValidateResp {
+        status: f.status,
+        version: f.version,
+    }
+    .encode(resp);
+}
+
+/// Releases a lock unchanged. Releasing a lock that is not (or no longer) held is a
+/// no-op answered `Ok`: an abort may race with nothing, and repeating it is harmless.
+pub fn unlock<R: RespBuf>(db: &NodeDb, src: EndpointAddr, req: &[u8], resp: &mut R) {
+    let Ok(r) = UnlockReq::decode(req) else {
+        return refuse(db, resp);
+    };
+    let Some(owner) = owner_of(src, r.slot) else {
+        return refuse(db, resp);
+    };
+    actions::release(db, r.table, r.key, r.token, owner);
+    ack(db, true, resp);
+}
+
+/// Appends a commit record of the sender's transaction to this node's log replica.
+pub fn append_log<R: RespBuf>(
+    db: &NodeDb,
+    log: &mut LogReplica,
+    src: EndpointAddr,
+    req: &[u8],
+    resp: &mut R,
+) {
+    let Ok(r) = LogReq::decode(req) else {
+        return refuse(db, resp);
+    };
+    for id in r.truncations.iter() {
         log.truncate(id);
     }
-    true
+    log.append(r.txn, src.node, r.writes.bytes());
+    ack(db, true, resp);
+}
+
+pub fn truncate<R: RespBuf>(db: &NodeDb, log: &mut LogReplica, req: &[u8], resp: &mut R) {
+    let Ok(r) = TruncateReq::decode(req) else {
+        return refuse(db, resp);
+    };
+    for id in r.ids.iter() {
+        log.truncate(id);
+    }
+    ack(db, true, resp);
+}
+
+/// Applies a transaction's writes at a backup; the whole request is checked first.
+pub fn commit_backup<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
+    let Ok(r) = CommitBackupReq::decode_checked(req, |w| actions::check_write(db, w, None)) else {
+        return refuse(db, resp);
+    };
+    let mut ok = true;
+    for w in r.writes.iter() {
+        ok &= actions::apply_backup(db, r.txn, &w);
+    }
+    ack(db, ok, resp);
+}
+
+/// Installs a transaction's writes at their primary and releases its locks; refused,
+/// changing nothing, unless the sender's transaction holds every lock named.
+pub fn commit_primary<R: RespBuf>(db: &NodeDb, src: EndpointAddr, req: &[u8], resp: &mut R) {
+    let decoded = CommitPrimaryReq::decode_checked(req, |slot, w| {
+        owner_of(src, slot).is_some_and(|o| actions::check_write(db, w, Some(o)))
+    });
+    let Ok(r) = decoded else {
+        return refuse(db, resp);
+    };
+    let Some(owner) = owner_of(src, r.slot) else {
+        return refuse(db, resp);
+    };
+    let mut ok = true;
+    for w in r.writes.iter() {
+        ok &= actions::install(db, r.txn, &w, owner);
+    }
+    ack(db, ok, resp);
 }

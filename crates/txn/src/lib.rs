@@ -2,36 +2,52 @@
 //!
 //! Optimistic concurrency control with two-phase commit over a coordinator log and
 //! primary-backup replication: FaSST's protocol (FaSST §5, Figure 6), itself FaRM's
-//! with RPCs instead of one-sided writes. All messages are RPCs of `ambidex-rpc`; a later
-//! issue adds the one-sided variants per phase (DrTM+H).
+//! with RPCs instead of one-sided writes. Every phase issues its work through a
+//! [`Policy`]; only the two-sided RPC choices (the `fasst` preset) are built, the
+//! one-sided variants of DrTM+H Table 4 are a later issue.
 //!
 //! - [`placement`]: a key's primary is a hash of (table, key) over the nodes; its backups
 //!   are the next R−1 nodes.
 //! - [`db`]: one node's share of every table, in the store.
-//! - [`txn`]: the worker-coroutine API ([`Txn`]) and the coordinator's protocol.
+//! - [`actions`]: what the protocol does to one item (read, lock, check a version,
+//!   install, release), shared by the coordinator's local path and the handlers.
+//! - [`txn`]: the worker-coroutine API ([`Txn`]) and the order of the phases.
+//! - [`phases`]: one module per phase (execute, lock, validate, log, commit).
+//! - [`policy`]: how each phase issues its work.
+//! - [`messages`]: one type per request and response, encoding and decoding together.
 //! - [`handlers`]: the primaries', backups' and log replicas' request handlers.
 //! - [`log`]: in-memory log replicas (memory is assumed battery-backed, as in the
 //!   papers), truncated once a transaction is installed everywhere.
+//!
+//! Locks carry their owner in the store's lock word (`ambidex_store::LockOwner`: the
+//! coordinator's node, thread and transaction slot); a primary takes the node and thread
+//! from the request's sender, so a coordinator can name only its own locks.
 //!
 //! Setting up a node thread: create the node's [`NodeDb`] once, then on each thread
 //! `let th = TxnThread::install(&mut runtime, db.clone(), TxnConfig::default());` and
 //! spawn workers that run `Txn::begin(&ctx, &th)`.
 
+pub mod actions;
 pub mod db;
 pub mod handlers;
 pub mod history;
 pub mod log;
+pub mod messages;
+pub mod phases;
 pub mod placement;
+pub mod policy;
 pub mod runner;
 pub mod stats;
 pub mod txn;
-pub mod wire;
 
+/// The owner a lock word names (re-exported from the store for users of the actions).
+pub use ambidex_store::LockOwner;
 pub use db::{NodeDb, TableSpec};
+pub use messages::WriteKind;
 pub use placement::Placement;
-pub use stats::{AbortReason, TxnStats};
+pub use policy::{Policy, PolicyError};
+pub use stats::{AbortReason, Phase, TxnStats};
 pub use txn::{Committed, ItemId, Txn};
-pub use wire::WriteKind;
 
 use ambidex_rpc::Runtime;
 use ambidex_transport::{NodeId, ThreadId};
@@ -42,6 +58,8 @@ use std::sync::Arc;
 /// Settings of the transaction layer.
 #[derive(Clone, Debug, Default)]
 pub struct TxnConfig {
+    /// How each phase issues its work (default: FaSST, all RPC).
+    pub policy: Policy,
     /// TEST ONLY: skip validation, making the protocol non-serializable. Exists so tests
     /// and the simulator can show that the checkers catch a broken protocol.
     pub skip_validation_for_tests: bool,
@@ -96,6 +114,13 @@ pub struct TxnThread {
     history: RefCell<Option<Box<dyn HistorySink>>>,
     /// Buffers of finished transactions, reused by the next ones.
     pub(crate) bufs: RefCell<Vec<txn::TxnBufs>>,
+    /// Transaction slots (the lock owner's third part) free for reuse, and the next
+    /// never used.
+    free_slots: RefCell<Vec<u16>>,
+    next_slot: Cell<u16>,
+    /// Remote locks of transactions dropped without commit or abort, released by the
+    /// thread's next round trip ([`phases::lock`]).
+    pub(crate) orphans: RefCell<Vec<phases::lock::Orphan>>,
 }
 
 /// Transaction ids: bit 62 set (so no id collides with the load version 1), then node,
@@ -105,10 +130,18 @@ const SEQ_BITS: u32 = 38;
 
 impl TxnThread {
     /// Registers the protocol handlers on `rt` and returns the thread's coordinator state.
+    ///
+    /// # Panics
+    /// If the thread's index does not fit a lock owner (at most
+    /// `LockOwner::MAX_THREADS` threads per node; [`NodeDb::new`] already refused more
+    /// nodes than fit): a configuration error found at set-up, before any traffic.
     pub fn install(rt: &mut Runtime, db: Arc<NodeDb>, cfg: TxnConfig) -> Rc<TxnThread> {
         let log = Rc::new(RefCell::new(log::LogReplica::default()));
         handlers::register(rt, db.clone(), log.clone());
         let addr = rt.addr();
+        if let Err(e) = LockOwner::new(db.node, addr.thread, 0) {
+            panic!("cannot install the transaction layer: {e}");
+        }
         Rc::new(TxnThread {
             node: db.node,
             thread: addr.thread,
@@ -120,7 +153,45 @@ impl TxnThread {
             log,
             history: RefCell::new(None),
             bufs: RefCell::new(Vec::new()),
+            free_slots: RefCell::new(Vec::new()),
+            next_slot: Cell::new(0),
+            orphans: RefCell::new(Vec::new()),
         })
+    }
+
+    /// A lock owner for a new transaction: a free slot of this thread. Past
+    /// `LockOwner::MAX_SLOTS` live transactions on one thread, slots are shared (locks
+    /// still exclude each other; only a recovery's attribution is coarser).
+    /// The second value is false for a shared slot, which is not given back.
+    fn take_slot(&self) -> (LockOwner, bool) {
+        let (slot, own) = match self.free_slots.borrow_mut().pop() {
+            Some(s) => (s, true),
+            None => {
+                let s = self.next_slot.get();
+                if s < LockOwner::MAX_SLOTS {
+                    self.next_slot.set(s + 1);
+                    (s, true)
+                } else {
+                    ((self.seq.get() % LockOwner::MAX_SLOTS as u64) as u16, false)
+                }
+            }
+        };
+        let owner = LockOwner {
+            node: self.node,
+            thread: self.thread,
+            slot,
+        };
+        (owner, own)
+    }
+
+    /// Gives a transaction's own slot back (its locks are released or orphaned).
+    fn give_slot(&self, o: LockOwner) {
+        self.free_slots.borrow_mut().push(o.slot);
+    }
+
+    /// Remote locks of dropped transactions not yet released (tests, reports).
+    pub fn orphaned_locks(&self) -> usize {
+        self.orphans.borrow().len()
     }
 
     /// Sends every finished transaction of this thread to `sink`.
@@ -150,13 +221,12 @@ impl TxnThread {
         }
     }
 
-    fn take_truncations(&self, node: NodeId, req: &mut Vec<u8>) {
+    /// Runs `f` on the ids to truncate at `node`'s log replica (it drains what it sends).
+    fn with_truncations<R>(&self, node: NodeId, f: impl FnOnce(&mut Vec<u64>) -> R) -> R {
         let mut t = self.truncations.borrow_mut();
-        let list = &mut t[node as usize];
-        let n = list.len().min(u16::MAX as usize);
-        wire::put_u16(req, n as u16);
-        for id in list.drain(..n) {
-            wire::put_u64(req, id);
+        match t.get_mut(node as usize) {
+            Some(list) => f(list),
+            None => f(&mut Vec::new()),
         }
     }
 

@@ -50,22 +50,79 @@ impl std::fmt::Display for AbortReason {
 }
 
 /// The protocol's phases, for the per-phase breakdown (DrTM+H Figure 15).
+///
+/// `Lock` is a phase of its own, but with [`crate::policy::Lock::Rpc`] the write-set keys
+/// are locked in the execute round trip (FaSST §5 step 1): its time is then part of
+/// `Execute`, and `Lock` is not entered (count and time stay 0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
     Execute = 0,
-    Validate = 1,
-    Log = 2,
-    CommitBackup = 3,
-    CommitPrimary = 4,
+    Lock = 1,
+    Validate = 2,
+    Log = 3,
+    CommitBackup = 4,
+    CommitPrimary = 5,
 }
 
-pub const PHASE_NAMES: [&str; 5] = [
+impl Phase {
+    pub const COUNT: usize = 6;
+    /// Every phase, in protocol order.
+    pub const ALL: [Phase; Phase::COUNT] = [
+        Phase::Execute,
+        Phase::Lock,
+        Phase::Validate,
+        Phase::Log,
+        Phase::CommitBackup,
+        Phase::CommitPrimary,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Execute => "execute",
+            Phase::Lock => "lock",
+            Phase::Validate => "validate",
+            Phase::Log => "log",
+            Phase::CommitBackup => "commit_backup",
+            Phase::CommitPrimary => "commit_primary",
+        }
+    }
+}
+
+/// Phase names in protocol order.
+pub const PHASE_NAMES: [&str; Phase::COUNT] = [
     "execute",
+    "lock",
     "validate",
     "log",
     "commit_backup",
     "commit_primary",
 ];
+
+/// One value per phase, indexed by [`Phase`]; serialized as an array in protocol order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct PhaseMap<T>(pub [T; Phase::COUNT]);
+
+impl<T> std::ops::Index<Phase> for PhaseMap<T> {
+    type Output = T;
+    #[inline]
+    fn index(&self, p: Phase) -> &T {
+        &self.0[p as usize]
+    }
+}
+
+impl<T> std::ops::IndexMut<Phase> for PhaseMap<T> {
+    #[inline]
+    fn index_mut(&mut self, p: Phase) -> &mut T {
+        &mut self.0[p as usize]
+    }
+}
+
+impl<T> From<[T; Phase::COUNT]> for PhaseMap<T> {
+    fn from(a: [T; Phase::COUNT]) -> Self {
+        PhaseMap(a)
+    }
+}
 
 /// Counters of one thread's coordinators (merge them for a node or a cluster).
 #[derive(Clone, Debug, Default, Serialize)]
@@ -78,8 +135,8 @@ pub struct TxnStats {
     /// decision is durable in the logs; recovery finishes the installation.
     pub committed_incomplete: u64,
     /// Nanoseconds spent in each phase by committed transactions, and how many entered it.
-    pub phase_ns: [u64; 5],
-    pub phase_count: [u64; 5],
+    pub phase_ns: PhaseMap<u64>,
+    pub phase_count: PhaseMap<u64>,
     /// Log records appended and truncated at this thread's log replica.
     pub log_appended: u64,
     pub log_truncated: u64,
@@ -100,9 +157,9 @@ impl TxnStats {
         }
         self.read_only_committed += o.read_only_committed;
         self.committed_incomplete += o.committed_incomplete;
-        for i in 0..5 {
-            self.phase_ns[i] += o.phase_ns[i];
-            self.phase_count[i] += o.phase_count[i];
+        for p in Phase::ALL {
+            self.phase_ns[p] += o.phase_ns[p];
+            self.phase_count[p] += o.phase_count[p];
         }
         self.log_appended += o.log_appended;
         self.log_truncated += o.log_truncated;
@@ -111,15 +168,29 @@ impl TxnStats {
 
     /// Mean microseconds per phase of committed transactions that ran the phase.
     pub fn phase_means_us(&self) -> BTreeMap<&'static str, f64> {
-        (0..5)
-            .map(|i| {
-                let m = if self.phase_count[i] == 0 {
+        Phase::ALL
+            .iter()
+            .map(|&p| {
+                let m = if self.phase_count[p] == 0 {
                     0.0
                 } else {
-                    self.phase_ns[i] as f64 / self.phase_count[i] as f64 / 1000.0
+                    self.phase_ns[p] as f64 / self.phase_count[p] as f64 / 1000.0
                 };
-                (PHASE_NAMES[i], m)
+                (p.name(), m)
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phase_names_follow_the_enum() {
+        for (i, p) in Phase::ALL.iter().enumerate() {
+            assert_eq!(*p as usize, i);
+            assert_eq!(PHASE_NAMES[i], p.name());
+        }
     }
 }

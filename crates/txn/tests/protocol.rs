@@ -84,7 +84,7 @@ fn transfers(backend: Backend, nodes: u16, replication: u16) {
     for k in 0..N_ACCOUNTS {
         let p = c.placement.primary(ACCOUNTS, k);
         let mut v = Vec::new();
-        c.dbs[p as usize].read(ACCOUNTS, k, &mut v);
+        ambidex_txn::actions::read(&c.dbs[p as usize], ACCOUNTS, k, &mut v);
         total += i64::from_le_bytes(v.try_into().unwrap());
     }
     assert_eq!(
@@ -177,8 +177,8 @@ fn inserts_and_deletes_replicate() {
     for key in 0..40u64 {
         let p = c.placement.primary(ACCOUNTS, key);
         let mut v = Vec::new();
-        let f = c.dbs[p as usize].read(ACCOUNTS, key, &mut v);
-        if f.status == ambidex_txn::wire::status::OK {
+        let f = ambidex_txn::actions::read(&c.dbs[p as usize], ACCOUNTS, key, &mut v);
+        if f.status == ambidex_txn::messages::Status::Ok {
             assert_eq!(v, key.to_le_bytes());
             n_live += 1;
         }

@@ -121,6 +121,7 @@ fn broken_protocol_is_caught() {
             3,
             TxnConfig {
                 skip_validation_for_tests: true,
+                ..TxnConfig::default()
             },
             200,
         );

@@ -10,7 +10,8 @@ use crate::driver::{
 };
 use ambidex_rpc::RpcStats;
 use ambidex_transport::CounterSnapshot;
-use ambidex_txn::{AbortReason, NodeDb, Placement, TxnStats};
+use ambidex_txn::stats::PhaseMap;
+use ambidex_txn::{AbortReason, NodeDb, Phase, Placement, TxnStats};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -431,14 +432,14 @@ fn txn_stats_from_json(v: &serde_json::Value) -> Result<TxnStats, String> {
         return Err("transaction-layer counters are not a JSON object".into());
     }
     let g = |name: &str| json_u64(v, name);
-    let arr = |name: &str| -> Result<[u64; 5], String> {
-        let mut out = [0u64; 5];
+    let arr = |name: &str| -> Result<PhaseMap<u64>, String> {
+        let mut out = PhaseMap::<u64>::default();
         if let Some(a) = v.get(name) {
             let a = a
                 .as_array()
-                .filter(|a| a.len() == 5)
-                .ok_or_else(|| format!("{name:?} is not an array of 5 counters"))?;
-            for (o, x) in out.iter_mut().zip(a) {
+                .filter(|a| a.len() == Phase::COUNT)
+                .ok_or_else(|| format!("{name:?} is not an array of {} counters", Phase::COUNT))?;
+            for (o, x) in out.0.iter_mut().zip(a) {
                 *o = x
                     .as_u64()
                     .ok_or_else(|| format!("{name:?} holds a non-integer"))?;
@@ -495,7 +496,7 @@ mod tests {
             match k.as_str() {
                 "aborts" => {}
                 "phase_ns" | "phase_count" => {
-                    *x = serde_json::json!([i, i + 1, i + 2, i + 3, i + 4]);
+                    *x = serde_json::json!([i, i + 1, i + 2, i + 3, i + 4, i + 5]);
                 }
                 _ => *x = (i as u64 + 100).into(),
             }

@@ -62,8 +62,9 @@ use crate::common::{
     put_u32, rand_str, urand, Loader, Outcome, Workload, LOGICAL_BITS,
 };
 use ambidex_store::OrderedIndex;
+use ambidex_txn::actions;
+use ambidex_txn::messages::Status;
 use ambidex_txn::runner::WorkerCtx;
-use ambidex_txn::wire::status;
 use ambidex_txn::{AbortReason, NodeDb, Placement, TableSpec, Txn, WriteKind};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -778,10 +779,10 @@ impl Tpcc {
         debug_assert_eq!(db.placement.primary(table, key), db.node);
         for _ in 0..64 {
             buf.clear();
-            match db.read(table, key, buf).status {
-                status::OK => return Ok(true),
-                status::ABSENT => return Ok(false),
-                status::LOCKED => w.ctx.yield_now().await,
+            match actions::read(db, table, key, buf).status {
+                Status::Ok => return Ok(true),
+                Status::Absent => return Ok(false),
+                Status::Locked => w.ctx.yield_now().await,
                 _ => return Err(AbortReason::BadResponse),
             }
         }

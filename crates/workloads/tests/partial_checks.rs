@@ -21,23 +21,23 @@ fn combined<W: Workload>(wl: &W, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Valu
 fn tamper(db: &NodeDb, table: u32, key: u64, f: impl FnOnce(&mut Vec<u8>)) {
     let mut v = Vec::new();
     assert_eq!(
-        db.read(table, key, &mut v).status,
-        ambidex_txn::wire::status::OK
+        ambidex_txn::actions::read(db, table, key, &mut v).status,
+        ambidex_txn::messages::Status::Ok
     );
     f(&mut v);
     // Applied as a backup applies a committed write: no lock needed.
-    let w = ambidex_txn::wire::WriteRec {
+    let w = ambidex_txn::messages::WriteRec {
         table,
         key,
         kind: ambidex_txn::WriteKind::Update,
         prev_version: 0,
-        token: ambidex_txn::wire::LockToken {
+        token: ambidex_txn::messages::LockToken {
             offset: 0,
             store_version: 0,
         },
         value: &v,
     };
-    assert!(db.apply_backup(99, &w));
+    assert!(ambidex_txn::actions::apply_backup(db, 99, &w));
 }
 
 #[test]

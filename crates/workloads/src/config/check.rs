@@ -5,12 +5,12 @@
 use super::error::invalid;
 use super::{
     ClusterSection, Config, ConfigError, FaultSection, InjectedBug, RpcSection, Transport,
-    TxnSection, PRESETS,
+    TxnSection,
 };
 use ambidex_rpc::RuntimeConfig;
 use ambidex_transport::fault::FaultConfig;
 use ambidex_transport::{ClusterConfig, NodeId};
-use ambidex_txn::TxnConfig;
+use ambidex_txn::{Policy, TxnConfig};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -170,23 +170,21 @@ impl RpcSection {
 impl TxnSection {
     /// Checks `mode` against the presets that exist.
     pub fn check_mode(mode: &str) -> Result<(), ConfigError> {
-        if PRESETS.contains(&mode) {
-            Ok(())
-        } else {
-            Err(ConfigError::UnknownMode {
-                mode: mode.to_string(),
-            })
-        }
+        Self::policy(mode).map(|_| ())
+    }
+
+    /// The transaction layer's policy of preset `mode`.
+    fn policy(mode: &str) -> Result<Policy, ConfigError> {
+        Policy::preset(mode).map_err(|_| ConfigError::UnknownMode {
+            mode: mode.to_string(),
+        })
     }
 
     /// The transaction layer's settings: the one place a preset becomes a `TxnConfig`.
     pub fn txn_config(&self) -> Result<TxnConfig, ConfigError> {
-        Self::check_mode(&self.mode)?;
-        // Struct update on purpose: TxnConfig may grow fields (presets).
-        #[allow(clippy::needless_update)]
         Ok(TxnConfig {
+            policy: Self::policy(&self.mode)?,
             skip_validation_for_tests: self.inject_bug == Some(InjectedBug::SkipValidation),
-            ..TxnConfig::default()
         })
     }
 }

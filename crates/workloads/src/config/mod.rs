@@ -34,10 +34,9 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// Transaction-policy presets that exist.
-pub const PRESETS: &[&str] = &["fasst"];
-/// Presets of the papers that are not built yet (named in the error for them).
-pub const NOT_BUILT: &[&str] = &["farm", "drtm-r", "drtm-h"];
+/// Transaction-policy presets that exist, and those of the papers not built yet (named
+/// in the error for them): the transaction layer's own lists.
+pub use ambidex_txn::policy::{PRESETS, PRESETS_NOT_BUILT as NOT_BUILT};
 
 /// Everything a run is configured by. Defaults are `ambidex bench`'s.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

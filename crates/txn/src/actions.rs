@@ -1,0 +1,230 @@
+//! Item actions: what the protocol does to one item of a node's store. The coordinator
+//! runs them directly for keys whose primary is its own node, and the RPC handlers run
+//! them for requests from other nodes, so both paths behave the same (TiKV's
+//! `storage/txn/actions` play this role for its commands).
+//!
+//! Locks are taken and checked with a [`LockOwner`]: the coordinator's node, thread and
+//! transaction slot. A lock token or commit naming a lock that this owner does not hold
+//! on that key changes nothing.
+
+use crate::db::{split_meta, NodeDb, META, TOMBSTONE};
+use crate::messages::{Fetched, LockToken, Status, WriteKind, WriteRec};
+use ambidex_store::{ItemLock, LockOwner, ReadOutcome, StoreError, Table};
+use std::cell::RefCell;
+
+thread_local! {
+    /// The stored form of one value (version prefix + value), reused by every action.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Reads `key`: its status, transaction version, and (found) value appended to `out`.
+pub fn read(db: &NodeDb, table: u32, key: u64, out: &mut impl for<'v> Extend<&'v u8>) -> Fetched {
+    read_into(db, table, key, Some(out))
+}
+
+/// The current status and transaction version of `key` (validation).
+pub fn check_version(db: &NodeDb, table: u32, key: u64) -> Fetched {
+    read_into(db, table, key, None::<&mut Vec<u8>>)
+}
+
+/// Runs `f` on `table`'s store and this thread's scratch buffer sized for one stored
+/// value; `BadRequest` if the table is unknown here.
+#[inline]
+fn with_table(db: &NodeDb, table: u32, f: impl FnOnce(&Table, &mut Vec<u8>) -> Fetched) -> Fetched {
+    let Some((spec, t)) = db.table(table) else {
+        return Fetched::just(Status::BadRequest);
+    };
+    SCRATCH.with(|s| {
+        let mut buf = s.borrow_mut();
+        buf.resize(META + spec.value_size, 0);
+        f(t, &mut buf)
+    })
+}
+
+fn read_into(
+    db: &NodeDb,
+    table: u32,
+    key: u64,
+    out: Option<&mut impl for<'v> Extend<&'v u8>>,
+) -> Fetched {
+    with_table(db, table, |t, buf| match t.try_get(key, buf) {
+        ReadOutcome::NotFound => Fetched::just(Status::Absent),
+        ReadOutcome::Locked => Fetched::just(Status::Locked),
+        ReadOutcome::Found { .. } => {
+            let (meta, val) = split_meta(buf);
+            let mut f = Fetched::just(Status::Ok);
+            f.version = meta & !TOMBSTONE;
+            if meta & TOMBSTONE != 0 {
+                f.status = Status::Absent;
+            } else if let Some(out) = out {
+                out.extend(val);
+            }
+            f
+        }
+    })
+}
+
+/// Locks `key` for `owner`'s write of `kind` and reads it under the lock. On `Ok`
+/// (present) and `AbsentLocked` (an insert of an absent key) `owner` holds the lock (the
+/// token names it); on any other status nothing is held.
+pub fn lock(
+    db: &NodeDb,
+    table: u32,
+    key: u64,
+    kind: WriteKind,
+    owner: LockOwner,
+    out: &mut impl for<'v> Extend<&'v u8>,
+) -> Fetched {
+    with_table(db, table, |t, buf| {
+        let lk = match t.try_lock_read(key, owner, buf) {
+            Ok(lk) => lk,
+            Err(StoreError::Locked) => return Fetched::just(Status::Locked),
+            Err(StoreError::NotFound) if kind == WriteKind::Insert => {
+                // Insert a locked tombstone that never existed (version 0).
+                buf.iter_mut().for_each(|b| *b = 0);
+                buf[..META].copy_from_slice(&TOMBSTONE.to_le_bytes());
+                match t.insert_and_lock(key, buf, owner) {
+                    Ok(lk) => lk,
+                    Err(StoreError::Exists) | Err(StoreError::Locked) => {
+                        return Fetched::just(Status::Locked)
+                    }
+                    Err(StoreError::Full) => return Fetched::just(Status::Full),
+                    Err(_) => return Fetched::just(Status::BadRequest),
+                }
+            }
+            Err(StoreError::NotFound) => return Fetched::just(Status::Absent),
+            Err(_) => return Fetched::just(Status::BadRequest),
+        };
+        let (meta, val) = split_meta(buf);
+        let live = meta & TOMBSTONE == 0;
+        let st = match (kind, live) {
+            (WriteKind::Insert, true) => Status::Exists,
+            (WriteKind::Insert, false) => Status::AbsentLocked,
+            (_, true) => Status::Ok,
+            (_, false) => Status::Absent,
+        };
+        if st != Status::Ok && st != Status::AbsentLocked {
+            t.unlock(lk, false);
+        } else if live {
+            out.extend(val);
+        }
+        Fetched {
+            status: st,
+            version: meta & !TOMBSTONE,
+            token: LockToken {
+                offset: lk.offset,
+                store_version: lk.version,
+            },
+        }
+    })
+}
+
+/// The lock `token` names, if `owner` holds it on `key`.
+fn held(
+    db: &NodeDb,
+    table: u32,
+    key: u64,
+    token: LockToken,
+    owner: LockOwner,
+) -> Option<(usize, &Table, ItemLock)> {
+    let (spec, t) = db.table(table)?;
+    let lk = ItemLock {
+        offset: token.offset,
+        version: token.store_version,
+        owner,
+    };
+    t.holds_lock(&lk, key).then_some((spec.value_size, t, lk))
+}
+
+/// Releases a lock taken by [`lock`] without changing the item (abort). A token that
+/// does not name a lock `owner` holds on `key` changes nothing (and gives `false`).
+pub fn release(db: &NodeDb, table: u32, key: u64, token: LockToken, owner: LockOwner) -> bool {
+    match held(db, table, key, token, owner) {
+        Some((_, t, lk)) => {
+            t.unlock(lk, false);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Whether `w` can be applied here: a known table and a value of its size (a delete
+/// carries no value); at a primary (`owner` given) also a lock `owner` holds. The
+/// handlers check every write of a request (while decoding it) before applying any, so
+/// a bad request changes nothing.
+pub fn check_write(db: &NodeDb, w: &WriteRec<'_>, owner: Option<LockOwner>) -> bool {
+    let Some((spec, _)) = db.table(w.table) else {
+        return false;
+    };
+    let size_ok = match w.kind {
+        WriteKind::Delete => w.value.is_empty(),
+        _ => w.value.len() == spec.value_size,
+    };
+    size_ok
+        && match owner {
+            Some(o) => held(db, w.table, w.key, w.token, o).is_some(),
+            None => true,
+        }
+}
+
+/// Runs `f` on the stored form of a write (version prefix + value) built in this
+/// thread's scratch buffer; `None` if the value has the wrong size.
+fn with_stored_value<R>(
+    txn: u64,
+    w: &WriteRec<'_>,
+    value_size: usize,
+    f: impl FnOnce(&[u8]) -> R,
+) -> Option<R> {
+    SCRATCH.with(|s| {
+        let mut v = s.borrow_mut();
+        v.clear();
+        match w.kind {
+            WriteKind::Delete => {
+                v.extend_from_slice(&(txn | TOMBSTONE).to_le_bytes());
+                v.resize(META + value_size, 0);
+            }
+            _ => {
+                if w.value.len() != value_size {
+                    return None;
+                }
+                v.extend_from_slice(&txn.to_le_bytes());
+                v.extend_from_slice(w.value);
+            }
+        }
+        Some(f(&v))
+    })
+}
+
+/// Installs a committed write at the primary: new value, transaction version `txn`, and
+/// the lock released (owner cleared). False, changing nothing, if `owner` does not hold
+/// the lock the write names.
+pub fn install(db: &NodeDb, txn: u64, w: &WriteRec<'_>, owner: LockOwner) -> bool {
+    let Some((size, t, lk)) = held(db, w.table, w.key, w.token, owner) else {
+        return false;
+    };
+    // A value of the wrong size (handlers rule it out with check_writes first) writes
+    // nothing and releases the lock unchanged.
+    let ok = with_stored_value(txn, w, size, |v| t.write_locked(&lk, v).is_ok()).unwrap_or(false);
+    t.unlock(lk, ok);
+    ok
+}
+
+/// Applies a committed write at a backup. The primary holds the key's lock until every
+/// backup acknowledged, so backups see the writes of one key in commit order.
+pub fn apply_backup(db: &NodeDb, txn: u64, w: &WriteRec<'_>) -> bool {
+    let Some((spec, t)) = db.table(w.table) else {
+        return false;
+    };
+    with_stored_value(txn, w, spec.value_size, |v| loop {
+        match t.update(w.key, v) {
+            Ok(_) => return true,
+            Err(StoreError::NotFound) => match t.insert(w.key, v) {
+                Ok(_) => return true,
+                Err(StoreError::Exists) => continue,
+                Err(_) => return false,
+            },
+            Err(_) => return false,
+        }
+    })
+    .unwrap_or(false)
+}

@@ -1,0 +1,95 @@
+//! A transaction dropped without commit or abort releases its locks: local ones at
+//! once, remote ones with its thread's next round trip.
+
+mod common;
+
+use ambidex_txn::runner::{self, RunSpec, Worker, WorkerCtx};
+use ambidex_txn::{TableSpec, Txn, WriteKind};
+use common::{Backend, TestCluster};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+const T: u32 = 1;
+const KEYS: u64 = 32;
+
+#[test]
+fn dropped_transactions_leak_no_locks() {
+    let spec = TableSpec {
+        id: T,
+        name: "t".into(),
+        value_size: 8,
+        capacity_per_node: 256,
+    };
+    let c = TestCluster::new(Backend::Local, 3, 1, 1, &[spec]);
+    for k in 0..KEYS {
+        c.load(T, k, &k.to_le_bytes());
+    }
+    let placement = c.placement;
+    let dropped_with_locks = Arc::new(AtomicUsize::new(0));
+    // Counts every way a lock outlived its dropped transaction's promise (asserted after
+    // the run: a panic inside a worker would stall the cluster instead of failing).
+    let held_after_drop = Arc::new(AtomicUsize::new(0));
+    let (dw, hd) = (dropped_with_locks.clone(), held_after_drop.clone());
+    let worker: Worker = Arc::new(move |w: WorkerCtx| {
+        let (dw, hd) = (dw.clone(), hd.clone());
+        Box::pin(async move {
+            let me = w.node;
+            let local = (0..KEYS).find(|&k| placement.primary(T, k) == me).unwrap();
+            let remote: Vec<u64> = (0..KEYS)
+                .filter(|&k| placement.primary(T, k) != me)
+                .take(2)
+                .collect();
+            for round in 0..20u64 {
+                let mut t = Txn::begin(&w.ctx, &w.th);
+                let l = t.write(T, local, WriteKind::Update);
+                for &k in &remote {
+                    t.write(T, k, WriteKind::Update);
+                }
+                if t.execute().await.is_ok() {
+                    dw.fetch_add(1, Ordering::Relaxed);
+                    let _ = l;
+                    // Dropped holding three locks: the local one is free at once.
+                    drop(t);
+                    let db = &w.th.db;
+                    if db.lock_word(T, local).and_then(|h| h.owner).is_some() {
+                        hd.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if w.th.orphaned_locks() != 2 {
+                        hd.fetch_add(1, Ordering::Relaxed);
+                    }
+                } else {
+                    drop(t);
+                }
+                // The next transaction's round trip releases the orphans.
+                let mut t2 = Txn::begin(&w.ctx, &w.th);
+                t2.read(T, remote[(round % 2) as usize]);
+                let _ = t2.execute().await;
+                if w.th.orphaned_locks() != 0 {
+                    hd.fetch_add(1, Ordering::Relaxed);
+                }
+                let _ = t2.commit().await;
+            }
+        })
+    });
+    let r = runner::run(
+        &c.nodes,
+        &c.dbs,
+        &RunSpec {
+            coroutines: 1,
+            ..Default::default()
+        },
+        worker,
+    )
+    .unwrap();
+    assert_eq!(r.stuck_workers, 0);
+    assert!(dropped_with_locks.load(Ordering::Relaxed) > 0);
+    assert_eq!(held_after_drop.load(Ordering::Relaxed), 0);
+    // Quiescent: no key is locked anywhere.
+    for k in 0..KEYS {
+        let p = placement.primary(T, k) as usize;
+        let h = c.dbs[p].lock_word(T, k).unwrap();
+        assert_eq!(h.owner, None, "key {k} still locked by {:?}", h.owner);
+    }
+    // Each dropped transaction that held locks is counted as an abort.
+    assert!(r.txn.aborted >= dropped_with_locks.load(Ordering::Relaxed) as u64);
+}
