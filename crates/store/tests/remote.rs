@@ -296,6 +296,21 @@ fn stale_cached_locations_are_detected() {
             rd.lock(ctx, &badkey, offset, version + 2, REMOTE).await,
             Err(RemoteError::Access(AccessError::BadKey))
         );
+        // A refused write_unlock (its unsignaled WRITEs fail first) changes nothing, and
+        // its failures are reported by it, not by the next call.
+        assert_eq!(
+            rd.write_unlock(ctx, &badkey, offset, 2, version + 2, &[9; 16])
+                .await,
+            Err(RemoteError::Access(AccessError::BadKey))
+        );
+        assert_eq!(
+            rd.get(ctx, &desc, None, 2, &mut out).await,
+            Ok(RemoteGet::Found {
+                version: version + 2,
+                offset
+            })
+        );
+        assert_eq!(out, [7; 16]);
     });
 }
 
