@@ -396,3 +396,46 @@ fn a_locked_item_is_read_again_until_its_local_writer_unlocks() {
     assert_eq!(stats.retries, 4);
     t.unlock(lk, false);
 }
+
+#[test]
+fn a_torn_item_is_read_again_until_it_is_whole() {
+    let fabric = LocalFabric::new(ClusterConfig::new(2, 1)).unwrap();
+    let t = owner_table(&fabric, &TableConfig::new(8, 40));
+    t.insert(4, &[4; 40]).unwrap();
+    let desc = t.desc();
+    let node1 = fabric.node(1);
+    let mut rt = reader_runtime(node1.as_ref(), 0, 2, 64);
+    let rd = Rc::new(RemoteReader::new());
+    let r = rd.clone();
+    let first = run_to_end(&mut rt, move |ctx| async move {
+        r.get(&ctx, &desc, None, 4, &mut [0; 40]).await
+    });
+    let Ok(RemoteGet::Found { version, offset }) = first else {
+        panic!("{first:?}")
+    };
+    // The owner's region, as a writer in the middle of its stores leaves it: one chunk
+    // version still MARKER while the header is unlocked.
+    let region = fabric.node(0).region(desc.region.id).unwrap();
+    let shape = ambidex_store::layout::ItemShape::new(&desc.layout);
+    let at = offset + 8 * *shape.versions.last().unwrap() as u64;
+    assert!(region
+        .mem
+        .write(at, &ambidex_store::layout::MARKER.to_ne_bytes()));
+    let got: Rc<RefCell<Option<(Result<RemoteGet, RemoteError>, [u8; 40])>>> = Rc::default();
+    let (r, g) = (rd.clone(), got.clone());
+    rt.spawn(move |ctx| async move {
+        let mut out = [0u8; 40];
+        let res = r.get(&ctx, &desc, None, 4, &mut out).await;
+        *g.borrow_mut() = Some((res, out));
+    });
+    for _ in 0..100 {
+        rt.poll_once();
+    }
+    assert!(got.borrow().is_none(), "a torn item was returned");
+    assert!(rd.stats().retries >= 10);
+    assert!(region.mem.write(at, &version.to_ne_bytes()));
+    rt.run_until(|_| got.borrow().is_some());
+    let (res, out) = got.take().unwrap();
+    assert_eq!(res, Ok(RemoteGet::Found { version, offset }));
+    assert_eq!(out, [4; 40]);
+}
