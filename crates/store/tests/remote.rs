@@ -4,7 +4,8 @@
 
 mod common;
 
-use ambidex_store::{Header, LockOwner};
+use ambidex_rpc::Runtime;
+use ambidex_store::{Header, LockOwner, TableDesc};
 use ambidex_store::{
     LocationCache, RemoteError, RemoteGet, RemoteReader, StoreError, Table, TableConfig,
 };
@@ -314,6 +315,21 @@ fn stale_cached_locations_are_detected() {
     });
 }
 
+/// What a spawned `get` returned, with the value it copied out.
+type Got = Rc<RefCell<Option<(Result<RemoteGet, RemoteError>, Vec<u8>)>>>;
+
+/// Spawns a coroutine of `rt` that gets `key` with `rd`; its result lands in the slot.
+fn spawn_get(rt: &mut Runtime, rd: &Rc<RemoteReader>, desc: TableDesc, key: u64) -> Got {
+    let got: Got = Rc::default();
+    let (rd, g) = (rd.clone(), got.clone());
+    rt.spawn(move |ctx| async move {
+        let mut out = vec![0u8; desc.layout.value_size as usize];
+        let r = rd.get(&ctx, &desc, None, key, &mut out).await;
+        *g.borrow_mut() = Some((r, out));
+    });
+    got
+}
+
 #[test]
 fn a_locked_item_is_read_again_until_its_local_writer_unlocks() {
     let fabric = LocalFabric::new(ClusterConfig::new(2, 1)).unwrap();
@@ -324,20 +340,10 @@ fn a_locked_item_is_read_again_until_its_local_writer_unlocks() {
     // Coroutines 0, 1 and 3 read (2 only writes locally).
     let mut rt = reader_runtime(node1.as_ref(), 0, 4, 64);
     let rd = Rc::new(RemoteReader::new());
-    type Got = (Result<RemoteGet, RemoteError>, [u8; 16]);
-    let got: Rc<RefCell<Option<Got>>> = Rc::default();
-    let spawn_get = |rt: &mut ambidex_rpc::Runtime| {
-        let (rd, got) = (rd.clone(), got.clone());
-        rt.spawn(move |ctx| async move {
-            let mut out = [0u8; 16];
-            let r = rd.get(&ctx, &desc, None, 5, &mut out).await;
-            *got.borrow_mut() = Some((r, out));
-        });
-    };
 
     // 1. The test holds the lock while it steps the runtime: the worker keeps reading.
     let lk = t.lock(5, OWNER).unwrap();
-    spawn_get(&mut rt);
+    let got = spawn_get(&mut rt, &rd, desc, 5);
     for _ in 0..200 {
         rt.poll_once();
     }
@@ -356,12 +362,12 @@ fn a_locked_item_is_read_again_until_its_local_writer_unlocks() {
             offset: lk.offset
         })
     );
-    assert_eq!(out, [2; 16]);
+    assert_eq!(out, [2; 16].to_vec());
 
     // 2. Another coroutine of the same runtime holds the lock for a while: the reading
     // worker does not block the thread, so the writer gets to unlock.
     let lk = t.lock(5, OWNER).unwrap();
-    spawn_get(&mut rt);
+    let got = spawn_get(&mut rt, &rd, desc, 5);
     let (t2, before) = (t.clone(), rd.stats().retries);
     run_to_end(&mut rt, move |ctx| async move {
         for _ in 0..50 {
@@ -379,7 +385,7 @@ fn a_locked_item_is_read_again_until_its_local_writer_unlocks() {
             offset: lk.offset
         })
     );
-    assert_eq!(out, [3; 16]);
+    assert_eq!(out, [3; 16].to_vec());
     assert!(rd.stats().retries > before);
 
     // 3. A lock held past the retry budget: `Busy`, and nothing copied out.
@@ -421,13 +427,7 @@ fn a_torn_item_is_read_again_until_it_is_whole() {
     assert!(region
         .mem
         .write(at, &ambidex_store::layout::MARKER.to_ne_bytes()));
-    let got: Rc<RefCell<Option<(Result<RemoteGet, RemoteError>, [u8; 40])>>> = Rc::default();
-    let (r, g) = (rd.clone(), got.clone());
-    rt.spawn(move |ctx| async move {
-        let mut out = [0u8; 40];
-        let res = r.get(&ctx, &desc, None, 4, &mut out).await;
-        *g.borrow_mut() = Some((res, out));
-    });
+    let got = spawn_get(&mut rt, &rd, desc, 4);
     for _ in 0..100 {
         rt.poll_once();
     }
@@ -437,5 +437,5 @@ fn a_torn_item_is_read_again_until_it_is_whole() {
     rt.run_until(|_| got.borrow().is_some());
     let (res, out) = got.take().unwrap();
     assert_eq!(res, Ok(RemoteGet::Found { version, offset }));
-    assert_eq!(out, [4; 40]);
+    assert_eq!(out, [4; 40].to_vec());
 }
