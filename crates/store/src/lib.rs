@@ -12,7 +12,7 @@
 //!   start-up, checked before use.
 //! - [`loc_cache`]: the bounded location cache (set-associative, CLOCK per set).
 //! - [`btree`]: the ordered index (B+tree) for range scans.
-//! - [`bench`]: the benchmark behind `ambidex bench store`.
+//! - [`bench`](mod@bench): the benchmark behind `ambidex bench store`.
 
 pub mod bench;
 pub mod btree;

@@ -96,8 +96,9 @@ pub fn scratch_per_worker(max_item_size: usize) -> usize {
     max_item_size.max(LINE as usize).next_multiple_of(64)
 }
 
-/// Registers a scratch region on `node` (the runtime's own) for `workers` workers
-/// reading items of up to `max_item_size` bytes, and attaches it to `rt`.
+/// Registers a scratch region on `node` (the runtime's own) and attaches it to `rt`, so
+/// that its coroutines `0..workers` (in spawn order) may READ items of up to
+/// `max_item_size` bytes; later ones get `RemoteError::OneSided(NoScratch { .. })`.
 pub fn attach_scratch(
     rt: &mut Runtime,
     node: &dyn NodeTransport,
