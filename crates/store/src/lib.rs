@@ -5,13 +5,14 @@
 //!   and lock an item with one CAS; lock-free consistent reads; layout, the lock word
 //!   (lock bit, owner and version: [`LockOwner`], [`Header`]) and the version scheme that
 //!   makes one-sided reads safe under word atomicity are in [`layout`].
-//! - [`remote`]: one-sided access to a remote table through an `Endpoint` (READ with
-//!   retry on torn/locked items, CAS lock naming its owner, WRITE-and-unlock).
+//! - [`remote`]: one-sided access to a remote table from a coroutine of the RPC runtime,
+//!   async on its verbs (READ with retry on torn/locked items, CAS lock naming its owner,
+//!   WRITE-and-unlock).
 //! - [`catalog`]: every node's table descriptors (region, key, layout), exchanged at
 //!   start-up, checked before use.
 //! - [`loc_cache`]: the bounded location cache (set-associative, CLOCK per set).
 //! - [`btree`]: the ordered index (B+tree) for range scans.
-//! - [`bench`]: the benchmark behind `ambidex bench store`.
+//! - [`bench`](mod@bench): the benchmark behind `ambidex bench store`.
 
 pub mod bench;
 pub mod btree;
@@ -26,5 +27,5 @@ pub use btree::OrderedIndex;
 pub use catalog::{Catalog, CatalogError};
 pub use layout::{Header, LockOwner, OwnerRangeError, TableConfig, TableDesc, TableLayout};
 pub use loc_cache::{Loc, LocationCache};
-pub use remote::{RemoteError, RemoteGet, RemoteReader};
+pub use remote::{RemoteError, RemoteGet, RemoteReader, RemoteStats};
 pub use table::{ItemLock, ReadOutcome, StoreError, Table};

@@ -1,49 +1,74 @@
-//! One-sided access to a remote table through an [`Endpoint`]: lock-free reads (bucket
-//! READs, then an item READ, or one item READ on a location-cache hit), CAS locks, and
-//! the write protocol of [`crate::layout`] as one-sided WRITEs.
+//! One-sided access to a remote table from a worker coroutine of the RPC runtime:
+//! lock-free reads (bucket READs, then an item READ, or one item READ on a
+//! location-cache hit), CAS locks naming their owner, and the write protocol of
+//! [`crate::layout`] as one-sided WRITEs.
 //!
-//! Synchronous for now: each call posts, then polls the completion queue until its
-//! completion arrives (waiting on the endpoint when nothing is there). The helper
-//! consumes the endpoint's completions while it runs, so callers must not have other
-//! operations outstanding on it.
+//! Asynchronous on the runtime's verbs (`Ctx::queue_read` and the like, posted with the
+//! step's doorbell by `ctx.flush().await`): a thread never blocks or spins on a
+//! completion, so its other coroutines (and the RPCs it serves) go on while a READ is
+//! out. A retry after a locked or torn image is another queue-and-flush round, i.e. at
+//! least one master step later. READs land in the runtime's scratch region: each worker
+//! needs a slice of [`scratch_per_worker`] bytes ([`attach_scratch`]).
+//!
+//! Every call flushes the calling worker's batch: queue nothing of your own before it
+//! that must outlive it. A flush that reports unsignaled failures of the worker's earlier
+//! operations makes the call fail with [`RemoteError::Rpc`] (they are reported once).
 
 use crate::layout::*;
 use crate::loc_cache::{Loc, LocationCache};
-use ambidex_transport::clock::{duration_ns, SharedClock, SystemClock};
-use ambidex_transport::{
-    AccessError, Completion, Endpoint, LocalBuf, NodeTransport, OneSidedKind, OneSidedOp, Perms,
-    Region, TransportError,
-};
-use std::time::Duration;
+use ambidex_rpc::{Ctx, OneSidedError, OpHandle, RpcError, Runtime};
+use ambidex_transport::{AccessError, NodeTransport, Perms};
+use std::cell::Cell;
 
 /// Why a remote operation failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RemoteError {
-    /// The operation completed with an error.
+    /// The operation failed at the target or in the transport, or was refused when
+    /// queued (unknown node, too large); nothing was read or changed.
     Access(AccessError),
-    /// The transport refused to post.
-    Post(TransportError),
+    /// Another one-sided failure (no scratch room, post refused...).
+    OneSided(OneSidedError),
+    /// The flush failed (unsignaled failures of the worker's earlier operations, say).
+    Rpc(RpcError),
     /// The descriptor is inconsistent, or the value buffer has the wrong size.
     BadDesc(String),
     /// The item stayed locked (or kept changing) for the whole retry budget.
     Busy,
-    /// No completion within the deadline.
-    Timeout,
 }
 
 impl std::fmt::Display for RemoteError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RemoteError::Access(e) => write!(f, "one-sided access failed: {}", e.name()),
-            RemoteError::Post(e) => write!(f, "{e}"),
+            RemoteError::OneSided(e) => write!(f, "{e}"),
+            RemoteError::Rpc(e) => write!(f, "{e}"),
             RemoteError::BadDesc(s) => write!(f, "bad table descriptor: {s}"),
             RemoteError::Busy => write!(f, "item locked"),
-            RemoteError::Timeout => write!(f, "no completion"),
         }
     }
 }
 
 impl std::error::Error for RemoteError {}
+
+impl From<OneSidedError> for RemoteError {
+    fn from(e: OneSidedError) -> Self {
+        match e {
+            OneSidedError::Access { error, .. } | OneSidedError::Invalid(error) => {
+                RemoteError::Access(error)
+            }
+            e => RemoteError::OneSided(e),
+        }
+    }
+}
+
+impl From<RpcError> for RemoteError {
+    fn from(e: RpcError) -> Self {
+        match e {
+            RpcError::OneSided(e) => e.into(),
+            e => RemoteError::Rpc(e),
+        }
+    }
+}
 
 /// A consistent remote read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,140 +90,124 @@ pub struct RemoteStats {
     pub retries: u64,
 }
 
-/// Per-thread helper: owns a small registered scratch region where READs land.
+/// Scratch bytes one worker needs for READs of items up to `max_item_size` bytes (see
+/// [`TableLayout::item_size`]): one READ is out per call at a time.
+pub fn scratch_per_worker(max_item_size: usize) -> usize {
+    max_item_size.max(LINE as usize).next_multiple_of(64)
+}
+
+/// Registers a scratch region on `node` (the runtime's own) and attaches it to `rt`, so
+/// that its coroutines `0..workers` (in spawn order) may READ items of up to
+/// `max_item_size` bytes; later ones get `RemoteError::OneSided(NoScratch { .. })`.
+pub fn attach_scratch(
+    rt: &mut Runtime,
+    node: &dyn NodeTransport,
+    workers: usize,
+    max_item_size: usize,
+) -> Result<(), RemoteError> {
+    let per = scratch_per_worker(max_item_size);
+    let region = node
+        .register(per * workers.max(1), Perms::ALL)
+        .map_err(|e| RemoteError::Rpc(RpcError::Transport(e)))?;
+    rt.attach_scratch(region, per)?;
+    Ok(())
+}
+
+/// Remote table access for the coroutines of one runtime (shared by reference: it holds
+/// only the retry budget and counters).
+#[derive(Debug)]
 pub struct RemoteReader {
-    scratch: Region,
-    buf: Vec<u8>,
-    next_wr: u64,
-    cq: Vec<Completion>,
     /// Attempts on a locked or torn item before giving up with `Busy`.
     pub max_retries: u32,
-    /// How long to wait for one completion.
-    pub deadline: Duration,
-    pub stats: RemoteStats,
-    /// Times `deadline` (the process's system clock unless given one).
-    clock: SharedClock,
+    stats: Cell<RemoteStats>,
+}
+
+impl Default for RemoteReader {
+    fn default() -> Self {
+        RemoteReader::new()
+    }
 }
 
 fn bad(s: &str) -> RemoteError {
     RemoteError::BadDesc(s.to_string())
 }
 
+/// Flushes the worker's batch: its operations go out with the step's doorbell.
+async fn flush(ctx: &Ctx) -> Result<(), RemoteError> {
+    ctx.flush().await.map_err(RemoteError::from)
+}
+
 impl RemoteReader {
-    /// Registers a scratch region on `node` large enough for items of up to
-    /// `max_item_size` bytes (see [`TableLayout::item_size`]).
-    pub fn new(node: &dyn NodeTransport, max_item_size: usize) -> Result<Self, TransportError> {
-        let len = max_item_size.max(LINE as usize).next_multiple_of(64);
-        let scratch = node.register(len, Perms::ALL)?;
-        Ok(RemoteReader {
-            scratch,
-            buf: vec![0; len],
-            next_wr: 1,
-            cq: Vec::with_capacity(16),
+    pub fn new() -> Self {
+        RemoteReader {
             max_retries: 10_000,
-            deadline: Duration::from_secs(10),
-            stats: RemoteStats::default(),
-            clock: SystemClock::shared(),
-        })
+            stats: Cell::new(RemoteStats::default()),
+        }
     }
 
-    /// Times completions by `clock` instead of the process's system clock.
-    pub fn with_clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
-        self
+    pub fn stats(&self) -> RemoteStats {
+        self.stats.get()
     }
 
-    /// Whether `deadline` has passed since `start_ns`.
-    fn expired(&self, start_ns: u64) -> bool {
-        self.clock.now_ns().saturating_sub(start_ns) > duration_ns(self.deadline)
+    fn count(&self, f: impl FnOnce(&mut RemoteStats)) {
+        let mut s = self.stats.get();
+        f(&mut s);
+        self.stats.set(s);
     }
 
-    fn check_desc(&self, t: &TableDesc) -> Result<ItemShape, RemoteError> {
+    /// Checks the descriptor against itself and the cluster, so that nothing is queued
+    /// that the runtime would refuse half-way through a batch.
+    fn check_desc(&self, ctx: &Ctx, t: &TableDesc) -> Result<ItemShape, RemoteError> {
         t.layout
             .validate(t.region.len)
             .map_err(|e| RemoteError::BadDesc(e.to_string()))?;
-        if t.layout.item_size as usize > self.scratch.mem.len() {
-            return Err(bad("items larger than the scratch buffer"));
+        let c = ctx.cluster();
+        if t.region.node >= c.nodes {
+            return Err(RemoteError::Access(AccessError::UnknownNode));
+        }
+        if t.layout.item_size as usize > c.max_onesided {
+            return Err(RemoteError::Access(AccessError::TooLarge));
         }
         Ok(ItemShape::new(&t.layout))
     }
 
-    /// Posts one operation and waits for its completion; returns the completion value.
-    fn run(&mut self, ep: &mut dyn Endpoint, op: OneSidedOp<'_>) -> Result<u64, RemoteError> {
-        let wr_id = op.wr_id;
-        ep.post(&[op]).map_err(RemoteError::Post)?;
-        let start = self.clock.now_ns();
-        loop {
-            self.cq.clear();
-            ep.poll_cq(16, &mut self.cq);
-            if let Some(c) = self.cq.iter().find(|c| c.wr_id == wr_id) {
-                return c.status.map(|_| c.value).map_err(RemoteError::Access);
-            }
-            if self.expired(start) {
-                return Err(RemoteError::Timeout);
-            }
-            ep.wait(Duration::from_micros(200));
-        }
-    }
-
-    fn wr(&mut self) -> u64 {
-        self.next_wr = self.next_wr.wrapping_add(1);
-        self.next_wr
-    }
-
-    /// READs `len` bytes at `offset` of the table's region into `self.buf[..len]`.
-    fn read(
-        &mut self,
-        ep: &mut dyn Endpoint,
+    /// READs `len` bytes at `offset` of the table's region and runs `f` on them.
+    async fn read<R>(
+        &self,
+        ctx: &Ctx,
         t: &TableDesc,
         offset: u64,
         len: usize,
-    ) -> Result<(), RemoteError> {
-        let wr_id = self.wr();
-        let dest = LocalBuf {
-            region: self.scratch.desc.id,
-            offset: 0,
-        };
-        self.run(
-            ep,
-            OneSidedOp {
-                wr_id,
-                remote: t.region.at(offset),
-                kind: OneSidedKind::Read {
-                    len: len as u32,
-                    dest,
-                },
-                signaled: true,
-            },
-        )?;
-        self.stats.reads += 1;
-        self.scratch.mem.read(0, &mut self.buf[..len]);
-        Ok(())
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, RemoteError> {
+        let h = ctx.queue_read(t.region.at(offset), len as u32, true)?;
+        flush(ctx).await?;
+        let r = ctx.read_result(h, f)?;
+        self.count(|s| s.reads += 1);
+        Ok(r)
     }
 
     /// READs the item at `off` until it is consistent: `Ok(Some(version))` if it holds
-    /// `key`, `Ok(None)` if it is absent or holds another key.
-    fn read_item(
-        &mut self,
-        ep: &mut dyn Endpoint,
+    /// `key` (its value then in `out`), `Ok(None)` if it is absent or holds another key.
+    async fn read_item(
+        &self,
+        ctx: &Ctx,
         t: &TableDesc,
         shape: &ItemShape,
         off: u64,
         key: u64,
         out: &mut [u8],
     ) -> Result<Option<u64>, RemoteError> {
-        let n = shape.item_size;
-        for attempt in 0..=self.max_retries {
-            self.read(ep, t, off, n)?;
-            match check_image(shape, &self.buf[..n], key, out) {
+        for _ in 0..=self.max_retries {
+            let check = self
+                .read(ctx, t, off, shape.item_size, |img| {
+                    check_image(shape, img, key, out)
+                })
+                .await?;
+            match check {
                 ItemCheck::Ok(v) => return Ok(Some(v)),
                 ItemCheck::Miss => return Ok(None),
-                ItemCheck::Busy => {
-                    self.stats.retries += 1;
-                    if attempt > 8 {
-                        std::thread::yield_now();
-                    }
-                }
+                ItemCheck::Busy => self.count(|s| s.retries += 1),
             }
         }
         Err(RemoteError::Busy)
@@ -206,16 +215,18 @@ impl RemoteReader {
 
     /// Reads `key` from the remote table into `out` (the table's value size): one item
     /// READ on a location-cache hit, else bucket READs along the chain and an item READ.
-    /// Fills `cache` with the item's location when found.
-    pub fn get(
-        &mut self,
-        ep: &mut dyn Endpoint,
+    /// Fills `cache` with the item's location when found. A locked or torn item is read
+    /// again, up to `max_retries` times (`Busy` then); `out` is written only by a
+    /// consistent read of `key`.
+    pub async fn get(
+        &self,
+        ctx: &Ctx,
         t: &TableDesc,
         cache: Option<&LocationCache>,
         key: u64,
         out: &mut [u8],
     ) -> Result<RemoteGet, RemoteError> {
-        let shape = self.check_desc(t)?;
+        let shape = self.check_desc(ctx, t)?;
         if out.len() < shape.value_size {
             return Err(bad("output buffer smaller than the value size"));
         }
@@ -226,15 +237,16 @@ impl RemoteReader {
                     && loc.region == t.region.id
                     && l.item_at(loc.offset).is_some()
                 {
-                    if let Some(version) = self.read_item(ep, t, &shape, loc.offset, key, out)? {
-                        self.stats.cache_hits += 1;
+                    let found = self.read_item(ctx, t, &shape, loc.offset, key, out).await?;
+                    if let Some(version) = found {
+                        self.count(|s| s.cache_hits += 1);
                         return Ok(RemoteGet::Found {
                             version,
                             offset: loc.offset,
                         });
                     }
                 }
-                self.stats.cache_stale += 1;
+                self.count(|s| s.cache_stale += 1);
                 c.invalidate(t.table_id, key);
             }
         }
@@ -243,11 +255,13 @@ impl RemoteReader {
         let mut b = l.main_bucket_off(h);
         let mut hops = 0;
         loop {
-            self.read(ep, t, b, LINE as usize)?;
-            let word = |buf: &[u8], i: usize| {
-                u64::from_ne_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]))
-            };
-            let bucket: [u64; 8] = std::array::from_fn(|i| word(&self.buf, i));
+            let bucket: [u64; 8] = self
+                .read(ctx, t, b, LINE as usize, |buf| {
+                    std::array::from_fn(|i| {
+                        u64::from_ne_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]))
+                    })
+                })
+                .await?;
             let mut m = tag_matches(bucket[0], bucket[1], tag);
             while m != 0 {
                 let s = m.trailing_zeros() as usize;
@@ -255,17 +269,14 @@ impl RemoteReader {
                 let Some(off) = l.item_off(slot_ref(bucket[2 + s / 2], s)) else {
                     continue;
                 };
-                if let Some(version) = self.read_item(ep, t, &shape, off, key, out)? {
+                if let Some(version) = self.read_item(ctx, t, &shape, off, key, out).await? {
                     if let Some(c) = cache {
-                        c.insert(
-                            t.table_id,
-                            key,
-                            Loc {
-                                node: t.region.node,
-                                region: t.region.id,
-                                offset: off,
-                            },
-                        );
+                        let loc = Loc {
+                            node: t.region.node,
+                            region: t.region.id,
+                            offset: off,
+                        };
+                        c.insert(t.table_id, key, loc);
                     }
                     return Ok(RemoteGet::Found {
                         version,
@@ -283,78 +294,69 @@ impl RemoteReader {
         }
     }
 
+    /// One signaled CAS of the item header at `offset`; returns the old word.
+    async fn cas(
+        &self,
+        ctx: &Ctx,
+        t: &TableDesc,
+        offset: u64,
+        expected: u64,
+        new: u64,
+    ) -> Result<u64, RemoteError> {
+        self.check_desc(ctx, t)?;
+        if t.layout.item_at(offset).is_none() {
+            return Err(bad("offset is not an item"));
+        }
+        let h = ctx.queue_cas(t.region.at(offset), expected, new, true)?;
+        flush(ctx).await?;
+        Ok(ctx.atomic_result(h)?)
+    }
+
     /// Locks the item at `offset` for `owner` with a one-sided CAS if it is still
     /// unlocked at `version` (the CAS installs lock bit, owner and version in one word,
     /// see [`Header`]). Returns whether the lock was taken.
-    pub fn lock(
-        &mut self,
-        ep: &mut dyn Endpoint,
+    pub async fn lock(
+        &self,
+        ctx: &Ctx,
         t: &TableDesc,
         offset: u64,
         version: u64,
         owner: LockOwner,
     ) -> Result<bool, RemoteError> {
-        self.check_desc(t)?;
-        if t.layout.item_at(offset).is_none() {
-            return Err(bad("offset is not an item"));
-        }
-        let wr_id = self.wr();
-        let old = self.run(
-            ep,
-            OneSidedOp {
-                wr_id,
-                remote: t.region.at(offset),
-                kind: OneSidedKind::Cas {
-                    expected: Header::unlocked(version),
-                    new: Header::locked(version, owner),
-                },
-                signaled: true,
-            },
-        )?;
-        Ok(old == Header::unlocked(version))
+        let (old, new) = (Header::unlocked(version), Header::locked(version, owner));
+        Ok(self.cas(ctx, t, offset, old, new).await? == old)
     }
 
     /// Releases a lock `owner` took with [`RemoteReader::lock`] without changing the
-    /// item (the CAS fails, changing nothing, if `owner` does not hold it).
-    pub fn unlock(
-        &mut self,
-        ep: &mut dyn Endpoint,
+    /// item. Returns whether it was released: the CAS fails, changing nothing, if
+    /// `owner` does not hold it at `version`.
+    pub async fn unlock(
+        &self,
+        ctx: &Ctx,
         t: &TableDesc,
         offset: u64,
         version: u64,
         owner: LockOwner,
-    ) -> Result<(), RemoteError> {
-        self.check_desc(t)?;
-        let wr_id = self.wr();
-        self.run(
-            ep,
-            OneSidedOp {
-                wr_id,
-                remote: t.region.at(offset),
-                kind: OneSidedKind::Cas {
-                    expected: Header::locked(version, owner),
-                    new: Header::unlocked(version),
-                },
-                signaled: true,
-            },
-        )?;
-        Ok(())
+    ) -> Result<bool, RemoteError> {
+        let (old, new) = (Header::locked(version, owner), Header::unlocked(version));
+        Ok(self.cas(ctx, t, offset, old, new).await? == old)
     }
 
-    /// Writes `val` into an item this thread holds locked at `version` and releases it
-    /// with version + 2, as one batch of WRITEs (in order, like the local write protocol:
-    /// chunk versions to MARKER, then key, data and new chunk versions in ascending
-    /// order, then the header). Returns the new version.
-    pub fn write_unlock(
-        &mut self,
-        ep: &mut dyn Endpoint,
+    /// Writes `val` into an item this worker holds locked at `version` and releases it
+    /// with version + 2, as one batch of WRITEs on one queue, in order like the local
+    /// write protocol: chunk versions to MARKER, then key, data and new chunk versions
+    /// in ascending order (all unsignaled), then the header (signaled: its completion
+    /// confirms the others, passive ACK). Returns the new version.
+    pub async fn write_unlock(
+        &self,
+        ctx: &Ctx,
         t: &TableDesc,
         offset: u64,
         key: u64,
         version: u64,
         val: &[u8],
     ) -> Result<u64, RemoteError> {
-        let shape = self.check_desc(t)?;
+        let shape = self.check_desc(ctx, t)?;
         if val.len() != shape.value_size {
             return Err(bad("value size differs from the table's"));
         }
@@ -362,7 +364,6 @@ impl RemoteReader {
             return Err(bad("offset is not an item"));
         }
         let nv = Header::bump(version, 2);
-        let marker = MARKER.to_ne_bytes();
         let mut img = vec![0u8; shape.item_size];
         img[8..16].copy_from_slice(&key.to_ne_bytes());
         for (i, &w) in shape.data.iter().enumerate() {
@@ -373,50 +374,20 @@ impl RemoteReader {
             let s = c as usize * 8;
             img[s..s + 8].copy_from_slice(&nv.to_ne_bytes());
         }
-        let hdr = nv.to_ne_bytes();
-        let mut ops: Vec<OneSidedOp<'_>> = Vec::with_capacity(shape.versions.len() + 2);
-        let base = self.next_wr;
-        for (i, &c) in shape.versions.iter().enumerate() {
-            ops.push(OneSidedOp {
-                wr_id: base + 1 + i as u64,
-                remote: t.region.at(offset + 8 * c as u64),
-                kind: OneSidedKind::Write { data: &marker },
-                signaled: false,
-            });
+        // Checked above: no operation of the batch can be refused when queued.
+        let mut ops: Vec<OpHandle> = Vec::with_capacity(shape.versions.len() + 2);
+        for &c in &shape.versions {
+            let at = t.region.at(offset + 8 * c as u64);
+            ops.push(ctx.queue_write(at, &MARKER.to_ne_bytes(), false)?);
         }
-        ops.push(OneSidedOp {
-            wr_id: base + 100,
-            remote: t.region.at(offset + 8),
-            kind: OneSidedKind::Write { data: &img[8..] },
-            signaled: false,
-        });
-        let last = base + 101;
-        ops.push(OneSidedOp {
-            wr_id: last,
-            remote: t.region.at(offset),
-            kind: OneSidedKind::Write { data: &hdr },
-            signaled: true,
-        });
-        self.next_wr = last;
-        ep.post(&ops).map_err(RemoteError::Post)?;
-        let start = self.clock.now_ns();
-        loop {
-            self.cq.clear();
-            ep.poll_cq(16, &mut self.cq);
-            for c in &self.cq {
-                if c.wr_id > base && c.wr_id <= last {
-                    if let Err(e) = c.status {
-                        return Err(RemoteError::Access(e));
-                    }
-                    if c.wr_id == last {
-                        return Ok(nv);
-                    }
-                }
-            }
-            if self.expired(start) {
-                return Err(RemoteError::Timeout);
-            }
-            ep.wait(Duration::from_micros(200));
+        ops.push(ctx.queue_write(t.region.at(offset + 8), &img[8..], false)?);
+        ops.push(ctx.queue_write(t.region.at(offset), &nv.to_ne_bytes(), true)?);
+        let flushed = ctx.flush().await;
+        // The batch went through even if the flush reports failures: ours come first.
+        for h in ops {
+            ctx.op_result(h)?;
         }
+        flushed?;
+        Ok(nv)
     }
 }

@@ -3,12 +3,15 @@
 //! about their layout are refused when filed, and wrong or stale keys and regions give
 //! an error completion, never a wrong read.
 
+mod common;
+
 use ambidex_store::layout::TableDesc;
 use ambidex_store::{
     Catalog, CatalogError, RemoteError, RemoteGet, RemoteReader, Table, TableConfig,
 };
 use ambidex_transport::local::LocalFabric;
 use ambidex_transport::{AccessError, ClusterConfig};
+use common::{reader_runtime, run_to_end};
 
 const VS: usize = 16;
 
@@ -36,42 +39,50 @@ fn a_table_is_read_one_sided_through_an_exchanged_descriptor() {
     assert!(cat.get(1, 7).is_none() && cat.get(0, 8).is_none());
 
     let reader_node = fabric.node(1);
-    let mut ep = reader_node.endpoint(0).unwrap();
-    let mut rd = RemoteReader::new(reader_node.as_ref(), d.layout.item_size as usize).unwrap();
-    let mut out = vec![0u8; VS];
-    for k in [0u64, 13, 49] {
-        match rd.get(ep.as_mut(), &d, None, k, &mut out).unwrap() {
-            RemoteGet::Found { .. } => assert_eq!(out, vec![k as u8; VS]),
-            RemoteGet::NotFound => panic!("key {k} not found"),
+    let mut rt = reader_runtime(reader_node.as_ref(), 0, 1, d.layout.item_size as usize);
+    run_to_end(&mut rt, move |ctx| async move {
+        let rd = RemoteReader::new();
+        let mut out = vec![0u8; VS];
+        for k in [0u64, 13, 49] {
+            match rd.get(&ctx, &d, None, k, &mut out).await.unwrap() {
+                RemoteGet::Found { .. } => assert_eq!(out, vec![k as u8; VS]),
+                RemoteGet::NotFound => panic!("key {k} not found"),
+            }
         }
-    }
-    assert_eq!(
-        rd.get(ep.as_mut(), &d, None, 50, &mut out).unwrap(),
-        RemoteGet::NotFound
-    );
+        assert_eq!(
+            rd.get(&ctx, &d, None, 50, &mut out).await,
+            Ok(RemoteGet::NotFound)
+        );
+    });
 }
 
 #[test]
 fn wrong_or_stale_descriptors_fail_never_read_wrong() {
     let (fabric, _t, desc) = setup();
     let reader_node = fabric.node(1);
-    let mut ep = reader_node.endpoint(0).unwrap();
-    let mut rd = RemoteReader::new(reader_node.as_ref(), desc.layout.item_size as usize).unwrap();
-    let mut out = vec![0u8; VS];
-
+    let mut rt = reader_runtime(reader_node.as_ref(), 0, 1, desc.layout.item_size as usize);
     let mut stale_key = desc;
     stale_key.region.key ^= 1;
-    assert_eq!(
-        rd.get(ep.as_mut(), &stale_key, None, 3, &mut out),
-        Err(RemoteError::Access(AccessError::BadKey))
-    );
     let mut gone = desc;
     gone.region.id += 100;
+    let (reads, stats) = run_to_end(&mut rt, move |ctx| async move {
+        let rd = RemoteReader::new();
+        let mut out = vec![0u8; VS];
+        let reads = [
+            rd.get(&ctx, &stale_key, None, 3, &mut out).await,
+            rd.get(&ctx, &gone, None, 3, &mut out).await,
+        ];
+        assert_eq!(out, vec![0u8; VS], "a failed read left data behind");
+        (reads, rd.stats())
+    });
     assert_eq!(
-        rd.get(ep.as_mut(), &gone, None, 3, &mut out),
-        Err(RemoteError::Access(AccessError::UnknownRegion))
+        reads,
+        [
+            Err(RemoteError::Access(AccessError::BadKey)),
+            Err(RemoteError::Access(AccessError::UnknownRegion))
+        ]
     );
-    assert_eq!(out, vec![0u8; VS], "a failed read left data behind");
+    assert_eq!(stats.reads, 0, "no READ succeeded");
 
     // Descriptors that lie are not filed.
     let mut cat = Catalog::new(2);

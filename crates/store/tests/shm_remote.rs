@@ -1,6 +1,9 @@
 //! A second *process* reads the table one-sided over the shm transport while the owner
 //! process updates it. The test re-runs its own binary as the reader (the ignored test
-//! `shm_child_reader`, selected through an environment variable).
+//! `shm_child_reader`, selected through an environment variable), whose reads are a
+//! coroutine of a runtime on node 1.
+
+mod common;
 
 use ambidex_store::LockOwner;
 use ambidex_store::{
@@ -8,10 +11,10 @@ use ambidex_store::{
 };
 use ambidex_transport::{ClusterConfig, Perms};
 use ambidex_transport_shm::{ShmCluster, ShmNode};
+use common::{reader_runtime, run_to_end};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
 /// The lock owner of this test's local lockers.
 const OWNER: LockOwner = LockOwner {
@@ -117,37 +120,40 @@ fn shm_child_reader() {
     let desc: TableDesc =
         serde_json::from_slice(&std::fs::read(dir.join("table.json")).unwrap()).unwrap();
     let node1 = ShmNode::open(&dir, 1).unwrap();
-    let mut ep = node1.endpoint(0).unwrap();
-    let mut rd = RemoteReader::new(node1.as_ref(), desc.layout.item_size as usize).unwrap();
-    let cache = LocationCache::new(64);
-    let mut out = vec![0u8; VS];
-    let mut last = [0u64; KEYS as usize];
-    let mut changed = 0u64;
-    let mut n = 0u64;
-    let deadline = Instant::now() + Duration::from_millis(1500);
-    while Instant::now() < deadline {
-        for k in 0..KEYS {
-            match rd.get(ep.as_mut(), &desc, Some(&cache), k, &mut out) {
-                Ok(RemoteGet::Found { version, .. }) => {
-                    assert!(
-                        consistent(&out, version),
-                        "torn read of key {k} at version {version}"
-                    );
-                    assert!(version >= last[k as usize], "version of {k} went back");
-                    if version > last[k as usize] {
-                        changed += 1;
+    let mut rt = reader_runtime(node1.as_ref(), 0, 1, desc.layout.item_size as usize);
+    let (n, stats) = run_to_end(&mut rt, move |ctx| async move {
+        let rd = RemoteReader::new();
+        let cache = LocationCache::new(64);
+        let mut out = vec![0u8; VS];
+        let mut last = [0u64; KEYS as usize];
+        let mut changed = 0u64;
+        let mut n = 0u64;
+        let end = ctx.now_ns() + 1_500_000_000;
+        while ctx.now_ns() < end {
+            for k in 0..KEYS {
+                match rd.get(&ctx, &desc, Some(&cache), k, &mut out).await {
+                    Ok(RemoteGet::Found { version, .. }) => {
+                        assert!(
+                            consistent(&out, version),
+                            "torn read of key {k} at version {version}"
+                        );
+                        assert!(version >= last[k as usize], "version of {k} went back");
+                        if version > last[k as usize] {
+                            changed += 1;
+                        }
+                        last[k as usize] = version;
+                        n += 1;
                     }
-                    last[k as usize] = version;
-                    n += 1;
+                    Ok(RemoteGet::NotFound) => panic!("key {k} vanished"),
+                    Err(RemoteError::Busy) => {}
+                    Err(e) => panic!("{e}"),
                 }
-                Ok(RemoteGet::NotFound) => panic!("key {k} vanished"),
-                Err(RemoteError::Busy) => {}
-                Err(e) => panic!("{e}"),
             }
         }
-    }
-    // The owner really was writing while we read.
-    assert!(changed > 10, "only {changed} version changes seen");
+        // The owner really was writing while we read.
+        assert!(changed > 10, "only {changed} version changes seen");
+        (n, rd.stats())
+    });
     println!("consistent_reads={n}");
-    println!("stats={:?}", rd.stats);
+    println!("stats={stats:?}");
 }
