@@ -34,6 +34,8 @@ pub enum RemoteError {
     BadDesc(String),
     /// The item stayed locked (or kept changing) for the whole retry budget.
     Busy,
+    /// A release found the item's word not locked by the releasing owner (`found`).
+    NotLocked { found: u64 },
 }
 
 impl std::fmt::Display for RemoteError {
@@ -44,6 +46,13 @@ impl std::fmt::Display for RemoteError {
             RemoteError::Rpc(e) => write!(f, "{e}"),
             RemoteError::BadDesc(s) => write!(f, "bad table descriptor: {s}"),
             RemoteError::Busy => write!(f, "item locked"),
+            RemoteError::NotLocked { found } => {
+                write!(
+                    f,
+                    "release of an item not held: its word is {:?}",
+                    Header::unpack(*found)
+                )
+            }
         }
     }
 }
@@ -132,9 +141,28 @@ fn bad(s: &str) -> RemoteError {
     RemoteError::BadDesc(s.to_string())
 }
 
-/// Flushes the worker's batch: its operations go out with the step's doorbell.
-async fn flush(ctx: &Ctx) -> Result<(), RemoteError> {
-    ctx.flush().await.map_err(RemoteError::from)
+/// Flushes the worker's batch (its operations go out with the step's doorbell). The
+/// flush also reports unsignaled failures of the worker's *earlier* batches; those are
+/// not this call's, and failing it for them would hide the result of what it did (a
+/// CAS that took a lock, say). They are given back to the worker, whose next flush
+/// reports them. `own` are this call's unsignaled operations: their failures are the
+/// caller's to read with `op_result`, so one matching report each is dropped here.
+async fn flush(ctx: &Ctx, own: &[OpHandle]) -> Result<(), RemoteError> {
+    match ctx.flush().await {
+        Ok(()) => Ok(()),
+        Err(RpcError::UnsignaledFailed(mut reported)) => {
+            for &h in own {
+                if let Err(e) = ctx.op_result(h) {
+                    if let Some(i) = reported.iter().position(|r| *r == e) {
+                        reported.swap_remove(i);
+                    }
+                }
+            }
+            ctx.requeue_unsignaled_failures(reported);
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 impl RemoteReader {
@@ -181,7 +209,7 @@ impl RemoteReader {
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, RemoteError> {
         let h = ctx.queue_read(t.region.at(offset), len as u32, true)?;
-        flush(ctx).await?;
+        flush(ctx, &[]).await?;
         let r = ctx.read_result(h, f)?;
         self.count(|s| s.reads += 1);
         Ok(r)
@@ -308,7 +336,7 @@ impl RemoteReader {
             return Err(bad("offset is not an item"));
         }
         let h = ctx.queue_cas(t.region.at(offset), expected, new, true)?;
-        flush(ctx).await?;
+        flush(ctx, &[]).await?;
         Ok(ctx.atomic_result(h)?)
     }
 
@@ -342,11 +370,20 @@ impl RemoteReader {
         Ok(self.cas(ctx, t, offset, old, new).await? == old)
     }
 
-    /// Writes `val` into an item this worker holds locked at `version` and releases it
-    /// with version + 2, as one batch of WRITEs on one queue, in order like the local
-    /// write protocol: chunk versions to MARKER, then key, data and new chunk versions
-    /// in ascending order (all unsignaled), then the header (signaled: its completion
-    /// confirms the others, passive ACK). Returns the new version.
+    /// Writes `val` into an item `owner` holds locked at `version` and releases it with
+    /// version + 2, as one batch on one queue, in order like the local write protocol:
+    /// chunk versions to MARKER, then key, data and new chunk versions in ascending
+    /// order (unsignaled WRITEs), then the release (signaled: its completion confirms
+    /// the others, passive ACK). Returns the new version.
+    ///
+    /// The release is a CAS from the locked word, not a WRITE of the new header: a
+    /// reliable connection may execute a retransmitted WRITE twice (RDMA re-executes
+    /// duplicate READ/WRITE requests; the `sim` backend does too), and a second header
+    /// WRITE landing after another node locked the item would erase that lock. Atomics
+    /// are never re-executed. A release that does not find the lock held reports
+    /// [`RemoteError::NotLocked`] (the data WRITEs went through: the caller broke the
+    /// protocol by writing an item it did not hold).
+    #[allow(clippy::too_many_arguments)]
     pub async fn write_unlock(
         &self,
         ctx: &Ctx,
@@ -354,6 +391,7 @@ impl RemoteReader {
         offset: u64,
         key: u64,
         version: u64,
+        owner: LockOwner,
         val: &[u8],
     ) -> Result<u64, RemoteError> {
         let shape = self.check_desc(ctx, t)?;
@@ -381,13 +419,16 @@ impl RemoteReader {
             ops.push(ctx.queue_write(at, &MARKER.to_ne_bytes(), false)?);
         }
         ops.push(ctx.queue_write(t.region.at(offset + 8), &img[8..], false)?);
-        ops.push(ctx.queue_write(t.region.at(offset), &nv.to_ne_bytes(), true)?);
-        let flushed = ctx.flush().await;
-        // The batch went through even if the flush reports failures: ours come first.
+        let held = Header::locked(version, owner);
+        let release = ctx.queue_cas(t.region.at(offset), held, nv, true)?;
+        flush(ctx, &ops).await?;
         for h in ops {
             ctx.op_result(h)?;
         }
-        flushed?;
+        let found = ctx.atomic_result(release)?;
+        if found != held {
+            return Err(RemoteError::NotLocked { found });
+        }
         Ok(nv)
     }
 }

@@ -172,7 +172,9 @@ fn remote_and_local_lockers_lose_no_update() {
                             continue;
                         }
                         let val = (u64::from_le_bytes(b) + 1).to_le_bytes();
-                        let nv = rd.write_unlock(&ctx, &desc, offset, k, version, &val).await;
+                        let nv = rd
+                            .write_unlock(&ctx, &desc, offset, k, version, REMOTE, &val)
+                            .await;
                         assert_eq!(nv, Ok(version + 2));
                         i += 1;
                     }
@@ -273,7 +275,7 @@ fn stale_cached_locations_are_detected() {
         // A remote lock, WRITE and unlock is visible to the owner.
         assert_eq!(rd.lock(ctx, &desc, offset, version, REMOTE).await, Ok(true));
         let nv = rd
-            .write_unlock(ctx, &desc, offset, 2, version, &[7; 16])
+            .write_unlock(ctx, &desc, offset, 2, version, REMOTE, &[7; 16])
             .await;
         assert_eq!(nv, Ok(version + 2));
         let mut b = [0u8; 16];
@@ -300,7 +302,7 @@ fn stale_cached_locations_are_detected() {
         // A refused write_unlock (its unsignaled WRITEs fail first) changes nothing, and
         // its failures are reported by it, not by the next call.
         assert_eq!(
-            rd.write_unlock(ctx, &badkey, offset, 2, version + 2, &[9; 16])
+            rd.write_unlock(ctx, &badkey, offset, 2, version + 2, REMOTE, &[9; 16])
                 .await,
             Err(RemoteError::Access(AccessError::BadKey))
         );

@@ -470,6 +470,11 @@ impl State {
     /// Polls the completion queue and routes each completion to its operation.
     pub(crate) fn poll_completions(&mut self, ep: &mut dyn Endpoint) {
         let mut cq = std::mem::take(&mut self.onesided.cq);
+        // Read before draining: if nothing was in flight then, every posted operation's
+        // completion (the failed ones') is already queued and this drain sees it. Read
+        // after, a completion arriving between the drain and the read would be missed
+        // while its operation counted as confirmed.
+        let idle_before = ep.outstanding() == 0;
         // A bounded amount per step, as for datagrams; the rest waits for the next one.
         let mut full = false;
         for _ in 0..CQ_ROUNDS {
@@ -489,9 +494,9 @@ impl State {
             os.need_cq = true;
             return;
         }
-        if ep.outstanding() == 0 {
-            // Nothing in flight: every posted operation has completed, and the failed
-            // ones have had their completions (just drained).
+        if idle_before {
+            // Nothing was in flight: every posted operation has completed, and the
+            // failed ones have had their completions (just drained).
             os.confirmed.copy_from_slice(&os.posted);
         }
         os.need_cq = os.signaled_waiting > 0 || ep.outstanding() > 0;
@@ -572,6 +577,19 @@ impl State {
             Some(w) => std::mem::take(&mut w.failures),
             None => Vec::new(),
         }
+    }
+
+    /// Gives worker `id` back unsignaled failures it took but cannot report itself:
+    /// its next flush (or `take_unsignaled_failures`) reports them again.
+    pub(crate) fn requeue_unsignaled_failures(&mut self, id: u16, v: Vec<OneSidedError>) {
+        if v.is_empty() {
+            return;
+        }
+        let Some(w) = self.onesided.workers.get_mut(id as usize) else {
+            return;
+        };
+        self.workers.batches[id as usize].unsignaled_failed += v.len() as u32;
+        w.failures.extend(v);
     }
 
     /// The outcome of operation `h` of worker `id`'s current batch: the old word for
@@ -744,5 +762,16 @@ impl Ctx {
     /// flush or an earlier call); reporting clears them.
     pub fn take_unsignaled_failures(&self) -> Vec<OneSidedError> {
         self.core.borrow_mut().st.take_unsignaled_failures(self.id)
+    }
+
+    /// Puts back failures taken from a flush's `RpcError::UnsignaledFailed` (or from
+    /// [`Ctx::take_unsignaled_failures`]) that this caller does not report: a helper
+    /// whose own operation succeeded must not fail because of the worker's earlier
+    /// unsignaled operations, nor drop their failures. The next flush reports them.
+    pub fn requeue_unsignaled_failures(&self, v: Vec<OneSidedError>) {
+        self.core
+            .borrow_mut()
+            .st
+            .requeue_unsignaled_failures(self.id, v)
     }
 }
