@@ -10,13 +10,27 @@ use super::{
 use ambidex_rpc::RuntimeConfig;
 use ambidex_transport::fault::FaultConfig;
 use ambidex_transport::{ClusterConfig, NodeId};
-use ambidex_txn::{Policy, TxnConfig};
+use ambidex_txn::{LockOwner, Policy, TxnConfig};
 use std::net::SocketAddr;
 use std::time::Duration;
 
 impl ClusterSection {
     /// The transport's cluster settings.
     pub fn cluster_config(&self) -> Result<ClusterConfig, ConfigError> {
+        // Every lock word names its holder's node and thread (LockOwner), so a cluster
+        // larger than those fields can name is refused here, before anything starts.
+        if self.nodes > LockOwner::MAX_NODES || self.threads > LockOwner::MAX_THREADS {
+            return Err(ConfigError::Invalid {
+                field: "cluster",
+                why: format!(
+                    "{} nodes x {} threads: lock words name at most {} nodes and {} threads per node",
+                    self.nodes,
+                    self.threads,
+                    LockOwner::MAX_NODES,
+                    LockOwner::MAX_THREADS
+                ),
+            });
+        }
         let mut c = ClusterConfig::new(self.nodes, self.threads);
         if let Some(id) = self.cluster_id {
             c.cluster_id = id;

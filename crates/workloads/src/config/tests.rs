@@ -126,6 +126,15 @@ fn bad_values_are_typed_errors() {
     let mut c = Config::default();
     c.cluster.nodes = 0;
     assert_eq!(field(c), "cluster");
+    // More nodes or threads than a lock word can name (found in review: 129 threads
+    // reached a panic at start-up).
+    let mut c = Config::default();
+    c.cluster.threads = 129;
+    assert_eq!(field(c), "cluster");
+    let mut c = Config::default();
+    c.cluster.nodes = 65;
+    c.cluster.replication = 3;
+    assert_eq!(field(c), "cluster");
     let mut c = Config::default();
     c.run.coroutines = Some(0);
     assert_eq!(field(c), "run.coroutines");
