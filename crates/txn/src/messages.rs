@@ -87,6 +87,8 @@ pub enum DecodeError {
     /// A well-formed write the receiver's check refused (unknown table, wrong value
     /// size, lock not held).
     Rejected,
+    /// A list of writes names one (table, key) twice.
+    RepeatedKey,
 }
 
 impl std::fmt::Display for DecodeError {
@@ -97,6 +99,7 @@ impl std::fmt::Display for DecodeError {
             DecodeError::BadWriteKind(k) => write!(f, "unknown write kind {k}"),
             DecodeError::BadStatus(s) => write!(f, "unknown status {s}"),
             DecodeError::Rejected => write!(f, "a write was refused"),
+            DecodeError::RepeatedKey => write!(f, "a key is written twice"),
         }
     }
 }
@@ -407,6 +410,40 @@ impl<'a> WriteRec<'a> {
     }
 }
 
+/// Whether the `n` well-formed write records in `bytes` name some (table, key) twice:
+/// a scan for the few writes of a usual transaction, a sort of a per-thread scratch list
+/// beyond (a request may carry thousands, and a quadratic scan would let it burn CPU).
+fn names_a_key_twice(bytes: &[u8], n: u16) -> bool {
+    const SCAN: u16 = 16;
+    let keys = || {
+        let mut r = Reader::new(bytes);
+        (0..n).map(move |_| {
+            let w = WriteRec::decode(&mut r).expect("checked by the caller");
+            (w.table, w.key)
+        })
+    };
+    if n <= SCAN {
+        let mut seen = [(0u32, 0u64); SCAN as usize];
+        for (i, k) in keys().enumerate() {
+            if seen[..i].contains(&k) {
+                return true;
+            }
+            seen[i] = k;
+        }
+        return false;
+    }
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<(u32, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with(|s| {
+        let mut v = s.borrow_mut();
+        v.clear();
+        v.extend(keys());
+        v.sort_unstable();
+        v.windows(2).any(|w| w[0] == w[1])
+    })
+}
+
 /// A decoded list of writes: `n` well-formed records in `bytes` (checked once when
 /// decoded, so iterating cannot fail).
 #[derive(Clone, Copy, Debug)]
@@ -435,6 +472,13 @@ impl<'a> Writes<'a> {
             if !accept(&WriteRec::decode(&mut check)?) {
                 return Err(DecodeError::Rejected);
             }
+        }
+        // A coordinator names each key once (`Txn` merges repeats). A list naming one
+        // twice would pass each write's own check and then fail half-way through
+        // (the first install releases the lock the second names), so it is refused
+        // before anything is applied.
+        if n > 1 && names_a_key_twice(&all[..check.pos()], n) {
+            return Err(DecodeError::RepeatedKey);
         }
         // Give back what follows the writes.
         let used = check.pos();

@@ -349,3 +349,29 @@ fn unlock_releases_only_the_senders_lock() {
     assert_eq!(status_of(&resp), Status::Ok);
     assert_eq!(state(&db, 2), before, "an abort restores the item exactly");
 }
+
+/// A COMMIT_PRIMARY naming one held lock twice would pass each write's own check, then
+/// install the first and fail the second (its lock already released). It is refused
+/// whole, and changes nothing; so is a long list with a repeat (the sorted check).
+#[test]
+fn a_commit_naming_a_key_twice_is_refused_and_changes_nothing() {
+    let db = db();
+    let (r, _) = lock(&db, ME, 1, 4);
+    assert_eq!(r.status, Status::Ok);
+    let before = state(&db, 1);
+    let v = [0xcdu8; VS];
+    let req = commit_primary_req(
+        1 << 62 | 9,
+        4,
+        &[write(1, r.token, &v), write(1, r.token, &v)],
+    );
+    assert_eq!(commit_primary(&db, ME, &req), Status::BadRequest);
+    assert_eq!(state(&db, 1), before);
+    let many: Vec<WriteRec<'_>> = (0..40).map(|_| write(1, r.token, &v)).collect();
+    let req = commit_primary_req(1 << 62 | 9, 4, &many);
+    assert_eq!(commit_primary(&db, ME, &req), Status::BadRequest);
+    assert_eq!(state(&db, 1), before);
+    // The lock is still the sender's: a correct commit goes through.
+    let req = commit_primary_req(1 << 62 | 9, 4, &[write(1, r.token, &v)]);
+    assert_eq!(commit_primary(&db, ME, &req), Status::Ok);
+}
