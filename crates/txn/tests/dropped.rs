@@ -30,8 +30,9 @@ fn dropped_transactions_leak_no_locks() {
     // the run: a panic inside a worker would stall the cluster instead of failing).
     let held_after_drop = Arc::new(AtomicUsize::new(0));
     let (dw, hd) = (dropped_with_locks.clone(), held_after_drop.clone());
+    let dbs = c.dbs.clone();
     let worker: Worker = Arc::new(move |w: WorkerCtx| {
-        let (dw, hd) = (dw.clone(), hd.clone());
+        let (dw, hd, dbs) = (dw.clone(), hd.clone(), dbs.clone());
         Box::pin(async move {
             let me = w.node;
             let local = (0..KEYS).find(|&k| placement.primary(T, k) == me).unwrap();
@@ -64,8 +65,14 @@ fn dropped_transactions_leak_no_locks() {
                 let mut t2 = Txn::begin(&w.ctx, &w.th);
                 t2.read(T, remote[(round % 2) as usize]);
                 let _ = t2.execute().await;
-                if w.th.orphaned_locks() != 0 {
-                    hd.fetch_add(1, Ordering::Relaxed);
+                // t2 only reads, and this thread runs one coroutine: a remote key still
+                // locked by this thread is an orphan that was not released.
+                for &k in &remote {
+                    let home = &dbs[placement.primary(T, k) as usize];
+                    let owner = home.lock_word(T, k).and_then(|h| h.owner);
+                    if owner.is_some_and(|o| o.node == me && o.thread == w.thread) {
+                        hd.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 let _ = t2.commit().await;
             }
