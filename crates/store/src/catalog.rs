@@ -65,12 +65,43 @@ impl fmt::Display for CatalogError {
 
 impl std::error::Error for CatalogError {}
 
-/// The tables of every node of one cluster, by (node, table id).
+/// The tables of every node of one cluster, by (node, table id). Deserialized catalogs
+/// (from another process) are rebuilt through [`Catalog::insert`], so every descriptor
+/// is checked and the lists are in order whatever the bytes said.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "CatalogWire")]
 pub struct Catalog {
     nodes: u16,
     /// `tables[node]`: that node's descriptors, sorted by table id.
     tables: Vec<Vec<TableDesc>>,
+}
+
+/// A catalog as it travels: the same fields, not yet checked.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CatalogWire {
+    nodes: u16,
+    tables: Vec<Vec<TableDesc>>,
+}
+
+impl TryFrom<CatalogWire> for Catalog {
+    type Error = CatalogError;
+
+    fn try_from(w: CatalogWire) -> Result<Catalog, CatalogError> {
+        let mut c = Catalog::new(w.nodes);
+        for (node, list) in w.tables.into_iter().enumerate() {
+            for d in list {
+                if d.region.node as usize != node {
+                    return Err(CatalogError::UnknownNode {
+                        node: d.region.node,
+                        nodes: w.nodes,
+                    });
+                }
+                c.insert(d)?;
+            }
+        }
+        Ok(c)
+    }
 }
 
 impl Catalog {

@@ -110,3 +110,23 @@ fn wrong_or_stale_descriptors_fail_never_read_wrong() {
         Err(CatalogError::Conflict { .. })
     ));
 }
+
+#[test]
+fn a_catalog_from_another_process_is_checked_as_it_is_read() {
+    let (_fabric, _t, desc) = setup();
+    let mut cat = Catalog::new(2);
+    cat.insert(desc).unwrap();
+    let wire = serde_json::to_string(&cat).unwrap();
+    let back: Catalog = serde_json::from_str(&wire).unwrap();
+    assert_eq!(back, cat);
+    // A descriptor whose layout overruns its region, filed under its node by hand.
+    let mut v: serde_json::Value = serde_json::from_str(&wire).unwrap();
+    let len = desc.region.len + 64;
+    v["tables"][0][0]["layout"]["len"] = len.into();
+    assert!(serde_json::from_value::<Catalog>(v).is_err());
+    // A descriptor filed under another node than its own.
+    let mut v: serde_json::Value = serde_json::from_str(&wire).unwrap();
+    let d = v["tables"][0][0].clone();
+    v["tables"] = serde_json::json!([[], [d]]);
+    assert!(serde_json::from_value::<Catalog>(v).is_err());
+}
