@@ -393,9 +393,13 @@ impl Drop for Txn<'_> {
         if !self.done {
             // Dropped without commit or abort: release every lock (and count it, so the
             // application bug cannot go unnoticed).
-            if self.orphan_locks() {
+            let (held, unknown) = self.orphan_locks();
+            if held || unknown {
                 self.th.stats.borrow_mut().abort(AbortReason::User);
             }
+            // A LOCK that may still execute names this slot: retire it rather than
+            // let a later transaction of the thread share its owner.
+            self.own_slot &= !unknown;
         }
         if self.own_slot {
             self.th.give_slot(self.owner);

@@ -6,6 +6,7 @@ mod common;
 use ambidex_txn::runner::{self, RunSpec, Worker, WorkerCtx};
 use ambidex_txn::{TableSpec, Txn, WriteKind};
 use common::{Backend, TestCluster};
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -99,4 +100,73 @@ fn dropped_transactions_leak_no_locks() {
     }
     // Each dropped transaction that held locks is counted as an abort.
     assert!(r.txn.aborted >= dropped_with_locks.load(Ordering::Relaxed) as u64);
+}
+
+/// A transaction dropped while its LOCKs are in flight cannot name them (their
+/// responses never reach it), so its slot is retired: no later transaction of the
+/// thread shares its lock owner. (Such a lock stays until recovery frees it by owner.)
+#[test]
+fn a_slot_with_a_lock_in_flight_is_never_reused() {
+    let spec = TableSpec {
+        id: T,
+        name: "t".into(),
+        value_size: 8,
+        capacity_per_node: 256,
+    };
+    let c = TestCluster::new(Backend::Local, 3, 1, 1, &[spec]);
+    for k in 0..KEYS {
+        c.load(T, k, &k.to_le_bytes());
+    }
+    let placement = c.placement;
+    let reused = Arc::new(AtomicUsize::new(0));
+    let checked = Arc::new(AtomicUsize::new(0));
+    let (ru, ck) = (reused.clone(), checked.clone());
+    let worker: Worker = Arc::new(move |w: WorkerCtx| {
+        let (ru, ck) = (ru.clone(), ck.clone());
+        Box::pin(async move {
+            if w.node != 0 {
+                return;
+            }
+            let remote = (0..KEYS).find(|&k| placement.primary(T, k) != 0).unwrap();
+            let mut t = Txn::begin(&w.ctx, &w.th);
+            t.write(T, remote, WriteKind::Update);
+            let dropped = t.owner();
+            {
+                // Poll the execute once: its LOCK is queued and sent, then the future
+                // is dropped before the response comes back.
+                let mut fut = std::pin::pin!(t.execute());
+                std::future::poll_fn(|cx| {
+                    let _ = fut.as_mut().poll(cx);
+                    std::task::Poll::Ready(())
+                })
+                .await;
+            }
+            drop(t);
+            for _ in 0..50 {
+                let t = Txn::begin(&w.ctx, &w.th);
+                ck.fetch_add(1, Ordering::Relaxed);
+                if t.owner() == dropped {
+                    ru.fetch_add(1, Ordering::Relaxed);
+                }
+                drop(t);
+            }
+        })
+    });
+    let r = runner::run(
+        &c.nodes,
+        &c.dbs,
+        &RunSpec {
+            coroutines: 1,
+            ..Default::default()
+        },
+        worker,
+    )
+    .unwrap();
+    assert_eq!(r.stuck_workers, 0);
+    assert_eq!(checked.load(Ordering::Relaxed), 50);
+    assert_eq!(
+        reused.load(Ordering::Relaxed),
+        0,
+        "the retired slot was given out again"
+    );
 }

@@ -141,14 +141,18 @@ impl Txn<'_> {
     /// For a transaction dropped without commit or abort: releases its local locks and
     /// hands its remote ones to the thread. A LOCK whose response has arrived but was not
     /// taken yet (a future dropped mid-round-trip) is taken now; one still in flight
-    /// cannot be named (recovery finds it by its owner). Returns whether any lock was
-    /// held.
-    pub(crate) fn orphan_locks(&mut self) -> bool {
+    /// cannot be named (recovery finds it by its owner); then the transaction's slot must
+    /// not be given to another transaction, whose owner it would share. Returns whether
+    /// any lock was held, and whether a LOCK's outcome is unknown.
+    pub(crate) fn orphan_locks(&mut self) -> (bool, bool) {
         let db = self.th.db.clone();
-        let mut any = false;
+        let (mut any, mut unknown) = (false, false);
         for i in 0..self.items.len() {
             if let Some(h) = self.items[i].pending.take() {
                 if self.items[i].write.is_some() {
+                    // No response (still in flight, or the request failed): the LOCK
+                    // may yet execute, or may have.
+                    unknown |= self.ctx.response(h, |_| ()).is_err();
                     let _ = self.absorb_lock_response(i, h, true);
                 }
             }
@@ -169,6 +173,6 @@ impl Txn<'_> {
                 });
             }
         }
-        any
+        (any, unknown)
     }
 }
