@@ -868,12 +868,20 @@ mod tests {
         let mut b = Vec::new();
         let enc = CommitPrimaryReq::begin(&mut b, 42, 3);
         let mut enc = enc;
+        let other = WriteRec { key: 100, ..rec() };
         enc.push(&mut b, &rec());
-        enc.push(&mut b, &rec());
+        enc.push(&mut b, &other);
         assert_eq!(enc.finish(&mut b), 2);
         let d = CommitPrimaryReq::decode(&b).unwrap();
         assert_eq!((d.txn, d.slot, d.writes.len()), (42, 3, 2));
-        assert_eq!(d.writes.iter().collect::<Vec<_>>(), vec![rec(), rec()]);
+        assert_eq!(d.writes.iter().collect::<Vec<_>>(), vec![rec(), other]);
+        // The same key twice is refused.
+        let mut twice = Vec::new();
+        let mut enc = CommitPrimaryReq::begin(&mut twice, 42, 3);
+        enc.push(&mut twice, &rec());
+        enc.push(&mut twice, &rec());
+        enc.finish(&mut twice);
+        assert_eq!(CommitPrimaryReq::decode(&twice).err(), Some(DecodeError::RepeatedKey));
         let records = d.writes.bytes().to_vec();
         for cut in 0..b.len() {
             assert!(CommitPrimaryReq::decode(&b[..cut]).is_err(), "cut at {cut}");
