@@ -147,6 +147,34 @@ struct NodeProc {
     eof: bool,
 }
 
+/// Files every node's `tables` (the descriptors of its `ready` event, `readies` in node
+/// order from node `first`) into the catalog of a cluster of `nodes`; a missing,
+/// malformed or refused descriptor is an error naming the node.
+pub fn catalog_from_ready(
+    readies: &[serde_json::Value],
+    first: u16,
+    nodes: u16,
+) -> Result<ambidex_store::Catalog, String> {
+    let mut cat = ambidex_store::Catalog::new(nodes);
+    for (i, r) in readies.iter().enumerate() {
+        let n = first as usize + i;
+        let descs: Vec<ambidex_store::TableDesc> =
+            serde_json::from_value(r.get("tables").cloned().unwrap_or_default())
+                .map_err(|e| format!("node {n} sent no valid table descriptors: {e}"))?;
+        for d in descs {
+            if d.region.node as usize != n {
+                return Err(format!(
+                    "node {n} sent the descriptor of a table of node {}",
+                    d.region.node
+                ));
+            }
+            cat.insert(d)
+                .map_err(|e| format!("node {n}'s table descriptor refused: {e}"))?;
+        }
+    }
+    Ok(cat)
+}
+
 /// The node processes of one run, driven through their stdin/stdout. Dropping it kills
 /// every node that is still running.
 pub struct NodeProcesses {
@@ -223,8 +251,14 @@ impl NodeProcesses {
 
     /// Sends `{"cmd": CMD}` to every node.
     pub fn send_all(&mut self, cmd: &str) -> Result<(), String> {
+        self.send_all_json(&serde_json::json!({ "cmd": cmd }))
+    }
+
+    /// Sends the command object `msg` (one line) to every node.
+    pub fn send_all_json(&mut self, msg: &serde_json::Value) -> Result<(), String> {
         use std::io::Write;
-        let line = format!("{}\n", serde_json::json!({ "cmd": cmd }));
+        let cmd = msg["cmd"].as_str().unwrap_or("?").to_string();
+        let line = format!("{msg}\n");
         for n in 0..self.procs.len() {
             let ok = match self.procs[n].stdin.as_mut() {
                 Some(w) => w.write_all(line.as_bytes()).and_then(|_| w.flush()).is_ok(),

@@ -40,7 +40,7 @@ pub use ambidex_workloads::config::InjectedBug;
 
 use ambidex_history::TxnRecord;
 use ambidex_rpc::{ManualClock, RpcStats, Runtime, RuntimeConfig};
-use ambidex_transport::{EndpointAddr, NodeId};
+use ambidex_transport::{EndpointAddr, NodeId, SharedNode};
 use ambidex_transport_sim::{mix, SimNet, SimNetStats, HASH_SEED};
 use ambidex_txn::runner::{start_thread, RunSpec, WorkerCtx};
 use ambidex_txn::{NodeDb, Placement, TxnStats, TxnThread};
@@ -415,6 +415,7 @@ pub const SIM_ROOM_PER_STEP: usize = 4;
 fn load<W: Workload>(
     wl: &W,
     placement: Placement,
+    transports: &[SharedNode],
     seed: u64,
     steps: u64,
 ) -> Result<Vec<Arc<NodeDb>>, String> {
@@ -424,7 +425,7 @@ fn load<W: Workload>(
         threads: Some(1),
         max_capacity: Some(room),
     };
-    build_nodes(wl, placement, 0..placement.nodes, seed, &opts)
+    build_nodes(wl, placement, transports, seed, &opts)
 }
 
 /// Counts kept by the workers of a run.
@@ -595,12 +596,15 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     let coroutines = coroutines(cfg);
     let placement = cfg.placement()?;
     let seed = cfg.run.seed;
-    let dbs = load(&*wl, placement, seed, cfg.sim.steps)?;
-    let tables: Vec<u32> = wl.tables().iter().map(|t| t.id).collect();
-
     let cluster = cfg.cluster_config()?;
     let net = SimNet::new(cluster, seed, faults.net.clone()).map_err(|e| e.to_string())?;
     net.record_trace(cfg.sim.trace);
+    // The network first: every node's tables live in regions registered on it, and the
+    // nodes learn each other's descriptors directly (the catalog).
+    let transports: Vec<SharedNode> = (0..nodes).map(|n| net.node(n)).collect();
+    let dbs = load(&*wl, placement, &transports, seed, cfg.sim.steps)?;
+    let tables: Vec<u32> = wl.tables().iter().map(|t| t.id).collect();
+
     let mut setup = SmallRng::seed_from_u64(mix(seed, 0x5e70));
     let offsets: Vec<u64> = (0..nodes)
         .map(|_| 1_000_000_000 + setup.gen_range(0..=faults.clock_skew_ns))
