@@ -295,7 +295,8 @@ where
         th.set_history(h);
     }
     // The start-up check of the other nodes' tables (once the catalog is known), on
-    // thread 0, by a coroutine spawned after the workers (their ids stay 0..coroutines).
+    // thread 0, by a coroutine spawned after the workers (their ids stay 0..coroutines);
+    // the workers wait for it.
     let verify = addr.thread == 0 && db.catalog().is_some();
     if verify {
         let (scratch, per_worker) = db.scratch_region();
@@ -303,9 +304,23 @@ where
             .map_err(|e| format!("scratch of thread {}.{}: {e}", addr.node, addr.thread))?;
     }
     let worker = Rc::new(worker);
+    // With a catalog, every thread's workers start once the node's start-up check has
+    // passed (and never if it failed: the run reports the error).
+    let gated = db.catalog().is_some();
     for c in 0..spec.coroutines {
-        let (th, worker, stop) = (th.clone(), worker.clone(), stop.clone());
-        rt.spawn(move |ctx| {
+        let (th, worker, stop, db) = (th.clone(), worker.clone(), stop.clone(), db.clone());
+        rt.spawn(move |ctx| async move {
+            if gated {
+                loop {
+                    match db.verification() {
+                        None if !stop.load(std::sync::atomic::Ordering::Relaxed) => {
+                            ctx.yield_now().await
+                        }
+                        Some(Ok(_)) => break,
+                        _ => return,
+                    }
+                }
+            }
             worker(WorkerCtx {
                 ctx,
                 th,
@@ -314,6 +329,7 @@ where
                 coroutine: c,
                 stop,
             })
+            .await
         });
     }
     if verify {
