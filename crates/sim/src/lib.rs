@@ -427,6 +427,7 @@ fn load<W: Workload>(
         progress: false,
         threads: Some(1),
         max_capacity: Some(room),
+        no_catalog: false,
     };
     build_nodes(wl, placement, transports, seed, &opts)
 }

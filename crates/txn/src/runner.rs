@@ -305,20 +305,17 @@ where
     }
     let worker = Rc::new(worker);
     // With a catalog, every thread's workers start once the node's start-up check has
-    // passed (and never if it failed: the run reports the error).
+    // passed; if it failed they start with `stop` set (they return at once, and the run
+    // reports the error).
     let gated = db.catalog().is_some();
     for c in 0..spec.coroutines {
         let (th, worker, stop, db) = (th.clone(), worker.clone(), stop.clone(), db.clone());
         rt.spawn(move |ctx| async move {
-            if gated {
-                loop {
-                    match db.verification() {
-                        None if !stop.load(std::sync::atomic::Ordering::Relaxed) => {
-                            ctx.yield_now().await
-                        }
-                        Some(Ok(_)) => break,
-                        _ => return,
-                    }
+            while gated && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match db.verification() {
+                    None => ctx.yield_now().await,
+                    Some(Ok(_)) => break,
+                    Some(Err(_)) => stop.store(true, std::sync::atomic::Ordering::SeqCst),
                 }
             }
             worker(WorkerCtx {

@@ -46,6 +46,7 @@ pub fn build_and_load_node<W: Workload>(
     }
     let opts = LoadOptions {
         progress,
+        no_catalog: true,
         ..Default::default()
     };
     let mut dbs = build_nodes(wl, placement, std::slice::from_ref(transport), seed, &opts)?;
@@ -62,6 +63,9 @@ pub struct LoadOptions {
     pub threads: Option<usize>,
     /// Caps every table's rows per node (the simulator's short runs need little room).
     pub max_capacity: Option<usize>,
+    /// Leave the catalog unset even when every node is built here (a node process: its
+    /// catalog comes from the launcher, even in a one-node cluster).
+    pub no_catalog: bool,
 }
 
 /// The databases of the nodes of `transports` (tables in regions registered on each
@@ -88,7 +92,8 @@ pub fn build_nodes<W: Workload>(
         .collect::<Result<_, _>>()?;
     load_parallel(wl, &dbs, seed, opts)?;
     wl.after_load(&dbs)?;
-    if dbs.len() == placement.nodes as usize
+    if !opts.no_catalog
+        && dbs.len() == placement.nodes as usize
         && dbs.iter().enumerate().all(|(i, d)| d.node as usize == i)
     {
         let cat = NodeDb::catalog_of(&dbs)?;
