@@ -57,6 +57,17 @@ fn smallbank_on_shm() {
     assert_eq!(r.invariant_ok, Some(true), "{}", r.check);
     assert!(r.committed > 100);
     assert_eq!(r.transport, "shm");
+    // Every node's start-up check read the other nodes' tables one-sided.
+    // SmallBank: 2 tables per node, 3 nodes.
+    assert_eq!(r.remote_tables_verified, vec![4; 3]);
+}
+
+#[test]
+fn in_process_runs_verify_every_other_nodes_tables_at_start_up() {
+    // TPC-C: 12 tables per node, 3 nodes.
+    let r = run_bench(&cfg(WorkloadKind::Tpcc, 0.01, 0.3)).unwrap();
+    assert_eq!(r.remote_tables_verified, vec![24; 3]);
+    assert_eq!(r.consistency_ok, Some(true), "{}", r.check);
 }
 
 #[test]
