@@ -66,7 +66,9 @@ fn parse_command(line: &str) -> Result<Cmd, String> {
         serde_json::json!({ "cmd": line })
     };
     serde_json::from_value(v).map_err(|e| {
-        format!("bad command {line:?}: {e} (commands: catalog, start, measure, stop, finish, abort)")
+        format!(
+            "bad command {line:?}: {e} (commands: catalog, start, measure, stop, finish, abort)"
+        )
     })
 }
 

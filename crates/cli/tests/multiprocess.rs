@@ -483,7 +483,11 @@ impl HandNode {
         let mut rest = String::new();
         let _ = std::io::Read::read_to_string(&mut self.out, &mut rest);
         let out = self.child.wait_with_output().unwrap();
-        (out.status, rest, String::from_utf8_lossy(&out.stderr).to_string())
+        (
+            out.status,
+            rest,
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
     }
 }
 
@@ -497,7 +501,10 @@ fn catalog_of(readies: &[Value]) -> Value {
 }
 
 fn catalog_cmd(cat: &Value) -> String {
-    format!("{}\n", serde_json::json!({ "cmd": "catalog", "catalog": cat }))
+    format!(
+        "{}\n",
+        serde_json::json!({ "cmd": "catalog", "catalog": cat })
+    )
 }
 
 /// Two node processes over udp driven by hand; node 0 is given a catalog whose key of

@@ -347,10 +347,9 @@ mod tests {
             value_size: 8,
             capacity_per_node: 64,
         };
-        let fabric = ambidex_transport::local::LocalFabric::new(
-            ambidex_transport::ClusterConfig::new(3, 1),
-        )
-        .unwrap();
+        let fabric =
+            ambidex_transport::local::LocalFabric::new(ambidex_transport::ClusterConfig::new(3, 1))
+                .unwrap();
         let dbs: Vec<Arc<NodeDb>> = fabric
             .nodes()
             .iter()

@@ -119,7 +119,11 @@ impl NodeDb {
 
     /// The descriptors of this node's tables, by table id.
     pub fn table_descs(&self) -> Vec<TableDesc> {
-        self.tables.iter().flatten().map(|(_, t)| t.desc()).collect()
+        self.tables
+            .iter()
+            .flatten()
+            .map(|(_, t)| t.desc())
+            .collect()
     }
 
     /// The catalog of a cluster whose every node's database is in `dbs` (in process).
@@ -339,10 +343,9 @@ mod tests {
     #[test]
     fn more_nodes_than_lock_words_can_name_is_an_error() {
         let p = |n| Placement::new(n, 1).unwrap();
-        let f = ambidex_transport::local::LocalFabric::new(
-            ambidex_transport::ClusterConfig::new(1, 1),
-        )
-        .unwrap();
+        let f =
+            ambidex_transport::local::LocalFabric::new(ambidex_transport::ClusterConfig::new(1, 1))
+                .unwrap();
         let t = &*f.nodes()[0];
         assert!(NodeDb::new(t, p(LockOwner::MAX_NODES), &[]).is_ok());
         let e = NodeDb::new(t, p(LockOwner::MAX_NODES + 1), &[])

@@ -86,7 +86,9 @@ fn a_stale_key_fails_the_start_up_check_with_bad_key() {
         stale.insert(d).unwrap();
     }
     c.dbs[0].set_catalog(stale).unwrap();
-    let e = run(&c).err().expect("a stale key passed the start-up check");
+    let e = run(&c)
+        .err()
+        .expect("a stale key passed the start-up check");
     assert!(e.contains("bad_key"), "{e}");
     assert!(e.contains("node 1's table 2"), "{e}");
     assert!(e.starts_with("node 0:"), "{e}");

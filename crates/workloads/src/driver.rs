@@ -267,7 +267,13 @@ fn run_all<W: Workload>(
         // the tables in its regions: every point of a sweep loads the same data afresh.
         let cluster = InProcess::open(&cfg.cluster)?;
         let t0 = Instant::now();
-        let dbs = build_and_load(&*wl, placement, &cluster.nodes, cfg.run.seed, cfg.run.progress)?;
+        let dbs = build_and_load(
+            &*wl,
+            placement,
+            &cluster.nodes,
+            cfg.run.seed,
+            cfg.run.progress,
+        )?;
         let load_seconds = t0.elapsed().as_secs_f64();
         let mut r = run_once(
             &wl,
