@@ -294,6 +294,15 @@ fn print_one(a: &Args, r: &BenchReport) {
         "  peak RSS {:.0} MiB",
         r.max_rss_bytes as f64 / (1 << 20) as f64
     );
+    let verified: Vec<String> = r
+        .remote_tables_verified
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    println!(
+        "  start-up check: other nodes' tables read one-sided and verified, by node: {}",
+        verified.join(" ")
+    );
 }
 
 /// Removes the run's scratch directory and the shm cluster directory, however the run ends.
