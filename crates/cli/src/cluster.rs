@@ -577,3 +577,52 @@ fn error_report(ev: &serde_json::Value) -> Option<String> {
     let msg = ev.get("message").and_then(|m| m.as_str());
     Some(msg.unwrap_or("(no message)").to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::catalog_from_ready;
+    use ambidex_store::{Table, TableConfig};
+    use ambidex_transport::local::LocalFabric;
+    use ambidex_transport::ClusterConfig;
+    use serde_json::{json, Value};
+
+    /// The `ready` events of a 2-node cluster with one table per node.
+    fn readies() -> Vec<Value> {
+        let f = LocalFabric::new(ClusterConfig::new(2, 1)).unwrap();
+        f.nodes()
+            .iter()
+            .map(|n| {
+                let t = Table::create_registered(&**n, 7, &TableConfig::new(64, 16)).unwrap();
+                json!({ "event": "ready", "node": n.node(), "tables": [t.desc()] })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_launcher_files_every_nodes_descriptors_and_names_a_bad_node() {
+        let r = readies();
+        let cat = catalog_from_ready(&r, 0, 2).unwrap();
+        assert_eq!(cat.iter().count(), 2);
+        assert_eq!(cat.get(1, 7).unwrap().region.node, 1);
+        // No descriptors at all.
+        let mut bad = r.clone();
+        bad[1].as_object_mut().unwrap().remove("tables");
+        let e = catalog_from_ready(&bad, 0, 2).unwrap_err();
+        assert!(e.starts_with("node 1 "), "{e}");
+        // A descriptor of another node's table.
+        let mut bad = r.clone();
+        bad[1]["tables"] = r[0]["tables"].clone();
+        let e = catalog_from_ready(&bad, 0, 2).unwrap_err();
+        assert!(e.contains("node 1 sent the descriptor of a table of node 0"), "{e}");
+        // A layout that does not fit its region.
+        let mut bad = r.clone();
+        bad[0]["tables"][0]["region"]["len"] = 64.into();
+        let e = catalog_from_ready(&bad, 0, 2).unwrap_err();
+        assert!(e.contains("node 0's table descriptor refused"), "{e}");
+        // Read-only regions are refused.
+        let mut bad = r;
+        bad[1]["tables"][0]["region"]["perms"] = json!(1);
+        let e = catalog_from_ready(&bad, 0, 2).unwrap_err();
+        assert!(e.contains("node 1"), "{e}");
+    }
+}
