@@ -613,7 +613,10 @@ mod tests {
         let mut bad = r.clone();
         bad[1]["tables"] = r[0]["tables"].clone();
         let e = catalog_from_ready(&bad, 0, 2).unwrap_err();
-        assert!(e.contains("node 1 sent the descriptor of a table of node 0"), "{e}");
+        assert!(
+            e.contains("node 1 sent the descriptor of a table of node 0"),
+            "{e}"
+        );
         // A layout that does not fit its region.
         let mut bad = r.clone();
         bad[0]["tables"][0]["region"]["len"] = 64.into();
