@@ -233,7 +233,12 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
                     State::Running(_, true) => "measuring",
                     State::Stopped(..) => "stopped (waiting for finish)",
                 };
-                return Err(format!("command {c:?} is not valid while {phase}"));
+                // The name only: a catalog's descriptors are no error message.
+                let name = match &c {
+                    Cmd::Catalog { .. } => "Catalog".to_string(),
+                    other => format!("{other:?}"),
+                };
+                return Err(format!("command {name} is not valid while {phase}"));
             }
         });
     }
