@@ -147,6 +147,34 @@ struct NodeProc {
     eof: bool,
 }
 
+/// Files every node's `tables` (the descriptors of its `ready` event, `readies` in node
+/// order from node `first`) into the catalog of a cluster of `nodes`; a missing,
+/// malformed or refused descriptor is an error naming the node.
+pub fn catalog_from_ready(
+    readies: &[serde_json::Value],
+    first: u16,
+    nodes: u16,
+) -> Result<ambidex_store::Catalog, String> {
+    let mut cat = ambidex_store::Catalog::new(nodes);
+    for (i, r) in readies.iter().enumerate() {
+        let n = first as usize + i;
+        let descs: Vec<ambidex_store::TableDesc> =
+            serde_json::from_value(r.get("tables").cloned().unwrap_or_default())
+                .map_err(|e| format!("node {n} sent no valid table descriptors: {e}"))?;
+        for d in descs {
+            if d.region.node as usize != n {
+                return Err(format!(
+                    "node {n} sent the descriptor of a table of node {}",
+                    d.region.node
+                ));
+            }
+            cat.insert(d)
+                .map_err(|e| format!("node {n}'s table descriptor refused: {e}"))?;
+        }
+    }
+    Ok(cat)
+}
+
 /// The node processes of one run, driven through their stdin/stdout. Dropping it kills
 /// every node that is still running.
 pub struct NodeProcesses {
@@ -223,8 +251,14 @@ impl NodeProcesses {
 
     /// Sends `{"cmd": CMD}` to every node.
     pub fn send_all(&mut self, cmd: &str) -> Result<(), String> {
+        self.send_all_json(&serde_json::json!({ "cmd": cmd }))
+    }
+
+    /// Sends the command object `msg` (one line) to every node.
+    pub fn send_all_json(&mut self, msg: &serde_json::Value) -> Result<(), String> {
         use std::io::Write;
-        let line = format!("{}\n", serde_json::json!({ "cmd": cmd }));
+        let cmd = msg["cmd"].as_str().unwrap_or("?").to_string();
+        let line = format!("{msg}\n");
         for n in 0..self.procs.len() {
             let ok = match self.procs[n].stdin.as_mut() {
                 Some(w) => w.write_all(line.as_bytes()).and_then(|_| w.flush()).is_ok(),
@@ -542,4 +576,56 @@ fn error_report(ev: &serde_json::Value) -> Option<String> {
     }
     let msg = ev.get("message").and_then(|m| m.as_str());
     Some(msg.unwrap_or("(no message)").to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::catalog_from_ready;
+    use ambidex_store::{Table, TableConfig};
+    use ambidex_transport::local::LocalFabric;
+    use ambidex_transport::ClusterConfig;
+    use serde_json::{json, Value};
+
+    /// The `ready` events of a 2-node cluster with one table per node.
+    fn readies() -> Vec<Value> {
+        let f = LocalFabric::new(ClusterConfig::new(2, 1)).unwrap();
+        f.nodes()
+            .iter()
+            .map(|n| {
+                let t = Table::create_registered(&**n, 7, &TableConfig::new(64, 16)).unwrap();
+                json!({ "event": "ready", "node": n.node(), "tables": [t.desc()] })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_launcher_files_every_nodes_descriptors_and_names_a_bad_node() {
+        let r = readies();
+        let cat = catalog_from_ready(&r, 0, 2).unwrap();
+        assert_eq!(cat.iter().count(), 2);
+        assert_eq!(cat.get(1, 7).unwrap().region.node, 1);
+        // No descriptors at all.
+        let mut bad = r.clone();
+        bad[1].as_object_mut().unwrap().remove("tables");
+        let e = catalog_from_ready(&bad, 0, 2).unwrap_err();
+        assert!(e.starts_with("node 1 "), "{e}");
+        // A descriptor of another node's table.
+        let mut bad = r.clone();
+        bad[1]["tables"] = r[0]["tables"].clone();
+        let e = catalog_from_ready(&bad, 0, 2).unwrap_err();
+        assert!(
+            e.contains("node 1 sent the descriptor of a table of node 0"),
+            "{e}"
+        );
+        // A layout that does not fit its region.
+        let mut bad = r.clone();
+        bad[0]["tables"][0]["region"]["len"] = 64.into();
+        let e = catalog_from_ready(&bad, 0, 2).unwrap_err();
+        assert!(e.contains("node 0's table descriptor refused"), "{e}");
+        // Read-only regions are refused.
+        let mut bad = r;
+        bad[1]["tables"][0]["region"]["perms"] = json!(1);
+        let e = catalog_from_ready(&bad, 0, 2).unwrap_err();
+        assert!(e.contains("node 1"), "{e}");
+    }
 }

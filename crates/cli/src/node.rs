@@ -5,9 +5,16 @@
 //! node; on separate hosts an operator, or ssh, can speak the same protocol.
 //!
 //! ```text
-//! node → {"event":"ready","node":I,"pid":P,"load_seconds":S,"config":{...}}
-//!                                 loaded, transport open; `config` echoes the one it runs
-//!      ← {"cmd":"start"}        workers start (warmup: nothing is counted)
+//! node → {"event":"ready","node":I,"pid":P,"load_seconds":S,"config":{...},"tables":[...]}
+//!                                 transport open, tables registered in it and loaded;
+//!                                 `config` echoes the one it runs, `tables` are its
+//!                                 table descriptors (region id, access key, layout)
+//!      ← {"cmd":"catalog","catalog":{...}}   every node's descriptors (the launcher
+//!                                 files the nodes' `tables`); required before start
+//!      ← {"cmd":"start"}        workers start (warmup: nothing is counted); thread 0
+//!                                 reads every other node's table superblocks one-sided
+//!                                 and checks them against the catalog (a failure is an
+//!                                 error event)
 //!      ← {"cmd":"measure"}      the measured window starts
 //!      ← {"cmd":"stop"}         the window ends; workers finish their transaction
 //! node → {"event":"workers_done","node":I}   this node's workers returned; it still serves
@@ -21,6 +28,7 @@
 //! status 3. Commands may also be written as bare words (`start`), for people; other
 //! fields of a command object are ignored.
 
+use ambidex_store::Catalog;
 use ambidex_workloads::config::Transport;
 use ambidex_workloads::node::{load_node, LoadedNode, RunningNode};
 use ambidex_workloads::{transports, Config};
@@ -30,12 +38,13 @@ use std::path::Path;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-/// Longest command line read from stdin.
-const MAX_COMMAND: u64 = 64 * 1024;
+/// Longest command line read from stdin (a catalog has every node's descriptors).
+const MAX_COMMAND: u64 = 16 * 1024 * 1024;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(tag = "cmd", rename_all = "snake_case")]
 enum Cmd {
+    Catalog { catalog: Catalog },
     Start,
     Measure,
     Stop,
@@ -57,7 +66,9 @@ fn parse_command(line: &str) -> Result<Cmd, String> {
         serde_json::json!({ "cmd": line })
     };
     serde_json::from_value(v).map_err(|e| {
-        format!("bad command {line:?}: {e} (commands: start, measure, stop, finish, abort)")
+        format!(
+            "bad command {line:?}: {e} (commands: catalog, start, measure, stop, finish, abort)"
+        )
     })
 }
 
@@ -145,18 +156,19 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || read_commands(tx));
 
-    let loaded = load_node(&cfg, node)?;
+    // The transport first: the tables live in regions registered on it.
     let transport = transports::open_node(&cfg.cluster, node)?;
+    let loaded = load_node(&cfg, transport)?;
     ev.send(
         "ready",
         serde_json::json!({
             "pid": std::process::id(),
             "load_seconds": loaded.load_seconds,
             "config": cfg,
+            "tables": loaded.table_descs(),
         }),
     );
     let mut state = Some(State::Loaded(loaded));
-    let mut transport = Some(transport);
     loop {
         let input = next_input(&rx, &mut state)?;
         let Some(input) = input else {
@@ -184,10 +196,11 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
                 eprintln!("ambidex node {node}: aborted by the launcher");
                 std::process::exit(2);
             }
-            (State::Loaded(l), Cmd::Start) => {
-                let t = transport.take().expect("transport");
-                State::Running(l.start(t)?, false)
+            (State::Loaded(l), Cmd::Catalog { catalog }) => {
+                l.set_catalog(catalog)?;
+                State::Loaded(l)
             }
+            (State::Loaded(l), Cmd::Start) => State::Running(l.start()?, false),
             (State::Running(mut r, false), Cmd::Measure) => {
                 r.measure();
                 State::Running(r, true)
@@ -220,7 +233,12 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
                     State::Running(_, true) => "measuring",
                     State::Stopped(..) => "stopped (waiting for finish)",
                 };
-                return Err(format!("command {c:?} is not valid while {phase}"));
+                // The name only: a catalog's descriptors are no error message.
+                let name = match &c {
+                    Cmd::Catalog { .. } => "Catalog".to_string(),
+                    other => format!("{other:?}"),
+                };
+                return Err(format!("command {name} is not valid while {phase}"));
             }
         });
     }

@@ -233,6 +233,10 @@ fn print_one(r: &SimReport, wall: f64) {
         r.history_transactions, r.serializable, r.workload_check
     );
     println!(
+        "  start-up check: {} other nodes' tables read one-sided and verified",
+        r.remote_tables_verified
+    );
+    println!(
         "  run hash {} (network {}, state {})",
         r.run_hash, r.trace_hash, r.state_digest
     );
@@ -256,6 +260,7 @@ struct SeedLine {
     passed: bool,
     committed: u64,
     aborted: u64,
+    remote_tables_verified: u64,
     run_hash: String,
     failures: Vec<String>,
     command: String,
@@ -284,6 +289,7 @@ fn many(a: &Args, template: &Config, seeds: std::ops::Range<u64>) -> Result<(), 
                     passed: r.passed(),
                     committed: r.committed,
                     aborted: r.aborted,
+                    remote_tables_verified: r.remote_tables_verified,
                     run_hash: r.run_hash,
                     failures: r.failures,
                     command: reproduce(a, &r.command),

@@ -106,6 +106,15 @@ fn smallbank_over_shm_node_processes_keeps_the_invariant_and_the_report_shape() 
     let (r, stderr) = bench(&args);
     common_checks(&r, "shm");
     assert_eq!(r["invariant_ok"], true, "{}", r["check"]);
+    // Each node process read the other two nodes' 2 SmallBank tables one-sided through
+    // the descriptors the launcher exchanged (over shm, by mapping the other
+    // processes' region files).
+    assert_eq!(
+        r["remote_tables_verified"],
+        serde_json::json!([4, 4, 4]),
+        "{}",
+        r["remote_tables_verified"]
+    );
     assert!(r["check"]["committed_delta_cents"].as_i64().unwrap() != 0);
     assert!(stderr.contains("started 3 shm node processes"), "{stderr}");
     // The nodes' histories were merged into one file, and it is serializable.
@@ -404,15 +413,149 @@ fn bad_cluster_files_and_commands_are_clear_errors() {
     let (st, stdout, _) = run_node(&cfg, "stop\n");
     assert_eq!(st.code(), Some(1));
     assert!(stdout.contains("not valid while loaded"), "{stdout}");
+    // A node refuses to start without the catalog.
+    let (st, stdout, _) = run_node(&cfg, "start\n");
+    assert_eq!(st.code(), Some(1));
+    assert!(stdout.contains("no catalog"), "{stdout}");
     // End of input before the report stops the node with status 3.
-    let (st, stdout, stderr) = run_node(&cfg, "start\nmeasure\n");
+    let mut n = HandNode::spawn(&cfg, 0);
+    let cat = catalog_of(&[n.ready.clone()]);
+    n.send(&catalog_cmd(&cat));
+    n.send("start\nmeasure\n");
+    let (st, stdout, stderr) = n.end();
     assert_eq!(st.code(), Some(3), "{stdout}\n{stderr}");
     // A person can drive a node by hand: the whole protocol on a one-node cluster.
-    let (st, stdout, stderr) = run_node(&cfg, "start\nmeasure\nstop\nfinish\n");
+    let mut n = HandNode::spawn(&cfg, 0);
+    let cat = catalog_of(&[n.ready.clone()]);
+    n.send(&catalog_cmd(&cat));
+    n.send("start\nmeasure\nstop\nfinish\n");
+    let (st, stdout, stderr) = n.end();
     assert!(st.success(), "{stdout}\n{stderr}");
     let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(last["event"], "report", "{stdout}");
     assert_eq!(last["report"]["node"], 0);
+    assert_eq!(last["report"]["remote_tables_verified"], 0);
     assert!(last["report"]["check"]["initial_cents"].as_i64().unwrap() > 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An `ambidex node` process driven by hand: spawned, its `ready` read.
+struct HandNode {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    out: BufReader<std::process::ChildStdout>,
+    ready: Value,
+}
+
+impl HandNode {
+    fn spawn(cfg: &std::path::Path, node: u16) -> HandNode {
+        let mut child = Command::new(EXE)
+            .args(["node", "--config", cfg.to_str().unwrap()])
+            .args(["--node", &node.to_string(), "--no-progress"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        assert_eq!(ready["event"], "ready", "node {node}: {line}");
+        HandNode {
+            child,
+            stdin,
+            out,
+            ready,
+        }
+    }
+
+    fn send(&mut self, text: &str) {
+        let w = self.stdin.as_mut().unwrap();
+        w.write_all(text.as_bytes()).unwrap();
+        w.flush().unwrap();
+    }
+
+    /// Closes its input and returns (status, the rest of stdout, stderr).
+    fn end(mut self) -> (std::process::ExitStatus, String, String) {
+        drop(self.stdin.take());
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.out, &mut rest);
+        let out = self.child.wait_with_output().unwrap();
+        (
+            out.status,
+            rest,
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    }
+}
+
+/// The catalog of the nodes whose `ready` events are `readies` (in node order), as the
+/// launcher builds it.
+fn catalog_of(readies: &[Value]) -> Value {
+    serde_json::json!({
+        "nodes": readies.len(),
+        "tables": readies.iter().map(|r| r["tables"].clone()).collect::<Vec<_>>(),
+    })
+}
+
+fn catalog_cmd(cat: &Value) -> String {
+    format!(
+        "{}\n",
+        serde_json::json!({ "cmd": "catalog", "catalog": cat })
+    )
+}
+
+/// Two node processes over udp driven by hand; node 0 is given a catalog whose key of
+/// node 1's table 2 is stale. Its start-up check READs that table one-sided across the
+/// process boundary, gets the target's `bad_key` error completion, and node 0 fails
+/// with an error naming the table; node 1, given the right catalog, verifies node 0's
+/// tables.
+#[test]
+fn a_stale_descriptor_fails_the_start_up_check_across_processes() {
+    let dir = std::env::temp_dir().join(format!("ambx-mp-stale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = 20000 + ((std::process::id() + 7919) % 20000) as u16;
+    let cfg = node_config(
+        &dir,
+        &format!(
+            "{{\"cluster\": {{\"transport\": \"udp\", \"nodes\": 2, \"replication\": 2, \
+             \"udp_addrs\": [\"127.0.0.1:{port}\", \"127.0.0.1:{}\"]}}, \
+             \"run\": {{\"workload\": \"smallbank\", \"scale\": 0.001}}}}",
+            port + 100
+        ),
+    );
+    let mut n0 = HandNode::spawn(&cfg, 0);
+    let mut n1 = HandNode::spawn(&cfg, 1);
+    let good = catalog_of(&[n0.ready.clone(), n1.ready.clone()]);
+    assert_eq!(good["tables"][1].as_array().unwrap().len(), 2);
+    let mut stale = good.clone();
+    assert_eq!(stale["tables"][1][1]["table_id"], 2);
+    let key = &mut stale["tables"][1][1]["region"]["key"];
+    *key = (key.as_u64().unwrap() ^ 0x5a5a).into();
+    n1.send(&catalog_cmd(&good));
+    n1.send("start\n");
+    n0.send(&catalog_cmd(&stale));
+    n0.send("start\n");
+    // Node 0 reports the failed check as an error event and exits 1.
+    let mut line = String::new();
+    let mut events = Vec::new();
+    while n0.out.read_line(&mut line).unwrap_or(0) > 0 {
+        events.push(line.trim().to_string());
+        if line.contains("\"error\"") {
+            break;
+        }
+        line.clear();
+    }
+    let (st, _, stderr) = n0.end();
+    assert_eq!(st.code(), Some(1), "{events:?}\n{stderr}");
+    let ev: Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(ev["event"], "error", "{events:?}");
+    let msg = ev["message"].as_str().unwrap();
+    assert!(msg.contains("bad_key"), "{msg}");
+    assert!(msg.contains("node 1's table 2"), "{msg}");
+    let _ = n1.child.kill();
+    let _ = n1.end();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -347,8 +347,13 @@ mod tests {
             value_size: 8,
             capacity_per_node: 64,
         };
-        let dbs: Vec<Arc<NodeDb>> = (0..3)
-            .map(|n| NodeDb::new(n, p, std::slice::from_ref(&spec)).unwrap())
+        let fabric =
+            ambidex_transport::local::LocalFabric::new(ambidex_transport::ClusterConfig::new(3, 1))
+                .unwrap();
+        let dbs: Vec<Arc<NodeDb>> = fabric
+            .nodes()
+            .iter()
+            .map(|n| NodeDb::new(&**n, p, std::slice::from_ref(&spec)).unwrap())
             .collect();
         for k in 0..10u64 {
             for db in &dbs {

@@ -40,7 +40,7 @@ pub use ambidex_workloads::config::InjectedBug;
 
 use ambidex_history::TxnRecord;
 use ambidex_rpc::{ManualClock, RpcStats, Runtime, RuntimeConfig};
-use ambidex_transport::{EndpointAddr, NodeId};
+use ambidex_transport::{EndpointAddr, NodeId, SharedNode};
 use ambidex_transport_sim::{mix, SimNet, SimNetStats, HASH_SEED};
 use ambidex_txn::runner::{start_thread, RunSpec, WorkerCtx};
 use ambidex_txn::{NodeDb, Placement, TxnStats, TxnThread};
@@ -343,6 +343,9 @@ pub struct SimReport {
     pub serializable: bool,
     /// The workload's own check (its summary or the violation).
     pub workload_check: serde_json::Value,
+    /// Other nodes' tables the nodes' start-up checks read one-sided through the
+    /// catalog and verified, summed over the nodes.
+    pub remote_tables_verified: u64,
     /// Every check that failed; empty for a passing run.
     pub failures: Vec<String>,
     /// Hash of every network event; hash of the final stored state; both combined.
@@ -415,6 +418,7 @@ pub const SIM_ROOM_PER_STEP: usize = 4;
 fn load<W: Workload>(
     wl: &W,
     placement: Placement,
+    transports: &[SharedNode],
     seed: u64,
     steps: u64,
 ) -> Result<Vec<Arc<NodeDb>>, String> {
@@ -423,8 +427,9 @@ fn load<W: Workload>(
         progress: false,
         threads: Some(1),
         max_capacity: Some(room),
+        no_catalog: false,
     };
-    build_nodes(wl, placement, 0..placement.nodes, seed, &opts)
+    build_nodes(wl, placement, transports, seed, &opts)
 }
 
 /// Counts kept by the workers of a run.
@@ -595,12 +600,15 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     let coroutines = coroutines(cfg);
     let placement = cfg.placement()?;
     let seed = cfg.run.seed;
-    let dbs = load(&*wl, placement, seed, cfg.sim.steps)?;
-    let tables: Vec<u32> = wl.tables().iter().map(|t| t.id).collect();
-
     let cluster = cfg.cluster_config()?;
     let net = SimNet::new(cluster, seed, faults.net.clone()).map_err(|e| e.to_string())?;
     net.record_trace(cfg.sim.trace);
+    // The network first: every node's tables live in regions registered on it, and the
+    // nodes learn each other's descriptors directly (the catalog).
+    let transports: Vec<SharedNode> = (0..nodes).map(|n| net.node(n)).collect();
+    let dbs = load(&*wl, placement, &transports, seed, cfg.sim.steps)?;
+    let tables: Vec<u32> = wl.tables().iter().map(|t| t.id).collect();
+
     let mut setup = SmallRng::seed_from_u64(mix(seed, 0x5e70));
     let offsets: Vec<u64> = (0..nodes)
         .map(|_| 1_000_000_000 + setup.gen_range(0..=faults.clock_skew_ns))
@@ -732,8 +740,20 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         }
     }
 
-    // The run.
+    // Start-up: every node's check of the other nodes' tables (the workers wait for
+    // it), with the profile's partitions and pauses held back; these steps are not the
+    // run's.
     let mut cand = Vec::new();
+    sim.calm = true;
+    let mut startup_steps = 0u64;
+    let checking = |d: &Arc<NodeDb>| d.catalog().is_some() && d.verification().is_none();
+    while dbs.iter().any(checking) && startup_steps < QUIESCE_STEPS {
+        sim.step(&mut cand);
+        startup_steps += 1;
+    }
+    sim.calm = false;
+
+    // The run.
     let mut steps = 0u64;
     while steps < cfg.sim.steps {
         if sim.step(&mut cand) {
@@ -812,6 +832,13 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         &dbs, &placement, &history,
     ));
     failures.extend(checks::no_locks_held(&dbs, &placement, &history));
+    let mut remote_tables_verified = 0;
+    for db in &dbs {
+        match db.remote_tables_verified() {
+            Ok(n) => remote_tables_verified += n as u64,
+            Err(e) => failures.push(format!("start-up check: {e}")),
+        }
+    }
     let mut rpc = RpcStats::default();
     let mut txn_layer = TxnStats::default();
     for t in &sim.threads {
@@ -865,6 +892,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         history_transactions: history.len() as u64,
         serializable: report.valid,
         workload_check,
+        remote_tables_verified,
         failures,
         trace_hash: format!("{trace_hash:016x}"),
         state_digest: format!("{state:016x}"),

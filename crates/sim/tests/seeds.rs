@@ -61,6 +61,17 @@ fn sweep(workload: WorkloadKind, faults: &str, seeds: std::ops::Range<u64>) -> V
         failed.len(),
         failed.join("\n")
     );
+    // Every node's start-up check read every other node's tables one-sided.
+    for r in &reports {
+        let nodes = r.config.cluster.nodes as u64;
+        // (nodes × (nodes − 1) × tables per node)
+        let v = r.remote_tables_verified;
+        assert!(
+            v > 0 && v % (nodes * (nodes - 1)) == 0,
+            "seed {}: {v}",
+            r.seed
+        );
+    }
     // The runs did real work.
     assert!(
         committed >= 5 * n,

@@ -11,10 +11,11 @@
 //! not collected yet (their number is bounded by the keys ever inserted).
 
 use crate::placement::Placement;
-use ambidex_store::{Header, LockOwner, Table, TableConfig};
-use ambidex_transport::NodeId;
+use ambidex_store::layout::MAGIC;
+use ambidex_store::{Catalog, Header, LockOwner, Table, TableConfig, TableDesc};
+use ambidex_transport::{NodeId, NodeTransport, Perms, Region};
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Marks a tombstone in the transaction version word.
 pub const TOMBSTONE: u64 = 1 << 63;
@@ -38,6 +39,13 @@ pub struct NodeDb {
     pub node: NodeId,
     pub placement: Placement,
     tables: Vec<Option<(TableSpec, Table)>>,
+    /// Every node's table descriptors, set once at start-up ([`NodeDb::set_catalog`]).
+    catalog: OnceLock<Catalog>,
+    /// A small registered region of this node: the destination of the start-up check's
+    /// READs ([`NodeDb::verify_remote_tables`]).
+    scratch: Region,
+    /// The start-up check's outcome: remote tables verified, or why it failed.
+    verified: Mutex<Option<Result<usize, String>>>,
     /// Requests the handlers answered with `BadRequest` (malformed, unknown table, lock
     /// not held): counted drops of untrusted input.
     pub bad_requests: AtomicU64,
@@ -52,12 +60,24 @@ pub(crate) fn split_meta(buf: &[u8]) -> (u64, &[u8]) {
     (u64::from_le_bytes(meta), v)
 }
 
+/// Bytes of the superblock the start-up check reads (MAGIC, table id, layout length,
+/// capacity).
+pub const SUPERBLOCK: usize = 32;
+/// Scratch bytes of the start-up check per coroutine id of thread 0.
+const SCRATCH_PER_WORKER: usize = SUPERBLOCK;
+/// The scratch region's size (room for coroutine ids up to 2047).
+const SCRATCH_BYTES: usize = 64 * 1024;
+
 impl NodeDb {
+    /// The database of `transport`'s node: every table in a region registered on it for
+    /// READ, WRITE and atomics (with a fresh key), so other nodes can reach it
+    /// one-sided through the descriptors ([`NodeDb::table_descs`]).
     pub fn new(
-        node: NodeId,
+        transport: &dyn NodeTransport,
         placement: Placement,
         specs: &[TableSpec],
     ) -> Result<Arc<NodeDb>, String> {
+        let node = transport.node();
         if placement.nodes > LockOwner::MAX_NODES {
             return Err(format!(
                 "{} nodes: lock words name at most {} nodes",
@@ -75,16 +95,187 @@ impl NodeDb {
                 return Err(format!("table id {} registered twice", s.id));
             }
             let cfg = TableConfig::new(s.capacity_per_node.max(16), META + s.value_size);
-            let t = Table::create_anonymous(s.id, &cfg)
-                .map_err(|e| format!("cannot create table {} ({}): {e}", s.id, s.name))?;
+            let t = Table::create_registered(transport, s.id, &cfg).map_err(|e| {
+                format!(
+                    "cannot create table {} ({}) on node {node}: {e}",
+                    s.id, s.name
+                )
+            })?;
             tables[s.id as usize] = Some((s.clone(), t));
         }
+        let scratch = transport
+            .register(SCRATCH_BYTES, Perms::ALL)
+            .map_err(|e| format!("node {node}: cannot register the scratch region: {e}"))?;
         Ok(Arc::new(NodeDb {
             node,
             placement,
             tables,
+            catalog: OnceLock::new(),
+            scratch,
+            verified: Mutex::new(None),
             bad_requests: AtomicU64::new(0),
         }))
+    }
+
+    /// The descriptors of this node's tables, by table id.
+    pub fn table_descs(&self) -> Vec<TableDesc> {
+        self.tables
+            .iter()
+            .flatten()
+            .map(|(_, t)| t.desc())
+            .collect()
+    }
+
+    /// The catalog of a cluster whose every node's database is in `dbs` (in process).
+    pub fn catalog_of(dbs: &[Arc<NodeDb>]) -> Result<Catalog, String> {
+        let nodes = dbs.first().map_or(0, |d| d.placement.nodes);
+        let mut cat = Catalog::new(nodes);
+        for db in dbs {
+            cat.extend(db.table_descs())
+                .map_err(|e| format!("node {}: {e}", db.node))?;
+        }
+        Ok(cat)
+    }
+
+    /// Sets the cluster's catalog, once: it must be of this cluster and hold this
+    /// node's own tables as they are.
+    pub fn set_catalog(&self, cat: Catalog) -> Result<(), String> {
+        // A catalog from another process arrives deserialized: file every descriptor
+        // again so each is checked and under its own node.
+        let mut checked = Catalog::new(cat.nodes());
+        checked
+            .extend(cat.iter().copied())
+            .map_err(|e| format!("node {}: bad catalog: {e}", self.node))?;
+        if checked != cat {
+            return Err(format!(
+                "node {}: bad catalog: descriptors filed under the wrong node or unsorted",
+                self.node
+            ));
+        }
+        if cat.nodes() != self.placement.nodes {
+            return Err(format!(
+                "node {}: a catalog of {} nodes for a cluster of {}",
+                self.node,
+                cat.nodes(),
+                self.placement.nodes
+            ));
+        }
+        let mine = self.table_descs();
+        if cat.of_node(self.node) != mine.as_slice() {
+            return Err(format!(
+                "node {}: the catalog does not hold this node's own tables as they are",
+                self.node
+            ));
+        }
+        for n in 0..cat.nodes() {
+            if cat.of_node(n).len() != mine.len() {
+                return Err(format!(
+                    "node {}: the catalog has {} tables of node {n}, this node {}",
+                    self.node,
+                    cat.of_node(n).len(),
+                    mine.len()
+                ));
+            }
+        }
+        self.catalog
+            .set(cat)
+            .map_err(|_| format!("node {}: the catalog is already set", self.node))
+    }
+
+    /// The cluster's catalog, once set.
+    pub fn catalog(&self) -> Option<&Catalog> {
+        self.catalog.get()
+    }
+
+    /// Tables of other nodes in the catalog (what the start-up check reads).
+    pub fn remote_tables(&self) -> usize {
+        self.catalog().map_or(0, |c| {
+            c.iter().filter(|d| d.region.node != self.node).count()
+        })
+    }
+
+    /// The start-up check, run by one coroutine of one thread of this node once the
+    /// catalog is set ([`crate::runner::start_thread`] does it on thread 0): READs the
+    /// superblock of every other node's table one-sided through its descriptor and
+    /// checks MAGIC, table id and layout length. Returns the number of tables
+    /// verified; an error completion (a wrong or stale key, region, length) or a
+    /// mismatch is an error naming the node and table. Needs [`NodeDb::scratch_region`]
+    /// attached to `ctx`'s runtime.
+    pub async fn verify_remote_tables(&self, ctx: &ambidex_rpc::Ctx) -> Result<usize, String> {
+        let cat = self
+            .catalog()
+            .ok_or_else(|| format!("node {}: no catalog to verify", self.node))?;
+        let descs: Vec<TableDesc> = cat
+            .iter()
+            .filter(|d| d.region.node != self.node)
+            .copied()
+            .collect();
+        let mut verified = 0;
+        // One READ per batch: a batch's READs share this coroutine's scratch slice.
+        for d in &descs {
+            let h = ctx
+                .queue_read(d.region.at(0), SUPERBLOCK as u32, true)
+                .map_err(|e| self.check_error(d, &e.to_string()))?;
+            ctx.flush()
+                .await
+                .map_err(|e| self.check_error(d, &e.to_string()))?;
+            let words = ctx
+                .read_result(h, |b| {
+                    let w = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap());
+                    [w(0), w(1), w(2)]
+                })
+                .map_err(|e| self.check_error(d, &e.to_string()))?;
+            let want = [MAGIC, d.table_id as u64, d.layout.len];
+            if words != want {
+                return Err(self.check_error(
+                    d,
+                    &format!(
+                        "superblock (magic, table, len) = {:#x}, {}, {} but the descriptor \
+                         says {:#x}, {}, {}",
+                        words[0], words[1], words[2], want[0], want[1], want[2]
+                    ),
+                ));
+            }
+            verified += 1;
+        }
+        Ok(verified)
+    }
+
+    fn check_error(&self, d: &TableDesc, why: &str) -> String {
+        format!(
+            "node {}: start-up check of node {}'s table {} (region {}) failed: {why}",
+            self.node, d.region.node, d.table_id, d.region.id
+        )
+    }
+
+    /// The region the start-up check READs into, and the bytes per coroutine id.
+    pub fn scratch_region(&self) -> (Region, usize) {
+        (self.scratch.clone(), SCRATCH_PER_WORKER)
+    }
+
+    /// Records the start-up check's outcome (the first one counts).
+    pub fn record_verification(&self, r: Result<usize, String>) {
+        self.verified.lock().unwrap().get_or_insert(r);
+    }
+
+    /// The start-up check's outcome: `None` if it has not finished (or no catalog).
+    pub fn verification(&self) -> Option<Result<usize, String>> {
+        self.verified.lock().unwrap().clone()
+    }
+
+    /// The number of remote tables the start-up check verified, or why there is none
+    /// (it failed, did not run, or did not finish): never a silent zero.
+    pub fn remote_tables_verified(&self) -> Result<usize, String> {
+        match self.verification() {
+            Some(r) => r,
+            None if self.catalog().is_none() => {
+                Err(format!("node {}: started without a catalog", self.node))
+            }
+            None => Err(format!(
+                "node {}: the start-up check of the other nodes' tables did not finish",
+                self.node
+            )),
+        }
     }
 
     pub(crate) fn table(&self, id: u32) -> Option<&(TableSpec, Table)> {
@@ -152,8 +343,12 @@ mod tests {
     #[test]
     fn more_nodes_than_lock_words_can_name_is_an_error() {
         let p = |n| Placement::new(n, 1).unwrap();
-        assert!(NodeDb::new(0, p(LockOwner::MAX_NODES), &[]).is_ok());
-        let e = NodeDb::new(0, p(LockOwner::MAX_NODES + 1), &[])
+        let f =
+            ambidex_transport::local::LocalFabric::new(ambidex_transport::ClusterConfig::new(1, 1))
+                .unwrap();
+        let t = &*f.nodes()[0];
+        assert!(NodeDb::new(t, p(LockOwner::MAX_NODES), &[]).is_ok());
+        let e = NodeDb::new(t, p(LockOwner::MAX_NODES + 1), &[])
             .err()
             .expect("65 nodes accepted");
         assert!(e.contains("lock words"), "{e}");

@@ -76,6 +76,9 @@ pub struct RunResult {
     pub log_records_held: Vec<u64>,
     /// Workers that did not finish (stuck); a correct run has none.
     pub stuck_workers: usize,
+    /// Other nodes' tables the nodes' start-up checks read one-sided and verified
+    /// (summed over the nodes; 0 for nodes without a catalog).
+    pub remote_tables_verified: usize,
 }
 
 /// Runs `worker` on every thread of every node until all workers return (or the
@@ -117,12 +120,20 @@ pub fn run(
         }
     }
     errors.extend(crew.error.lock().unwrap().take());
+    let mut verified = 0;
+    for db in dbs.iter().filter(|d| d.catalog().is_some()) {
+        match db.remote_tables_verified() {
+            Ok(n) => verified += n,
+            Err(e) => errors.push(e),
+        }
+    }
     if !errors.is_empty() {
         return Err(errors.join("; "));
     }
     let mut r = RunResult {
         elapsed: start.elapsed(),
         cpu_seconds: cputime::process_cpu_seconds() - cpu0,
+        remote_tables_verified: verified,
         ..Default::default()
     };
     for (txn, rpc, tr, stuck) in crew.results.lock().unwrap().iter() {
@@ -279,14 +290,34 @@ where
     };
     let mut rt = Runtime::with_clock(ep, spec.rpc.clone(), clock)
         .map_err(|e| format!("RPC runtime of thread {}.{}: {e}", addr.node, addr.thread))?;
-    let th = TxnThread::install(&mut rt, db, spec.txn.clone());
+    let th = TxnThread::install(&mut rt, db.clone(), spec.txn.clone());
     if let Some(h) = history {
         th.set_history(h);
     }
+    // The start-up check of the other nodes' tables (once the catalog is known), on
+    // thread 0, by a coroutine spawned after the workers (their ids stay 0..coroutines);
+    // the workers wait for it.
+    let verify = addr.thread == 0 && db.catalog().is_some();
+    if verify {
+        let (scratch, per_worker) = db.scratch_region();
+        rt.attach_scratch(scratch, per_worker)
+            .map_err(|e| format!("scratch of thread {}.{}: {e}", addr.node, addr.thread))?;
+    }
     let worker = Rc::new(worker);
+    // With a catalog, every thread's workers start once the node's start-up check has
+    // passed; if it failed they start with `stop` set (they return at once, and the run
+    // reports the error).
+    let gated = db.catalog().is_some();
     for c in 0..spec.coroutines {
-        let (th, worker, stop) = (th.clone(), worker.clone(), stop.clone());
-        rt.spawn(move |ctx| {
+        let (th, worker, stop, db) = (th.clone(), worker.clone(), stop.clone(), db.clone());
+        rt.spawn(move |ctx| async move {
+            while gated && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match db.verification() {
+                    None => ctx.yield_now().await,
+                    Some(Ok(_)) => break,
+                    Some(Err(_)) => stop.store(true, std::sync::atomic::Ordering::SeqCst),
+                }
+            }
             worker(WorkerCtx {
                 ctx,
                 th,
@@ -295,6 +326,13 @@ where
                 coroutine: c,
                 stop,
             })
+            .await
+        });
+    }
+    if verify {
+        rt.spawn(move |ctx| async move {
+            let r = db.verify_remote_tables(&ctx).await;
+            db.record_verification(r);
         });
     }
     Ok((rt, th))

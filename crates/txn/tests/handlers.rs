@@ -28,7 +28,11 @@ fn db() -> Arc<NodeDb> {
         capacity_per_node: 64,
     };
     // One node: it is the primary of every key.
-    let db = NodeDb::new(0, Placement::new(1, 1).unwrap(), &[spec]).unwrap();
+    let fabric =
+        ambidex_transport::local::LocalFabric::new(ambidex_transport::ClusterConfig::new(1, 1))
+            .unwrap();
+    // The fabric may go: the table's memory lives as long as the database.
+    let db = NodeDb::new(&*fabric.nodes()[0], Placement::new(1, 1).unwrap(), &[spec]).unwrap();
     for k in 0..4u64 {
         assert!(db.load(T, k, &[k as u8; VS]).unwrap());
     }

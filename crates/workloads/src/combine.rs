@@ -51,6 +51,9 @@ pub struct NodeReport {
     /// [`combine_node_reports`] compares between a primary and its backups.
     #[serde(default)]
     pub replica_digests: Vec<ReplicaDigest>,
+    /// Other nodes' tables this node's start-up check verified one-sided.
+    #[serde(default)]
+    pub remote_tables_verified: u64,
 }
 
 /// An order-independent digest of the rows of `table` whose primary is `primary`, as
@@ -274,6 +277,7 @@ fn combine<W: Workload>(
         },
     );
     r.load_seconds = load;
+    r.remote_tables_verified = reports.iter().map(|n| n.remote_tables_verified).collect();
     Ok(r)
 }
 

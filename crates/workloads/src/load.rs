@@ -4,16 +4,19 @@
 //! thread only, in unit order.
 
 use crate::common::{worker_seed, Loader, Workload};
+use ambidex_transport::SharedNode;
 use ambidex_txn::{NodeDb, Placement};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-/// Creates one database per node with the workload's tables and loads it in parallel.
+/// Creates one database per node (in regions of `transports[n]`, node n's) with the
+/// workload's tables, loads them in parallel and gives every node the cluster's catalog.
 pub fn build_and_load<W: Workload>(
     wl: &W,
     placement: Placement,
+    transports: &[SharedNode],
     seed: u64,
     progress: bool,
 ) -> Result<Vec<Arc<NodeDb>>, String> {
@@ -21,18 +24,20 @@ pub fn build_and_load<W: Workload>(
         progress,
         ..Default::default()
     };
-    build_nodes(wl, placement, 0..placement.nodes, seed, &opts)
+    build_nodes(wl, placement, transports, seed, &opts)
 }
 
-/// Creates and loads the database of node `node` only (a node process of a multi-process
-/// cluster): every unit is generated, and only this node's rows are stored.
+/// Creates and loads the database of `transport`'s node only (a node process of a
+/// multi-process cluster): every unit is generated, and only this node's rows are
+/// stored. Its catalog comes later, from the launcher.
 pub fn build_and_load_node<W: Workload>(
     wl: &W,
     placement: Placement,
-    node: u16,
+    transport: &SharedNode,
     seed: u64,
     progress: bool,
 ) -> Result<Arc<NodeDb>, String> {
+    let node = transport.node();
     if node >= placement.nodes {
         return Err(format!(
             "node {node} is outside a cluster of {} nodes",
@@ -41,9 +46,10 @@ pub fn build_and_load_node<W: Workload>(
     }
     let opts = LoadOptions {
         progress,
+        no_catalog: true,
         ..Default::default()
     };
-    let mut dbs = build_nodes(wl, placement, node..node + 1, seed, &opts)?;
+    let mut dbs = build_nodes(wl, placement, std::slice::from_ref(transport), seed, &opts)?;
     Ok(dbs.pop().expect("one database"))
 }
 
@@ -57,14 +63,20 @@ pub struct LoadOptions {
     pub threads: Option<usize>,
     /// Caps every table's rows per node (the simulator's short runs need little room).
     pub max_capacity: Option<usize>,
+    /// Leave the catalog unset even when every node is built here (a node process: its
+    /// catalog comes from the launcher, even in a one-node cluster).
+    pub no_catalog: bool,
 }
 
-/// The databases of `nodes`, with the workload's tables, loaded: the one way every path
-/// (in-process runs, node processes, the simulator) builds its nodes' data.
+/// The databases of the nodes of `transports` (tables in regions registered on each
+/// node's transport), with the workload's tables, loaded: the one way every path
+/// (in-process runs, node processes, the simulator) builds its nodes' data. When
+/// `transports` are every node of the cluster, every node gets the cluster's catalog
+/// (in process, the descriptors are exchanged directly).
 pub fn build_nodes<W: Workload>(
     wl: &W,
     placement: Placement,
-    nodes: std::ops::Range<u16>,
+    transports: &[SharedNode],
     seed: u64,
     opts: &LoadOptions,
 ) -> Result<Vec<Arc<NodeDb>>, String> {
@@ -74,11 +86,21 @@ pub fn build_nodes<W: Workload>(
             s.capacity_per_node = s.capacity_per_node.min(cap);
         }
     }
-    let dbs: Vec<Arc<NodeDb>> = nodes
-        .map(|n| NodeDb::new(n, placement, &specs))
+    let dbs: Vec<Arc<NodeDb>> = transports
+        .iter()
+        .map(|t| NodeDb::new(&**t, placement, &specs))
         .collect::<Result<_, _>>()?;
     load_parallel(wl, &dbs, seed, opts)?;
     wl.after_load(&dbs)?;
+    if !opts.no_catalog
+        && dbs.len() == placement.nodes as usize
+        && dbs.iter().enumerate().all(|(i, d)| d.node as usize == i)
+    {
+        let cat = NodeDb::catalog_of(&dbs)?;
+        for db in &dbs {
+            db.set_catalog(cat.clone())?;
+        }
+    }
     Ok(dbs)
 }
 

@@ -17,6 +17,7 @@ use crate::driver::{
 };
 use crate::load::build_and_load_node;
 use ambidex_rpc::RpcStats;
+use ambidex_store::{Catalog, TableDesc};
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
 use ambidex_txn::runner::{spawn_node, Crew, RunSpec, Serve, Worker};
 use ambidex_txn::{NodeDb, Placement, TxnStats};
@@ -29,9 +30,11 @@ type MakeWorker = Box<dyn Fn(Arc<Mutex<Tally>>, Arc<AtomicU8>) -> Worker + Send>
 type Check =
     Box<dyn Fn(&Arc<NodeDb>) -> (Result<serde_json::Value, String>, Vec<ReplicaDigest>) + Send>;
 
-/// A node whose database is loaded, ready to start.
+/// A node whose database is loaded (its tables in regions of its transport), waiting
+/// for the cluster's catalog ([`LoadedNode::set_catalog`]) and then the start.
 pub struct LoadedNode {
     node: NodeId,
+    transport: SharedNode,
     threads: u16,
     /// How every thread is built (RPC, transaction layer, fault injector, coroutines).
     spec: RunSpec,
@@ -44,12 +47,14 @@ pub struct LoadedNode {
     check: Check,
 }
 
-/// Builds node `node`'s database and loads its share of the workload `cfg` describes
+/// Builds the database of `transport`'s node (opened first: the tables live in regions
+/// registered on it) and loads its share of the workload `cfg` describes
 /// (`cfg.run.progress`: a progress bar on stderr).
-pub fn load_node(cfg: &Config, node: NodeId) -> Result<LoadedNode, String> {
+pub fn load_node(cfg: &Config, transport: SharedNode) -> Result<LoadedNode, String> {
     struct Load<'a> {
         cfg: &'a Config,
         node: NodeId,
+        transport: SharedNode,
     }
     impl WorkloadVisitor<LoadedNode> for Load<'_> {
         fn visit<W: Workload>(
@@ -59,13 +64,19 @@ pub fn load_node(cfg: &Config, node: NodeId) -> Result<LoadedNode, String> {
         ) -> Result<LoadedNode, String> {
             let cfg = self.cfg;
             let t0 = Instant::now();
-            let db =
-                build_and_load_node(&*wl, placement, self.node, cfg.run.seed, cfg.run.progress)?;
+            let db = build_and_load_node(
+                &*wl,
+                placement,
+                &self.transport,
+                cfg.run.seed,
+                cfg.run.progress,
+            )?;
             let load_seconds = t0.elapsed().as_secs_f64();
             let seed = cfg.run.seed;
             let (w1, w2) = (wl.clone(), wl.clone());
             Ok(LoadedNode {
                 node: self.node,
+                transport: self.transport,
                 threads: cfg.cluster.threads,
                 spec: run_spec(cfg, cfg.coroutines(), Some(self.node))?,
                 history: cfg.run.history_for(self.node),
@@ -80,7 +91,22 @@ pub fn load_node(cfg: &Config, node: NodeId) -> Result<LoadedNode, String> {
         }
     }
     cfg.validate()?;
-    dispatch(cfg, Load { cfg, node })
+    let node = transport.node();
+    if transport.config().threads_per_node != cfg.cluster.threads {
+        return Err(format!(
+            "the transport has {} threads per node, the run {}",
+            transport.config().threads_per_node,
+            cfg.cluster.threads
+        ));
+    }
+    dispatch(
+        cfg,
+        Load {
+            cfg,
+            node,
+            transport,
+        },
+    )
 }
 
 /// A node whose threads are running (from `start` until `finish`).
@@ -103,23 +129,28 @@ pub struct RunningNode {
 }
 
 impl LoadedNode {
-    /// Starts every thread of this node on `transport` (this node's), workers in the
-    /// warmup phase: nothing is counted until [`RunningNode::measure`].
-    pub fn start(self, transport: SharedNode) -> Result<RunningNode, String> {
-        if transport.node() != self.node {
+    /// The descriptors of this node's tables (what its `ready` event carries).
+    pub fn table_descs(&self) -> Vec<TableDesc> {
+        self.db.table_descs()
+    }
+
+    /// The cluster's catalog (every node's descriptors, from the launcher), once.
+    pub fn set_catalog(&self, cat: Catalog) -> Result<(), String> {
+        self.db.set_catalog(cat)
+    }
+
+    /// Starts every thread of this node on its transport, workers in the warmup phase:
+    /// nothing is counted until [`RunningNode::measure`]. Thread 0 runs the start-up
+    /// check of the other nodes' tables. Refused without the catalog.
+    pub fn start(self) -> Result<RunningNode, String> {
+        if self.db.catalog().is_none() {
             return Err(format!(
-                "the transport is node {}'s, not node {}'s",
-                transport.node(),
+                "node {} has no catalog of the cluster's tables; it cannot start (the \
+                 launcher sends it with the \"catalog\" command before \"start\")",
                 self.node
             ));
         }
-        if transport.config().threads_per_node != self.threads {
-            return Err(format!(
-                "the transport has {} threads per node, the run {}",
-                transport.config().threads_per_node,
-                self.threads
-            ));
-        }
+        let transport = self.transport;
         let recorder = match &self.history {
             Some(path) => Some(
                 ambidex_history::Recorder::create(path)
@@ -186,6 +217,9 @@ impl RunningNode {
         if let Some(e) = self.crew.error.lock().unwrap().clone() {
             return Err(e);
         }
+        if let Some(Err(e)) = self.db.verification() {
+            return Err(e);
+        }
         Ok(self.crew.live.load(Ordering::SeqCst) == 0)
     }
 
@@ -219,6 +253,7 @@ impl RunningNode {
             self.node, tally, &txn, &rpc, counters, stuck, check, digests,
         );
         r.load_seconds = self.load_seconds;
+        r.remote_tables_verified = self.db.remote_tables_verified()? as u64;
         r.cpu_seconds = self.measured.0;
         r.measured_s = self.measured.1;
         r.max_rss_bytes = cputime::max_rss_bytes();

@@ -44,7 +44,7 @@ fn tamper(db: &NodeDb, table: u32, key: u64, f: impl FnOnce(&mut Vec<u8>)) {
 fn smallbank_per_node_checks_combine_to_the_cluster_check() {
     let p = Placement::new(3, 3).unwrap();
     let bank = SmallBank::new(p, 1, 0.01);
-    let dbs = build_and_load(&bank, p, 5, false).unwrap();
+    let dbs = build_and_load(&bank, p, &local_nodes(p), 5, false).unwrap();
     let whole = bank.check(&dbs).unwrap();
     assert_eq!(combined(&bank, &dbs).unwrap(), whole);
     // One cent more at one primary: both checks fail.
@@ -75,7 +75,7 @@ fn smallbank_per_node_checks_combine_to_the_cluster_check() {
 fn tpcc_per_node_checks_combine_to_the_cluster_check() {
     let p = Placement::new(3, 2).unwrap();
     let t = Tpcc::new(TpccParams::new(p, 1, 0.02, false, 1.0));
-    let dbs = build_and_load(&t, p, 5, false).unwrap();
+    let dbs = build_and_load(&t, p, &local_nodes(p), 5, false).unwrap();
     let whole = t.check(&dbs).unwrap();
     assert_eq!(combined(&t, &dbs).unwrap(), whole);
     assert_eq!(whole["warehouses"], 3);
@@ -83,4 +83,12 @@ fn tpcc_per_node_checks_combine_to_the_cluster_check() {
     let parts: Vec<_> = dbs[..2].iter().map(|d| t.check_node(d).unwrap()).collect();
     assert!(t.check_combine(&parts).is_err());
     assert!(t.check_combine(&[serde_json::json!(null)]).is_err());
+}
+
+/// Node transports of an in-process local fabric for placement `p` (the tables live in
+/// their regions; the memory outlives the fabric).
+fn local_nodes(p: ambidex_txn::Placement) -> Vec<ambidex_transport::SharedNode> {
+    ambidex_transport::local::LocalFabric::new(ambidex_transport::ClusterConfig::new(p.nodes, 1))
+        .unwrap()
+        .nodes()
 }

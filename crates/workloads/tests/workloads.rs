@@ -57,13 +57,24 @@ fn smallbank_on_shm() {
     assert_eq!(r.invariant_ok, Some(true), "{}", r.check);
     assert!(r.committed > 100);
     assert_eq!(r.transport, "shm");
+    // Every node's start-up check read the other nodes' tables one-sided.
+    // SmallBank: 2 tables per node, 3 nodes.
+    assert_eq!(r.remote_tables_verified, vec![4; 3]);
+}
+
+#[test]
+fn in_process_runs_verify_every_other_nodes_tables_at_start_up() {
+    // TPC-C: 12 tables per node, 3 nodes.
+    let r = run_bench(&cfg(WorkloadKind::Tpcc, 0.01, 0.3)).unwrap();
+    assert_eq!(r.remote_tables_verified, vec![24; 3]);
+    assert_eq!(r.consistency_ok, Some(true), "{}", r.check);
 }
 
 #[test]
 fn tatp_population_has_the_spec_shape() {
     let p = Placement::new(3, 2).unwrap();
     let t = Tatp::new(p, 0.01); // 10,000 subscribers per node
-    let dbs = ambidex_workloads::build_and_load(&t, p, 3, false).unwrap();
+    let dbs = ambidex_workloads::build_and_load(&t, p, &local_nodes(p), 3, false).unwrap();
     let n = t.subscribers as usize;
     assert_eq!(n, 30_000);
     assert_eq!(primary_rows(&dbs, tatp::SUBSCRIBER).len(), n);
@@ -183,4 +194,12 @@ fn object_store_runs_and_sweeps() {
     .unwrap();
     assert!(std::fs::read_to_string(&svg2).unwrap().contains("execute"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Node transports of an in-process local fabric for placement `p` (the tables live in
+/// their regions; the memory outlives the fabric).
+fn local_nodes(p: ambidex_txn::Placement) -> Vec<ambidex_transport::SharedNode> {
+    ambidex_transport::local::LocalFabric::new(ambidex_transport::ClusterConfig::new(p.nodes, 1))
+        .unwrap()
+        .nodes()
 }

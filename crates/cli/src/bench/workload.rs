@@ -294,6 +294,15 @@ fn print_one(a: &Args, r: &BenchReport) {
         "  peak RSS {:.0} MiB",
         r.max_rss_bytes as f64 / (1 << 20) as f64
     );
+    let verified: Vec<String> = r
+        .remote_tables_verified
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    println!(
+        "  start-up check: other nodes' tables read one-sided and verified, by node: {}",
+        verified.join(" ")
+    );
 }
 
 /// Removes the run's scratch directory and the shm cluster directory, however the run ends.
@@ -363,9 +372,12 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
         pids.join(" ")
     );
     let t0 = Instant::now();
-    procs.wait_all("ready", Duration::from_secs_f64(a.node_timeout))?;
+    let readies = procs.wait_all("ready", Duration::from_secs_f64(a.node_timeout))?;
     let load_seconds = t0.elapsed().as_secs_f64();
     eprintln!("ambidex: every node loaded its share ({load_seconds:.1} s); running");
+    // Every node learns every node's table descriptors before it starts.
+    let catalog = crate::cluster::catalog_from_ready(&readies, 0, nodes)?;
+    procs.send_all_json(&serde_json::json!({ "cmd": "catalog", "catalog": catalog }))?;
     procs.send_all("start")?;
     procs.watch(Duration::from_secs_f64(cfg.run.warmup_s))?;
     procs.send_all("measure")?;

@@ -50,8 +50,9 @@ impl TestCluster {
                 (ns, None, Some(dir))
             }
         };
-        let dbs = (0..nodes)
-            .map(|n| NodeDb::new(n, placement, tables).unwrap())
+        let dbs = node_handles
+            .iter()
+            .map(|n| NodeDb::new(&**n, placement, tables).unwrap())
             .collect();
         TestCluster {
             nodes: node_handles,

@@ -311,6 +311,9 @@ struct Inner {
     now: u64,
     seq: u64,
     rng: SmallRng,
+    /// Region keys: a stream of their own, so registering regions (every node's tables)
+    /// does not shift the network's draws.
+    key_rng: SmallRng,
     faults: SimFaults,
     events: BinaryHeap<Event>,
     eps: Vec<EpState>,
@@ -385,6 +388,7 @@ impl SimNet {
             now: 0,
             seq: 0,
             rng: SmallRng::seed_from_u64(seed ^ 0x5349_4d4e_4554_0001),
+            key_rng: SmallRng::seed_from_u64(seed ^ 0x5349_4d4b_4559_0001),
             faults,
             events: BinaryHeap::new(),
             eps,
@@ -950,7 +954,7 @@ impl NodeTransport for SimNode {
         }
         // Keys come from the seeded generator, not the OS, so runs repeat exactly.
         let key = loop {
-            let k: u64 = g.rng.gen();
+            let k: u64 = g.key_rng.gen();
             if k != 0 {
                 break k;
             }
