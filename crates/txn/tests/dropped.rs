@@ -13,8 +13,8 @@ use std::sync::Arc;
 const T: u32 = 1;
 const KEYS: u64 = 32;
 
-#[test]
-fn dropped_transactions_leak_no_locks() {
+/// Three local nodes, one thread each, with keys 0..KEYS of table T loaded.
+fn loaded_cluster() -> TestCluster {
     let spec = TableSpec {
         id: T,
         name: "t".into(),
@@ -25,6 +25,12 @@ fn dropped_transactions_leak_no_locks() {
     for k in 0..KEYS {
         c.load(T, k, &k.to_le_bytes());
     }
+    c
+}
+
+#[test]
+fn dropped_transactions_leak_no_locks() {
+    let c = loaded_cluster();
     let placement = c.placement;
     let dropped_with_locks = Arc::new(AtomicUsize::new(0));
     // Counts every way a lock outlived its dropped transaction's promise (asserted after
@@ -107,16 +113,7 @@ fn dropped_transactions_leak_no_locks() {
 /// thread shares its lock owner. (Such a lock stays until recovery frees it by owner.)
 #[test]
 fn a_slot_with_a_lock_in_flight_is_never_reused() {
-    let spec = TableSpec {
-        id: T,
-        name: "t".into(),
-        value_size: 8,
-        capacity_per_node: 256,
-    };
-    let c = TestCluster::new(Backend::Local, 3, 1, 1, &[spec]);
-    for k in 0..KEYS {
-        c.load(T, k, &k.to_le_bytes());
-    }
+    let c = loaded_cluster();
     let placement = c.placement;
     let reused = Arc::new(AtomicUsize::new(0));
     let checked = Arc::new(AtomicUsize::new(0));
