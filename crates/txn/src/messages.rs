@@ -881,7 +881,10 @@ mod tests {
         enc.push(&mut twice, &rec());
         enc.push(&mut twice, &rec());
         enc.finish(&mut twice);
-        assert_eq!(CommitPrimaryReq::decode(&twice).err(), Some(DecodeError::RepeatedKey));
+        assert_eq!(
+            CommitPrimaryReq::decode(&twice).err(),
+            Some(DecodeError::RepeatedKey)
+        );
         let records = d.writes.bytes().to_vec();
         for cut in 0..b.len() {
             assert!(CommitPrimaryReq::decode(&b[..cut]).is_err(), "cut at {cut}");
