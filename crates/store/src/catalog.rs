@@ -11,9 +11,7 @@
 //! error and an abort, never a wrong read.
 
 use crate::layout::TableDesc;
-use crate::table::Table;
-use crate::StoreError;
-use ambidex_transport::{NodeId, NodeTransport, Perms};
+use ambidex_transport::{NodeId, Perms};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -177,21 +175,5 @@ impl Catalog {
     /// Every descriptor, node by node.
     pub fn iter(&self) -> impl Iterator<Item = &TableDesc> {
         self.tables.iter().flatten()
-    }
-}
-
-impl Table {
-    /// Builds a table in a region registered on `node` for READ, WRITE and atomics, so
-    /// other nodes can reach it one-sided through [`Table::desc`].
-    pub fn create_registered(
-        node: &dyn NodeTransport,
-        table_id: u32,
-        cfg: &crate::TableConfig,
-    ) -> Result<Table, StoreError> {
-        let len = Table::required_len(cfg)?;
-        let region = node
-            .register(len, Perms::ALL)
-            .map_err(StoreError::Transport)?;
-        Table::create(region, table_id, cfg)
     }
 }

@@ -152,6 +152,20 @@ impl Table {
         })
     }
 
+    /// Builds a table in a region registered on `node` for READ, WRITE and atomics, so
+    /// other nodes can reach it one-sided through [`Table::desc`].
+    pub fn create_registered(
+        node: &dyn ambidex_transport::NodeTransport,
+        table_id: u32,
+        cfg: &TableConfig,
+    ) -> Result<Table, StoreError> {
+        let len = Self::required_len(cfg)?;
+        let region = node
+            .register(len, ambidex_transport::Perms::ALL)
+            .map_err(StoreError::Transport)?;
+        Self::create(region, table_id, cfg)
+    }
+
     /// A table in fresh anonymous memory (not registered: for local use and benchmarks).
     pub fn create_anonymous(table_id: u32, cfg: &TableConfig) -> Result<Table, StoreError> {
         let len = Self::required_len(cfg)?;

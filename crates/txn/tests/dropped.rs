@@ -28,6 +28,17 @@ fn loaded_cluster() -> TestCluster {
     c
 }
 
+/// Runs `worker` as the one coroutine of every node until all return; none may stick.
+fn run_one_coroutine_per_node(c: &TestCluster, worker: Worker) -> runner::RunResult {
+    let spec = RunSpec {
+        coroutines: 1,
+        ..Default::default()
+    };
+    let r = runner::run(&c.nodes, &c.dbs, &spec, worker).unwrap();
+    assert_eq!(r.stuck_workers, 0);
+    r
+}
+
 #[test]
 fn dropped_transactions_leak_no_locks() {
     let c = loaded_cluster();
@@ -85,17 +96,7 @@ fn dropped_transactions_leak_no_locks() {
             }
         })
     });
-    let r = runner::run(
-        &c.nodes,
-        &c.dbs,
-        &RunSpec {
-            coroutines: 1,
-            ..Default::default()
-        },
-        worker,
-    )
-    .unwrap();
-    assert_eq!(r.stuck_workers, 0);
+    let r = run_one_coroutine_per_node(&c, worker);
     assert!(dropped_with_locks.load(Ordering::Relaxed) > 0);
     assert_eq!(held_after_drop.load(Ordering::Relaxed), 0);
     // Quiescent: no key is locked anywhere.
@@ -149,17 +150,7 @@ fn a_slot_with_a_lock_in_flight_is_never_reused() {
             }
         })
     });
-    let r = runner::run(
-        &c.nodes,
-        &c.dbs,
-        &RunSpec {
-            coroutines: 1,
-            ..Default::default()
-        },
-        worker,
-    )
-    .unwrap();
-    assert_eq!(r.stuck_workers, 0);
+    run_one_coroutine_per_node(&c, worker);
     assert_eq!(checked.load(Ordering::Relaxed), 50);
     assert_eq!(
         reused.load(Ordering::Relaxed),
