@@ -410,38 +410,61 @@ impl<'a> WriteRec<'a> {
     }
 }
 
-/// Whether the `n` well-formed write records in `bytes` name some (table, key) twice:
-/// a scan for the few writes of a usual transaction, a sort of a per-thread scratch list
-/// beyond (a request may carry thousands, and a quadratic scan would let it burn CPU).
-fn names_a_key_twice(bytes: &[u8], n: u16) -> bool {
-    const SCAN: u16 = 16;
-    let keys = || {
-        let mut r = Reader::new(bytes);
-        (0..n).map(move |_| {
-            let w = WriteRec::decode(&mut r).expect("checked by the caller");
-            (w.table, w.key)
-        })
-    };
-    if n <= SCAN {
-        let mut seen = [(0u32, 0u64); SCAN as usize];
-        for (i, k) in keys().enumerate() {
-            if seen[..i].contains(&k) {
-                return true;
-            }
-            seen[i] = k;
+// The keys of a long write list, sorted to find a repeat (`RepeatCheck`).
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<(u32, u64)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Finds a (table, key) named twice in a list of writes, as the writes are decoded: a
+/// scan of a fixed array for the few writes of a usual transaction (no allocation), a
+/// sort of a per-thread scratch list beyond (a request may carry thousands of writes,
+/// and a quadratic scan would let it burn CPU).
+struct RepeatCheck {
+    n: usize,
+    small: [(u32, u64); RepeatCheck::SCAN],
+}
+
+impl RepeatCheck {
+    const SCAN: usize = 16;
+
+    fn new() -> RepeatCheck {
+        RepeatCheck {
+            n: 0,
+            small: [(0, 0); Self::SCAN],
         }
-        return false;
     }
-    thread_local! {
-        static SCRATCH: std::cell::RefCell<Vec<(u32, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
+
+    /// Adds a key; true if it was seen before (only known at once for small lists).
+    #[inline]
+    fn add(&mut self, k: (u32, u64)) -> bool {
+        let i = self.n;
+        self.n += 1;
+        if i < Self::SCAN {
+            let repeat = self.small[..i].contains(&k);
+            self.small[i] = k;
+            return repeat;
+        }
+        SCRATCH.with(|s| {
+            let mut v = s.borrow_mut();
+            if i == Self::SCAN {
+                v.clear();
+                v.extend_from_slice(&self.small);
+            }
+            v.push(k);
+        });
+        false
     }
-    SCRATCH.with(|s| {
-        let mut v = s.borrow_mut();
-        v.clear();
-        v.extend(keys());
-        v.sort_unstable();
-        v.windows(2).any(|w| w[0] == w[1])
-    })
+
+    /// After the last key: whether a list longer than the scan repeats a key.
+    fn repeats_beyond_scan(&self) -> bool {
+        self.n > Self::SCAN
+            && SCRATCH.with(|s| {
+                let mut v = s.borrow_mut();
+                v.sort_unstable();
+                v.windows(2).any(|w| w[0] == w[1])
+            })
+    }
 }
 
 /// A decoded list of writes: `n` well-formed records in `bytes` (checked once when
@@ -468,16 +491,21 @@ impl<'a> Writes<'a> {
         let start = r.pos();
         let all = r.rest();
         let mut check = Reader::new(all);
-        for _ in 0..n {
-            if !accept(&WriteRec::decode(&mut check)?) {
-                return Err(DecodeError::Rejected);
-            }
-        }
         // A coordinator names each key once (`Txn` merges repeats). A list naming one
         // twice would pass each write's own check and then fail half-way through
         // (the first install releases the lock the second names), so it is refused
         // before anything is applied.
-        if n > 1 && names_a_key_twice(&all[..check.pos()], n) {
+        let mut repeats = RepeatCheck::new();
+        for _ in 0..n {
+            let w = WriteRec::decode(&mut check)?;
+            if !accept(&w) {
+                return Err(DecodeError::Rejected);
+            }
+            if repeats.add((w.table, w.key)) {
+                return Err(DecodeError::RepeatedKey);
+            }
+        }
+        if repeats.repeats_beyond_scan() {
             return Err(DecodeError::RepeatedKey);
         }
         // Give back what follows the writes.
@@ -875,6 +903,28 @@ mod tests {
         let d = CommitPrimaryReq::decode(&b).unwrap();
         assert_eq!((d.txn, d.slot, d.writes.len()), (42, 3, 2));
         assert_eq!(d.writes.iter().collect::<Vec<_>>(), vec![rec(), other]);
+        // Long lists: distinct keys pass; a repeat past the scanned prefix, of a key
+        // inside it or past it, is found by the sort.
+        let list = |keys: &[u64]| {
+            let mut b = Vec::new();
+            let mut enc = CommitPrimaryReq::begin(&mut b, 42, 3);
+            for &key in keys {
+                enc.push(&mut b, &WriteRec { key, ..rec() });
+            }
+            enc.finish(&mut b);
+            CommitPrimaryReq::decode(&b).map(|d| d.writes.len())
+        };
+        let distinct: Vec<u64> = (0..30).collect();
+        assert_eq!(list(&distinct), Ok(30));
+        for (at, of) in [(25, 3), (29, 20)] {
+            let mut keys = distinct.clone();
+            keys[at] = keys[of];
+            assert_eq!(
+                list(&keys),
+                Err(DecodeError::RepeatedKey),
+                "{at} repeats {of}"
+            );
+        }
         // The same key twice is refused.
         let mut twice = Vec::new();
         let mut enc = CommitPrimaryReq::begin(&mut twice, 42, 3);
