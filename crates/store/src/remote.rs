@@ -11,8 +11,9 @@
 //! needs a slice of [`scratch_per_worker`] bytes ([`attach_scratch`]).
 //!
 //! Every call flushes the calling worker's batch: queue nothing of your own before it
-//! that must outlive it. A flush that reports unsignaled failures of the worker's earlier
-//! operations makes the call fail with [`RemoteError::Rpc`] (they are reported once).
+//! that must outlive it. A call's result is its own operations': unsignaled failures of
+//! the worker's earlier operations that its flush learns of are given back to the
+//! worker (`Ctx::requeue_unsignaled_failures`), whose next flush reports them.
 
 use crate::layout::*;
 use crate::loc_cache::{Loc, LocationCache};
@@ -28,7 +29,7 @@ pub enum RemoteError {
     Access(AccessError),
     /// Another one-sided failure (no scratch room, post refused...).
     OneSided(OneSidedError),
-    /// The flush failed (unsignaled failures of the worker's earlier operations, say).
+    /// The flush failed (a request of the worker's batch timed out, say).
     Rpc(RpcError),
     /// The descriptor is inconsistent, or the value buffer has the wrong size.
     BadDesc(String),
