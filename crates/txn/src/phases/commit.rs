@@ -14,6 +14,7 @@ impl Txn<'_> {
     pub(crate) async fn commit_phase(&mut self, primaries: bool) -> bool {
         match self.th.cfg.policy.commit {
             policy::Commit::Rpc => self.commit_rpc(primaries).await,
+            _ => todo!("issue 17: one-sided phases"),
         }
     }
 

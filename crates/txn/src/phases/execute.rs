@@ -14,6 +14,7 @@ impl Txn<'_> {
     pub(crate) async fn execute_phase(&mut self) -> Result<(), AbortReason> {
         match self.th.cfg.policy.execute {
             policy::Execute::Rpc => self.execute_rpc().await,
+            _ => todo!("issue 17: one-sided phases"),
         }
     }
 

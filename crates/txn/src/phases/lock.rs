@@ -30,6 +30,7 @@ impl Txn<'_> {
     pub(crate) fn lock_item(&mut self, i: usize, req: &mut Vec<u8>) -> Result<bool, AbortReason> {
         match self.th.cfg.policy.lock {
             policy::Lock::Rpc => self.lock_item_rpc(i, req),
+            _ => todo!("issue 17: one-sided phases"),
         }
     }
 

@@ -12,6 +12,7 @@ impl Txn<'_> {
     pub(crate) async fn log_phase(&mut self) -> Result<(), AbortReason> {
         match self.th.cfg.policy.log {
             policy::Log::Rpc => self.log_rpc().await,
+            _ => todo!("issue 17: one-sided phases"),
         }
     }
 

@@ -14,6 +14,7 @@ impl Txn<'_> {
         }
         match self.th.cfg.policy.validate {
             policy::Validate::Rpc => self.validate_rpc().await,
+            _ => todo!("issue 17: one-sided phases"),
         }
     }
 

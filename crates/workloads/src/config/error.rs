@@ -2,7 +2,7 @@
 //! the file or the field.
 
 use super::file::MAX_FILE_BYTES;
-use super::{NOT_BUILT, PRESETS};
+use super::PRESETS;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -51,20 +51,11 @@ impl fmt::Display for ConfigError {
             ConfigError::UnknownName { what, name, known } => {
                 write!(f, "unknown {what} {name:?} ({known})")
             }
-            ConfigError::UnknownMode { mode } => {
-                let not_built = NOT_BUILT.contains(&mode.as_str());
-                write!(
-                    f,
-                    "txn.mode (--mode) {mode:?}: {}; the presets are: {} (farm, drtm-r and \
-                     drtm-h need one-sided phases, not built yet)",
-                    if not_built {
-                        "this preset is not built yet"
-                    } else {
-                        "no such preset"
-                    },
-                    PRESETS.join(", ")
-                )
-            }
+            ConfigError::UnknownMode { mode } => write!(
+                f,
+                "txn.mode (--mode) {mode:?}: no such preset; the presets are: {}",
+                PRESETS.join(", ")
+            ),
             ConfigError::Invalid { field, why } => write!(f, "{field}: {why}"),
         }
     }

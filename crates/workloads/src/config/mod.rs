@@ -36,7 +36,7 @@ use std::path::PathBuf;
 
 /// Transaction-policy presets that exist, and those of the papers not built yet (named
 /// in the error for them): the transaction layer's own lists.
-pub use ambidex_txn::policy::{PRESETS, PRESETS_NOT_BUILT as NOT_BUILT};
+pub use ambidex_txn::policy::PRESETS;
 
 /// Everything a run is configured by. Defaults are `ambidex bench`'s.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
