@@ -12,7 +12,7 @@
 
 use crate::placement::Placement;
 use ambidex_store::layout::MAGIC;
-use ambidex_store::{Catalog, Header, LockOwner, Table, TableConfig, TableDesc};
+use ambidex_store::{Catalog, Header, LocationCache, LockOwner, Table, TableConfig, TableDesc};
 use ambidex_transport::{NodeId, NodeTransport, Perms, Region};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -49,6 +49,9 @@ pub struct NodeDb {
     /// Requests the handlers answered with `BadRequest` (malformed, unknown table, lock
     /// not held): counted drops of untrusted input.
     pub bad_requests: AtomicU64,
+    /// Where remote items live, shared by the node's threads (DrTM+H §5.1): read and
+    /// filled by the policies that use it ([`crate::Policy::uses_location_cache`]).
+    pub location_cache: LocationCache,
 }
 
 /// The transaction version and value of a stored value (always `META` bytes or more:
@@ -67,6 +70,10 @@ pub const SUPERBLOCK: usize = 32;
 const SCRATCH_PER_WORKER: usize = SUPERBLOCK;
 /// The scratch region's size (room for coroutine ids up to 2047).
 const SCRATCH_BYTES: usize = 64 * 1024;
+/// Bounds of the location cache's entries: enough for every remote key of a small
+/// database, at most 2^21 (about 64 MiB) per node.
+const LOCATION_CACHE_MIN: usize = 64;
+const LOCATION_CACHE_MAX: usize = 1 << 21;
 
 impl NodeDb {
     /// The database of `transport`'s node: every table in a region registered on it for
@@ -106,9 +113,16 @@ impl NodeDb {
         let scratch = transport
             .register(SCRATCH_BYTES, Perms::ALL)
             .map_err(|e| format!("node {node}: cannot register the scratch region: {e}"))?;
+        let remote_keys: usize = specs
+            .iter()
+            .map(|s| s.capacity_per_node)
+            .sum::<usize>()
+            .saturating_mul(placement.nodes.saturating_sub(1) as usize);
+        let cache_entries = remote_keys.clamp(LOCATION_CACHE_MIN, LOCATION_CACHE_MAX);
         Ok(Arc::new(NodeDb {
             node,
             placement,
+            location_cache: LocationCache::new(cache_entries),
             tables,
             catalog: OnceLock::new(),
             scratch,

@@ -141,6 +141,28 @@ pub struct TxnStats {
     pub log_appended: u64,
     pub log_truncated: u64,
     pub log_records_held: u64,
+    /// Location-cache lookups of this thread's coordinators.
+    pub location_cache: LocationCacheStats,
+}
+
+/// How the location cache served one thread's coordinators (DrTM+H §5.1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LocationCacheStats {
+    /// Lookups that found an address, whose item READ then held the key.
+    pub hits: u64,
+    /// Lookups that found nothing.
+    pub misses: u64,
+    /// Lookups that found an address whose item no longer held the key (the entry was
+    /// dropped and the key fetched another way).
+    pub stale: u64,
+}
+
+impl LocationCacheStats {
+    pub fn merge(&mut self, o: &LocationCacheStats) {
+        self.hits += o.hits;
+        self.misses += o.misses;
+        self.stale += o.stale;
+    }
 }
 
 impl TxnStats {
@@ -164,6 +186,7 @@ impl TxnStats {
         self.log_appended += o.log_appended;
         self.log_truncated += o.log_truncated;
         self.log_records_held += o.log_records_held;
+        self.location_cache.merge(&o.location_cache);
     }
 
     /// Mean microseconds per phase of committed transactions that ran the phase.
