@@ -650,6 +650,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
                 ..base.clone()
             };
             let (wl, tally, running) = (wl.clone(), tally.clone(), running.clone());
+            let running_done = running.clone();
             let (rt, th) = start_thread(
                 ep,
                 clocks[n as usize].clone(),
@@ -661,10 +662,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
                 })),
                 stop.clone(),
                 move |w: WorkerCtx| {
-                    let idx = (w.node as usize * threads_per_node as usize + w.thread as usize)
-                        * coroutines
-                        + w.coroutine;
-                    let (wl, tally, running) = (wl.clone(), tally.clone(), running.clone());
+                    let (wl, tally) = (wl.clone(), tally.clone());
                     async move {
                         let mut rng = SmallRng::seed_from_u64(worker_seed(
                             seed,
@@ -690,8 +688,11 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
                             w.ctx.yield_now().await;
                         }
                         wl.finish_worker(local);
-                        running[idx].set(false);
                     }
+                },
+                move |c| {
+                    let idx = (n as usize * threads_per_node as usize + t as usize) * coroutines + c;
+                    running_done[idx].set(false);
                 },
             )?;
             threads.push(NodeThread {

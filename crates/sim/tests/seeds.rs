@@ -214,7 +214,7 @@ fn bad_specs_are_clear_errors() {
             "chaos",
             with(ok.clone(), |c| c.sim.faults = "meteor".into()),
         ),
-        ("farm", with(ok.clone(), |c| c.txn.mode = "farm".into())),
+        ("mode", with(ok.clone(), |c| c.txn.mode = "farmish".into())),
         (
             "retransmit_timeout_ms",
             with(ok.clone(), |c| c.rpc.retransmit_timeout_ms = 0.0),

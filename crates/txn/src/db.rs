@@ -41,9 +41,9 @@ pub struct NodeDb {
     tables: Vec<Option<(TableSpec, Table)>>,
     /// Every node's table descriptors, set once at start-up ([`NodeDb::set_catalog`]).
     catalog: OnceLock<Catalog>,
-    /// A small registered region of this node: the destination of the start-up check's
-    /// READs ([`NodeDb::verify_remote_tables`]).
-    scratch: Region,
+    /// One registered region per thread of this node: the destination of its
+    /// coroutines' one-sided READs (the start-up check's and the one-sided phases').
+    scratch: Vec<Region>,
     /// The start-up check's outcome: remote tables verified, or why it failed.
     verified: Mutex<Option<Result<usize, String>>>,
     /// Requests the handlers answered with `BadRequest` (malformed, unknown table, lock
@@ -66,10 +66,13 @@ pub(crate) fn split_meta(buf: &[u8]) -> (u64, &[u8]) {
 /// Bytes of the superblock the start-up check reads (MAGIC, table id, layout length,
 /// capacity).
 pub const SUPERBLOCK: usize = 32;
-/// Scratch bytes of the start-up check per coroutine id of thread 0.
-const SCRATCH_PER_WORKER: usize = SUPERBLOCK;
-/// The scratch region's size (room for coroutine ids up to 2047).
-const SCRATCH_BYTES: usize = 64 * 1024;
+/// Scratch bytes per coroutine for one-sided READs: one batch's READs (a TPC-C
+/// NewOrder's items and buckets take about 12 KiB); a batch that needs more queues the
+/// rest in the next round trip.
+pub const SCRATCH_PER_WORKER: usize = 16 * 1024;
+/// Coroutine ids (per thread) that get a scratch slice: the workers and the layer's own
+/// coroutines (start-up check, committer). A coroutine beyond has no one-sided READs.
+pub const SCRATCH_WORKERS: usize = 132;
 /// Bounds of the location cache's entries: enough for every remote key of a small
 /// database, at most 2^21 (about 64 MiB) per node.
 const LOCATION_CACHE_MIN: usize = 64;
@@ -110,9 +113,16 @@ impl NodeDb {
             })?;
             tables[s.id as usize] = Some((s.clone(), t));
         }
-        let scratch = transport
-            .register(SCRATCH_BYTES, Perms::ALL)
-            .map_err(|e| format!("node {node}: cannot register the scratch region: {e}"))?;
+        let threads = transport.config().threads_per_node as usize;
+        let scratch = (0..threads)
+            .map(|t| {
+                transport
+                    .register(SCRATCH_PER_WORKER * SCRATCH_WORKERS, Perms::ALL)
+                    .map_err(|e| {
+                        format!("node {node}: cannot register the scratch region of thread {t}: {e}")
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let remote_keys: usize = specs
             .iter()
             .map(|s| s.capacity_per_node)
@@ -253,9 +263,12 @@ impl NodeDb {
         )
     }
 
-    /// The region the start-up check READs into, and the bytes per coroutine id.
-    pub fn scratch_region(&self) -> (Region, usize) {
-        (self.scratch.clone(), SCRATCH_PER_WORKER)
+    /// The region thread `thread`'s coroutines READ into, and the bytes per coroutine id
+    /// (attach it with `Runtime::attach_scratch`). `None` for a thread this node does
+    /// not have.
+    pub fn scratch_region(&self, thread: u16) -> Option<(Region, usize)> {
+        let r = self.scratch.get(thread as usize)?;
+        Some((r.clone(), SCRATCH_PER_WORKER))
     }
 
     /// Records the start-up check's outcome (the first one counts).

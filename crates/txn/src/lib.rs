@@ -28,11 +28,13 @@
 //! spawn workers that run `Txn::begin(&ctx, &th)`.
 
 pub mod actions;
+mod committer;
 pub mod db;
 pub mod handlers;
 pub mod history;
 pub mod log;
 pub mod messages;
+mod onesided;
 pub mod phases;
 pub mod placement;
 pub mod policy;
@@ -49,7 +51,7 @@ pub use policy::{Policy, PolicyError};
 pub use stats::{AbortReason, Phase, TxnStats};
 pub use txn::{Committed, ItemId, Txn};
 
-use ambidex_rpc::Runtime;
+use ambidex_rpc::{Ctx, Runtime};
 use ambidex_transport::{NodeId, ThreadId};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -121,6 +123,14 @@ pub struct TxnThread {
     /// Remote locks of transactions dropped without commit or abort, released by the
     /// thread's next round trip ([`phases::lock`]).
     pub(crate) orphans: RefCell<Vec<phases::lock::Orphan>>,
+    /// Other nodes' tables, for the one-sided phases.
+    pub(crate) remote: RefCell<onesided::RemoteTables>,
+    /// A stored value (transaction version + value) being read or built one-sided.
+    pub(crate) stored: RefCell<Vec<u8>>,
+    /// The WRITEs of a one-sided install being built.
+    pub(crate) commit_image: RefCell<onesided::CommitImage>,
+    /// Installations handed to the committer (passive ACK).
+    pub(crate) committer: RefCell<committer::CommitQueue>,
 }
 
 /// Transaction ids: bit 62 set (so no id collides with the load version 1), then node,
@@ -156,6 +166,10 @@ impl TxnThread {
             free_slots: RefCell::new(Vec::new()),
             next_slot: Cell::new(0),
             orphans: RefCell::new(Vec::new()),
+            remote: RefCell::new(onesided::RemoteTables::default()),
+            stored: RefCell::new(Vec::new()),
+            commit_image: RefCell::new(onesided::CommitImage::default()),
+            committer: RefCell::new(committer::CommitQueue::default()),
         })
     }
 
@@ -185,8 +199,72 @@ impl TxnThread {
     }
 
     /// Gives a transaction's own slot back (its locks are released or orphaned).
-    fn give_slot(&self, o: LockOwner) {
+    pub(crate) fn give_slot(&self, o: LockOwner) {
         self.free_slots.borrow_mut().push(o.slot);
+    }
+
+    /// Spawns the thread's committer on `rt` if the policy has passive ACK: then a
+    /// transaction returns once its log is complete and the committer installs its
+    /// writes. Without one, passive ACK degrades to waiting for the installation.
+    /// Every worker spawned after must call [`TxnThread::worker_started`] and, when it
+    /// ends, await [`TxnThread::worker_finished`] (the committer ends once every
+    /// worker has and every installation is done; `runner::start_thread` does this).
+    pub fn spawn_committer(th: &Rc<TxnThread>, rt: &mut Runtime) {
+        if th.cfg.policy.passive_ack != policy::PassiveAck::On {
+            return;
+        }
+        th.committer.borrow_mut().running = true;
+        let th = th.clone();
+        rt.spawn(move |ctx| committer::run(ctx, th));
+    }
+
+    /// A worker of this thread starts (see [`TxnThread::spawn_committer`]).
+    pub fn worker_started(&self) {
+        self.committer.borrow_mut().live_workers += 1;
+    }
+
+    /// A worker of this thread is done: resolves once every installation its
+    /// transactions handed to the committer is finished.
+    pub async fn worker_finished(&self, ctx: &Ctx) {
+        {
+            let mut q = self.committer.borrow_mut();
+            q.live_workers = q.live_workers.saturating_sub(1);
+            q.wake();
+        }
+        while self.committer.borrow().running && self.committer.borrow().pending() > 0 {
+            ctx.yield_now().await;
+        }
+    }
+
+    pub(crate) fn has_committer(&self) -> bool {
+        self.committer.borrow().running
+    }
+
+    pub(crate) fn defer_commit(&self, job: phases::commit::CommitJob) {
+        self.committer.borrow_mut().push(job);
+    }
+
+    /// Installations not finished yet (passive ACK; tests, reports).
+    pub fn commits_pending(&self) -> usize {
+        self.committer.borrow().pending()
+    }
+
+    /// Takes a finished transaction's buffers (and items, emptied) for the thread's
+    /// next transactions.
+    pub(crate) fn recycle(&self, mut bufs: txn::TxnBufs, mut items: Vec<txn::Item>) {
+        for it in items.drain(..) {
+            for mut v in std::iter::once(it.value).chain(it.new_value) {
+                if bufs.bytes.len() < txn::SPARE_BYTES && v.capacity() > 0 {
+                    v.clear();
+                    bufs.bytes.push(v);
+                }
+            }
+        }
+        bufs.items = items;
+        let mut pool = self.bufs.borrow_mut();
+        if pool.len() < txn::POOLED_TXNS {
+            pool.push(bufs);
+        }
     }
 
     /// Remote locks of dropped transactions not yet released (tests, reports).
@@ -213,7 +291,7 @@ impl TxnThread {
             | (s & ((1 << SEQ_BITS) - 1))
     }
 
-    fn truncate_later(&self, id: u64) {
+    pub(crate) fn truncate_later(&self, id: u64) {
         self.log.borrow_mut().truncate(id);
         let mut t = self.truncations.borrow_mut();
         for r in self.db.placement.log_replicas(self.node).skip(1) {

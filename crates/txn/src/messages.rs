@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! READ            req [table u32][key u64]                 resp [status][version u64][value]
+//! READ_LOC        req [table][key]                         resp [status][version][offset u64][store_version u64][value]
 //! LOCK            req [table][key][kind u8][slot u16]      resp [status][version][offset u64][store_version u64][value]
 //! VALIDATE        req [table][key]                         resp [status][version]
 //! UNLOCK          req [table][key][slot][offset][store_version]      resp [status]
@@ -32,6 +33,9 @@ pub mod rtype {
     pub const COMMIT_BACKUP: u8 = 37;
     pub const COMMIT_PRIMARY: u8 = 38;
     pub const TRUNCATE: u8 = 39;
+    /// READ that also returns where the item is and its header version (a hybrid
+    /// execute's miss, or any policy that locks, validates or commits one-sided).
+    pub const READ_LOC: u8 = 40;
 }
 
 /// Status byte of every response.

@@ -13,6 +13,9 @@ pub enum AbortReason {
     MissingKey,
     /// Insert of a key that exists.
     InsertExists,
+    /// A write-set key was locked by another transaction at the lock phase (a lock
+    /// taken after execute: a CAS, or a LOCK RPC after a one-sided execute).
+    LockedAtLock,
     /// A read-set key was locked at validation.
     LockedAtValidate,
     /// A read-set key's version changed between execute and validation.
@@ -25,6 +28,9 @@ pub enum AbortReason {
     BadResponse,
     /// The application aborted (for example SmallBank's insufficient funds).
     User,
+    /// A one-sided phase needed a table of another node that the cluster's catalog
+    /// does not have (started without a catalog, or an unknown table).
+    NoRemoteTable,
 }
 
 impl AbortReason {
@@ -33,12 +39,14 @@ impl AbortReason {
             AbortReason::LockedAtExecute => "locked_at_execute",
             AbortReason::MissingKey => "missing_key",
             AbortReason::InsertExists => "insert_exists",
+            AbortReason::LockedAtLock => "locked_at_lock",
             AbortReason::LockedAtValidate => "locked_at_validate",
             AbortReason::VersionChanged => "version_changed",
             AbortReason::TableFull => "table_full",
             AbortReason::Timeout => "timeout",
             AbortReason::BadResponse => "bad_response",
             AbortReason::User => "user",
+            AbortReason::NoRemoteTable => "no_remote_table",
         }
     }
 }
@@ -143,6 +151,10 @@ pub struct TxnStats {
     pub log_records_held: u64,
     /// Location-cache lookups of this thread's coordinators.
     pub location_cache: LocationCacheStats,
+    /// Failed unsignaled one-sided operations reported to this thread's workers (each
+    /// also decided its phase's outcome where it mattered; counted so that none goes
+    /// unnoticed).
+    pub onesided_unsignaled_failures: u64,
 }
 
 /// How the location cache served one thread's coordinators (DrTM+H §5.1).
@@ -187,6 +199,7 @@ impl TxnStats {
         self.log_truncated += o.log_truncated;
         self.log_records_held += o.log_records_held;
         self.location_cache.merge(&o.location_cache);
+        self.onesided_unsignaled_failures += o.onesided_unsignaled_failures;
     }
 
     /// Mean microseconds per phase of committed transactions that ran the phase.

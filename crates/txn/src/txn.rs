@@ -11,7 +11,9 @@
 //! every other access is an RPC queued without I/O and sent with one doorbell per phase.
 
 use crate::messages::{LockToken, WriteKind, WriteRec};
+use crate::phases::commit::CommitJob;
 use crate::stats::{AbortReason, Phase, PhaseMap};
+use crate::policy::PassiveAck;
 use crate::TxnThread;
 use ambidex_rpc::{Ctx, ReqHandle};
 use ambidex_store::LockOwner;
@@ -36,6 +38,13 @@ pub(crate) struct Item {
     /// The value to commit (insert / update).
     pub(crate) new_value: Option<Vec<u8>>,
     pub(crate) pending: Option<ReqHandle>,
+    /// A remote key fetched with its location: the item's offset in its home's table
+    /// region and its header word then (for a CAS lock, a header READ, a one-sided
+    /// commit, the location cache).
+    pub(crate) loc: Option<u64>,
+    pub(crate) hdr: u64,
+    /// A one-sided fetch of the key in progress ([`crate::phases::execute`]).
+    pub(crate) fetch: Option<crate::phases::execute::Fetch>,
 }
 
 /// The outcome of a committed transaction.
@@ -51,19 +60,20 @@ pub struct Committed {
 #[derive(Default)]
 pub(crate) struct TxnBufs {
     /// Empty while pooled.
-    items: Vec<Item>,
+    pub(crate) items: Vec<Item>,
     /// Spare value buffers (cleared).
     pub(crate) bytes: Vec<Vec<u8>>,
     pub(crate) req: Vec<u8>,
     pub(crate) body: Vec<u8>,
     pub(crate) handles: Vec<ReqHandle>,
     pub(crate) targets: Vec<NodeId>,
+    pub(crate) ops: Vec<crate::phases::commit::CommitOp>,
 }
 
 /// Spare buffers kept per pooled transaction, and pooled transactions per thread: enough
 /// for every coroutine's transaction, bounded so one huge transaction pins little memory.
-const SPARE_BYTES: usize = 64;
-const POOLED_TXNS: usize = 256;
+pub(crate) const SPARE_BYTES: usize = 64;
+pub(crate) const POOLED_TXNS: usize = 256;
 
 impl TxnBufs {
     fn spare(&mut self) -> Vec<u8> {
@@ -94,6 +104,8 @@ pub struct Txn<'c> {
     /// value, so its size costs copies).
     ran: u8,
     done: bool,
+    /// Its items and buffers went to the committer (passive ACK).
+    deferred: bool,
 }
 
 impl<'c> Txn<'c> {
@@ -117,6 +129,7 @@ impl<'c> Txn<'c> {
             phase_ns: PhaseMap::default(),
             ran: 0,
             done: false,
+            deferred: false,
         }
     }
 
@@ -157,6 +170,9 @@ impl<'c> Txn<'c> {
             lock: None,
             new_value: None,
             pending: None,
+            loc: None,
+            hdr: 0,
+            fetch: None,
         });
         self.items.len() - 1
     }
@@ -275,6 +291,21 @@ impl<'c> Txn<'c> {
         }
         self.default_new_values();
         let read_only = self.items.iter().all(|it| it.write.is_none());
+        // Policies that do not lock at execute lock the write set now (DrTM+H §5.2).
+        if !self.th.cfg.policy.lock_at_execute()
+            && self
+                .items
+                .iter()
+                .any(|it| it.write.is_some() && it.lock.is_none())
+        {
+            let t0 = self.ctx.step_ns();
+            let r = self.lock_phase().await;
+            self.timed(Phase::Lock, t0);
+            if let Err(r) = r {
+                self.fail(r).await;
+                return Err(r);
+            }
+        }
         // Single-key read-only transactions skip validation (FaSST §5).
         if !(read_only && self.items.len() <= 1) {
             let t0 = self.ctx.step_ns();
@@ -300,13 +331,18 @@ impl<'c> Txn<'c> {
             return Err(r);
         }
         // From here the transaction is committed: its record is in every log replica.
-        let t0 = self.ctx.step_ns();
-        let backups_ok = self.commit_phase(false).await;
-        self.timed(Phase::CommitBackup, t0);
-        let t1 = self.ctx.step_ns();
-        let primaries_ok = self.commit_phase(true).await;
-        self.timed(Phase::CommitPrimary, t1);
-        let complete = backups_ok && primaries_ok;
+        if self.th.cfg.policy.passive_ack == PassiveAck::On && self.th.has_committer() {
+            // Passive ACK: the installation goes on off this transaction's path.
+            self.finish_commit(false, false);
+            let job = self.take_job();
+            self.deferred = true;
+            self.th.defer_commit(job);
+            return Ok(Committed {
+                id: self.id,
+                read_only: false,
+            });
+        }
+        let complete = self.commit_inline().await;
         if complete {
             self.th.truncate_later(self.id);
         }
@@ -372,20 +408,47 @@ impl<'c> Txn<'c> {
         &'a self,
         filter: impl Fn(&Item) -> bool + 'a,
     ) -> impl Iterator<Item = WriteRec<'a>> + 'a {
-        self.items
-            .iter()
-            .filter(move |it| it.write.is_some() && filter(it))
-            .filter_map(|it| {
-                Some(WriteRec {
-                    table: it.table,
-                    key: it.key,
-                    kind: it.write?,
-                    prev_version: it.version,
-                    token: it.lock.unwrap_or_default(),
-                    value: it.new_value.as_deref().unwrap_or(&[]),
-                })
-            })
+        writes_of(&self.items, filter)
     }
+
+    /// Moves the transaction's items and buffers into its installation job.
+    pub(crate) fn take_job(&mut self) -> CommitJob {
+        CommitJob {
+            id: self.id,
+            owner: self.owner,
+            own_slot: self.own_slot,
+            items: std::mem::take(&mut self.items),
+            bufs: std::mem::take(&mut self.bufs),
+            ok: true,
+        }
+    }
+
+    /// Adds `ns` to phase `p`'s time.
+    pub(crate) fn add_phase_time(&mut self, p: Phase, ns: u64) {
+        self.phase_ns[p] += ns;
+        self.ran |= 1 << p as u8;
+    }
+}
+
+/// The write-set keys of `items` selected by `filter`, as commit-record entries
+/// (primary: with lock tokens).
+pub(crate) fn writes_of<'a>(
+    items: &'a [Item],
+    filter: impl Fn(&Item) -> bool + 'a,
+) -> impl Iterator<Item = WriteRec<'a>> + 'a {
+    items
+        .iter()
+        .filter(move |it| it.write.is_some() && filter(it))
+        .filter_map(|it| {
+            Some(WriteRec {
+                table: it.table,
+                key: it.key,
+                kind: it.write?,
+                prev_version: it.version,
+                token: it.lock.unwrap_or_default(),
+                value: it.new_value.as_deref().unwrap_or(&[]),
+            })
+        })
 }
 
 impl Drop for Txn<'_> {
@@ -401,23 +464,15 @@ impl Drop for Txn<'_> {
             // let a later transaction of the thread share its owner.
             self.own_slot &= !unknown;
         }
+        if self.deferred {
+            // Its locks are held until the committer installs its writes: the
+            // committer gives the slot and the buffers back.
+            return;
+        }
         if self.own_slot {
             self.th.give_slot(self.owner);
         }
-        // Hand the buffers to the thread's next transaction.
-        let mut bufs = std::mem::take(&mut self.bufs);
-        for it in self.items.drain(..) {
-            for mut v in std::iter::once(it.value).chain(it.new_value) {
-                if bufs.bytes.len() < SPARE_BYTES && v.capacity() > 0 {
-                    v.clear();
-                    bufs.bytes.push(v);
-                }
-            }
-        }
-        bufs.items = std::mem::take(&mut self.items);
-        let mut pool = self.th.bufs.borrow_mut();
-        if pool.len() < POOLED_TXNS {
-            pool.push(bufs);
-        }
+        self.th
+            .recycle(std::mem::take(&mut self.bufs), std::mem::take(&mut self.items));
     }
 }
