@@ -269,6 +269,9 @@ pub fn command(cfg: &Config) -> String {
     if let Some(s) = cfg.run.scale {
         c += &format!(" --scale {s}");
     }
+    if cfg.txn.mode != d.txn.mode {
+        c += &format!(" --mode {}", cfg.txn.mode);
+    }
     if cfg.rpc.retransmit_timeout_ms != d.rpc.retransmit_timeout_ms {
         c += &format!(" --rpc-timeout-ms {}", cfg.rpc.retransmit_timeout_ms);
     }
