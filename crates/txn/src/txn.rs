@@ -68,6 +68,10 @@ pub(crate) struct TxnBufs {
     pub(crate) handles: Vec<ReqHandle>,
     pub(crate) targets: Vec<NodeId>,
     pub(crate) ops: Vec<crate::phases::commit::CommitOp>,
+    /// Header READs of the validate phase: (item, READ).
+    pub(crate) reads: Vec<(usize, ambidex_rpc::OpHandle)>,
+    /// Locks of the lock phase awaiting their answer.
+    pub(crate) locking: Vec<crate::phases::lock::Locking>,
 }
 
 /// Spare buffers kept per pooled transaction, and pooled transactions per thread: enough

@@ -15,6 +15,16 @@ use ambidex_rpc::{OneSidedError, OpHandle, ReqHandle};
 use ambidex_store::Header;
 use ambidex_transport::NodeId;
 
+/// A lock of the lock phase awaiting its answer: the item, the version and existence
+/// execute read, and the header READ behind a CAS lock (none: a LOCK RPC).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Locking {
+    item: usize,
+    version: u64,
+    exists: bool,
+    read: Option<OpHandle>,
+}
+
 /// A remote lock of a dropped transaction, to be released by its thread.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Orphan {
@@ -89,8 +99,8 @@ impl Txn<'_> {
         let owner = self.owner;
         let cas = self.th.cfg.policy.lock == policy::Lock::Cas;
         let mut failure = None;
-        // (item, version and existence read at execute, the header READ of a CAS lock)
-        let mut waiting: Vec<(usize, u64, bool, Option<OpHandle>)> = Vec::new();
+        let mut waiting = std::mem::take(&mut self.bufs.locking);
+        waiting.clear();
         let mut req = std::mem::take(&mut self.bufs.req);
         let mut any = self.queue_orphans();
         for i in 0..self.items.len() {
@@ -115,7 +125,12 @@ impl Txn<'_> {
             match (cas, loc) {
                 (true, Some(off)) => match self.queue_cas_lock(i, off) {
                     Ok(read) => {
-                        waiting.push((i, version, exists, Some(read)));
+                        waiting.push(Locking {
+                            item: i,
+                            version,
+                            exists,
+                            read: Some(read),
+                        });
                         any = true;
                     }
                     Err(r) => {
@@ -124,7 +139,12 @@ impl Txn<'_> {
                 },
                 _ => match self.queue_lock_rpc(i, &mut req) {
                     Ok(()) => {
-                        waiting.push((i, version, exists, None));
+                        waiting.push(Locking {
+                            item: i,
+                            version,
+                            exists,
+                            read: None,
+                        });
                         any = true;
                     }
                     Err(r) => {
@@ -136,7 +156,13 @@ impl Txn<'_> {
         self.bufs.req = req;
         if any {
             let flushed = self.flush_batch().await;
-            for &(i, version, exists, read) in &waiting {
+            for &Locking {
+                item: i,
+                version,
+                exists,
+                read,
+            } in &waiting
+            {
                 let r = match read {
                     Some(op) => self.take_cas_lock(i, op),
                     None => {
@@ -155,6 +181,7 @@ impl Txn<'_> {
                 }
             }
         }
+        self.bufs.locking = waiting;
         failure.map_or(Ok(()), Err)
     }
 

@@ -9,7 +9,6 @@ use crate::messages::{rtype, Fetched, Status, ValidateReq, ValidateResp};
 use crate::policy;
 use crate::stats::AbortReason;
 use crate::txn::{Item, Txn};
-use ambidex_rpc::OpHandle;
 use ambidex_store::Header;
 
 impl Txn<'_> {
@@ -22,7 +21,8 @@ impl Txn<'_> {
         let mut req = std::mem::take(&mut self.bufs.req);
         let mut any = false;
         let mut failure = None;
-        let mut reads: Vec<(usize, OpHandle)> = Vec::new();
+        let mut reads = std::mem::take(&mut self.bufs.reads);
+        reads.clear();
         for i in 0..self.items.len() {
             let it = &self.items[i];
             if it.write.is_some() {
@@ -109,6 +109,7 @@ impl Txn<'_> {
                 }
             }
         }
+        self.bufs.reads = reads;
         failure.map_or(Ok(()), Err)
     }
 }
