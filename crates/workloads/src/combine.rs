@@ -671,9 +671,11 @@ mod tests {
             let mut t = TxnStats::default();
             t.location_cache.hits = hits;
             t.location_cache.stale = 1;
-            let mut rpc = RpcStats::default();
-            rpc.onesided_reads = 10 + hits;
-            rpc.onesided_failed = 1;
+            let rpc = RpcStats {
+                onesided_reads: 10 + hits,
+                onesided_failed: 1,
+                ..Default::default()
+            };
             NodeReport {
                 node,
                 per_type: vec![TypeReport::default(); 6],

@@ -148,9 +148,11 @@ mod tests {
 
     #[test]
     fn the_one_sided_line_names_counts_and_ratio() {
-        let mut s = RpcStats::default();
-        s.onesided_reads = 7;
-        s.onesided_cas = 2;
+        let s = RpcStats {
+            onesided_reads: 7,
+            onesided_cas: 2,
+            ..Default::default()
+        };
         let c = LocationCacheStats {
             hits: 3,
             misses: 1,
