@@ -43,11 +43,15 @@ use ambidex_rpc::{ManualClock, RpcStats, Runtime, RuntimeConfig};
 use ambidex_transport::{EndpointAddr, NodeId, SharedNode};
 use ambidex_transport_sim::{mix, SimNet, SimNetStats, HASH_SEED};
 use ambidex_txn::runner::{start_thread, RunSpec, WorkerCtx};
+use ambidex_txn::stats::LocationCacheStats;
 use ambidex_txn::{NodeDb, Placement, TxnStats, TxnThread};
 use ambidex_workloads::common::{worker_seed, Outcome, Workload};
 use ambidex_workloads::driver::run_spec;
 use ambidex_workloads::load::{build_nodes, LoadOptions};
-use ambidex_workloads::{objstore, smallbank, tatp, tpcc, Config, WorkloadKind};
+use ambidex_workloads::report::policy_flags;
+use ambidex_workloads::{
+    objstore, smallbank, tatp, tpcc, Config, OneSidedCounts, PolicyReport, WorkloadKind,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -269,14 +273,15 @@ pub fn command(cfg: &Config) -> String {
     if let Some(s) = cfg.run.scale {
         c += &format!(" --scale {s}");
     }
-    if cfg.txn.mode != d.txn.mode {
-        c += &format!(" --mode {}", cfg.txn.mode);
-    }
     if cfg.rpc.retransmit_timeout_ms != d.rpc.retransmit_timeout_ms {
         c += &format!(" --rpc-timeout-ms {}", cfg.rpc.retransmit_timeout_ms);
     }
     if cfg.rpc.max_retries != d.rpc.max_retries {
         c += &format!(" --rpc-retries {}", cfg.rpc.max_retries);
+    }
+    // A bad policy fails the run before anyone reads the command.
+    if let Ok(p) = cfg.policy() {
+        c += &policy_flags(&p);
     }
     for f in script(cfg).unwrap_or_default() {
         match f {
@@ -327,6 +332,8 @@ pub struct SimReport {
     pub faults: String,
     pub bug: Option<String>,
     pub command: String,
+    /// Every phase's choice the run used, and its preset's name if it equals one.
+    pub policy: PolicyReport,
     /// Steps run before the workers were stopped, and while quiescing.
     pub steps: u64,
     pub quiesce_steps: u64,
@@ -341,6 +348,10 @@ pub struct SimReport {
     pub net: SimNetStats,
     pub rpc: RpcStats,
     pub txn_layer: TxnStats,
+    /// One-sided operations posted by every runtime (from `rpc`).
+    pub one_sided: OneSidedCounts,
+    /// Location-cache lookups of every coordinator (from `txn_layer`).
+    pub location_cache: LocationCacheStats,
     /// Transactions in the recorded history, and the checker's summary line.
     pub history_transactions: u64,
     pub serializable: bool,
@@ -626,6 +637,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         fault: None,
         ..run_spec(cfg, coroutines, None)?
     };
+    let policy = base.txn.policy;
     let recs: Rc<RefCell<Vec<TxnRecord>>> = Rc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let types = wl.txn_types().len();
@@ -876,6 +888,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         faults: faults.name.to_string(),
         bug: cfg.txn.inject_bug.map(|b| b.name().to_string()),
         command: command(cfg),
+        policy: policy.into(),
         steps,
         quiesce_steps,
         sim_time_ns: sim.now(),
@@ -891,6 +904,8 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         partitions: sim.partitions,
         pauses: sim.pauses,
         net: net.stats(),
+        one_sided: (&rpc).into(),
+        location_cache: txn_layer.location_cache,
         rpc,
         txn_layer,
         history_transactions: history.len() as u64,

@@ -287,7 +287,10 @@ fn bad_specs_are_clear_errors() {
             "chaos",
             with(ok.clone(), |c| c.sim.faults = "meteor".into()),
         ),
-        ("mode", with(ok.clone(), |c| c.txn.mode = "farmish".into())),
+        (
+            "nonsense",
+            with(ok.clone(), |c| c.txn.mode = "nonsense".into()),
+        ),
         (
             "retransmit_timeout_ms",
             with(ok.clone(), |c| c.rpc.retransmit_timeout_ms = 0.0),
@@ -350,5 +353,63 @@ fn scripted_partitions_and_pauses_happen_when_asked() {
             c.sim.partitions = vec![bad.into()]
         });
         assert!(run(&s).unwrap_err().contains("--partition"), "{bad}");
+    }
+}
+
+/// The policy a run used is in its report and in its reproducing command: a preset by
+/// `--mode`, any other policy phase by phase. (Only the RPC phases run in this build, so
+/// the run uses passive ACK, which they accept; the others are checked by command only.)
+#[test]
+fn the_policy_is_reported_and_reproduced() {
+    use ambidex_workloads::config::PassiveAck;
+    let s = with(spec(WorkloadKind::SmallBank, 2, "none"), |c| {
+        c.txn.passive_ack = Some(PassiveAck::On)
+    });
+    let r = run(&s).unwrap();
+    assert!(r.passed(), "{:?}", r.failures);
+    assert_eq!(r.policy.preset, None);
+    assert_eq!(r.policy.policy.passive_ack, PassiveAck::On);
+    assert!(
+        r.command.contains(
+            "--execute rpc --lock rpc --validate rpc --log rpc --commit rpc --passive-ack on"
+        ),
+        "{}",
+        r.command
+    );
+    let j = serde_json::to_value(&r).unwrap();
+    for k in [
+        "execute",
+        "lock",
+        "validate",
+        "log",
+        "commit",
+        "passive_ack",
+    ] {
+        assert!(j["policy"][k].is_string(), "{k}: {}", j["policy"]);
+    }
+    for k in ["reads", "writes", "cas", "faa", "failed"] {
+        assert!(j["one_sided"][k].is_u64(), "{k}: {}", j["one_sided"]);
+    }
+    for k in ["hits", "misses", "stale"] {
+        assert!(
+            j["location_cache"][k].is_u64(),
+            "{k}: {}",
+            j["location_cache"]
+        );
+    }
+    // The start-up check's one-sided READs are counted.
+    assert!(r.one_sided.reads > 0, "{:?}", r.one_sided);
+    let f = run(&spec(WorkloadKind::SmallBank, 2, "none")).unwrap();
+    assert_eq!(f.policy.preset, Some("fasst"));
+    assert!(!f.command.contains("--mode") && !f.command.contains("--execute"));
+    for p in ["farm", "drtm-r", "drtm-h"] {
+        let c = with(spec(WorkloadKind::SmallBank, 2, "none"), |c| {
+            c.txn.mode = p.into()
+        });
+        assert!(
+            command(&c).ends_with(&format!("--mode {p}")),
+            "{}",
+            command(&c)
+        );
     }
 }

@@ -23,8 +23,17 @@ pub enum ConfigError {
         name: String,
         known: &'static str,
     },
-    /// A transaction-policy preset that does not exist (or is not built yet).
+    /// A transaction-policy preset that does not exist.
     UnknownMode { mode: String },
+    /// A per-phase policy choice that does not exist (`txn.execute = "magic"`).
+    UnknownChoice {
+        /// The configuration field, `txn.execute`.
+        field: &'static str,
+        /// Its command-line flag, `--execute`.
+        flag: &'static str,
+        value: String,
+        allowed: &'static [&'static str],
+    },
     /// A value out of its range, or settings that contradict each other.
     Invalid { field: &'static str, why: String },
 }
@@ -55,6 +64,16 @@ impl fmt::Display for ConfigError {
                 f,
                 "txn.mode (--mode) {mode:?}: no such preset; the presets are: {}",
                 PRESETS.join(", ")
+            ),
+            ConfigError::UnknownChoice {
+                field,
+                flag,
+                value,
+                allowed,
+            } => write!(
+                f,
+                "{field} ({flag}) {value:?}: no such choice; the choices are: {}",
+                allowed.join(", ")
             ),
             ConfigError::Invalid { field, why } => write!(f, "{field}: {why}"),
         }
