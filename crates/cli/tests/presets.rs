@@ -58,10 +58,19 @@ fn run(mode: &str, workload: &str, transport: &[&str]) -> Value {
     assert!(report.valid, "{what}: {}", report.summary());
     // The preset's one-sided phases ran (the start-up check's READs aside).
     let rpc = &r["rpc"];
-    assert!(rpc["onesided_writes"].as_u64().unwrap() > 0, "{what}: no WRITE (log)");
-    assert!(rpc["onesided_reads"].as_u64().unwrap() > 10, "{what}: no READ");
+    assert!(
+        rpc["onesided_writes"].as_u64().unwrap() > 0,
+        "{what}: no WRITE (log)"
+    );
+    assert!(
+        rpc["onesided_reads"].as_u64().unwrap() > 10,
+        "{what}: no READ"
+    );
     if mode != "farm" {
-        assert!(rpc["onesided_cas"].as_u64().unwrap() > 0, "{what}: no CAS lock");
+        assert!(
+            rpc["onesided_cas"].as_u64().unwrap() > 0,
+            "{what}: no CAS lock"
+        );
     }
     r
 }

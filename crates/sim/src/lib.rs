@@ -706,7 +706,8 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
                     }
                 },
                 move |c| {
-                    let idx = (n as usize * threads_per_node as usize + t as usize) * coroutines + c;
+                    let idx =
+                        (n as usize * threads_per_node as usize + t as usize) * coroutines + c;
                     running_done[idx].set(false);
                 },
             )?;

@@ -144,8 +144,14 @@ fn onesided_faults_hit_transactions(mode: &str, reports: &[SimReport]) {
     // table, in a calm phase.
     let reads = sum(|r| r.rpc.onesided_reads) - sum(|r| r.remote_tables_verified);
     assert!(reads > 0, "{mode}: no transaction READ");
-    assert!(sum(|r| r.net.onesided_retransmits) > 0, "{mode}: no one-sided op lost");
-    assert!(sum(|r| r.net.onesided_reexecuted) > 0, "{mode}: no one-sided op executed twice");
+    assert!(
+        sum(|r| r.net.onesided_retransmits) > 0,
+        "{mode}: no one-sided op lost"
+    );
+    assert!(
+        sum(|r| r.net.onesided_reexecuted) > 0,
+        "{mode}: no one-sided op executed twice"
+    );
     let p = ambidex_txn::Policy::preset(mode).unwrap();
     if p.lock == ambidex_txn::policy::Lock::Cas {
         assert!(sum(|r| r.rpc.onesided_cas) > 0, "{mode}: no CAS");
@@ -236,15 +242,17 @@ fn the_same_seed_gives_the_same_run_bit_for_bit() {
 fn an_injected_protocol_bug_is_found_and_its_seed_reproduces_it() {
     for mode in ambidex_txn::policy::PRESETS {
         let bugged = |seed| {
-            with(spec_mode(WorkloadKind::SmallBank, mode, seed, "chaos"), |c| {
-                c.txn.inject_bug = Some(InjectedBug::SkipValidation)
-            })
+            with(
+                spec_mode(WorkloadKind::SmallBank, mode, seed, "chaos"),
+                |c| c.txn.inject_bug = Some(InjectedBug::SkipValidation),
+            )
         };
         let found = (0..CI_SEEDS).find_map(|s| {
             let r = run(&bugged(s)).unwrap();
             (!r.passed()).then_some(r)
         });
-        let r = found.unwrap_or_else(|| panic!("{mode}: no CI seed caught a protocol without validation"));
+        let r = found
+            .unwrap_or_else(|| panic!("{mode}: no CI seed caught a protocol without validation"));
         eprintln!(
             "{mode}: injected bug caught by seed {} ({}):\n  {}",
             r.seed,
@@ -252,7 +260,11 @@ fn an_injected_protocol_bug_is_found_and_its_seed_reproduces_it() {
             r.failures.join("\n  ")
         );
         assert!(r.command.contains("--inject-bug skip-validation"));
-        assert!(r.command.contains(mode) || *mode == "fasst", "{}", r.command);
+        assert!(
+            r.command.contains(mode) || *mode == "fasst",
+            "{}",
+            r.command
+        );
         assert!(
             !r.serializable,
             "{mode}: the serializability checker missed it: {:?}",

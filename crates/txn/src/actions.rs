@@ -199,7 +199,12 @@ pub fn check_write(db: &NodeDb, w: &WriteRec<'_>, owner: Option<LockOwner>) -> b
 
 /// The stored form of a write (transaction version `txn` + value; a delete's is a
 /// tombstone of zeroes) into `out`; false if the value is not of `value_size` bytes.
-pub(crate) fn stored_value(txn: u64, w: &WriteRec<'_>, value_size: usize, out: &mut Vec<u8>) -> bool {
+pub(crate) fn stored_value(
+    txn: u64,
+    w: &WriteRec<'_>,
+    value_size: usize,
+    out: &mut Vec<u8>,
+) -> bool {
     out.clear();
     match w.kind {
         WriteKind::Delete => {

@@ -119,7 +119,9 @@ impl NodeDb {
                 transport
                     .register(SCRATCH_PER_WORKER * SCRATCH_WORKERS, Perms::ALL)
                     .map_err(|e| {
-                        format!("node {node}: cannot register the scratch region of thread {t}: {e}")
+                        format!(
+                            "node {node}: cannot register the scratch region of thread {t}: {e}"
+                        )
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -28,7 +28,9 @@ pub fn register(rt: &mut Runtime, db: Arc<NodeDb>, log: Rc<RefCell<LogReplica>>)
     let d = db.clone();
     rt.register(rtype::READ, move |_, req, resp| read(&d, req, resp));
     let d = db.clone();
-    rt.register(rtype::READ_LOC, move |_, req, resp| read_located(&d, req, resp));
+    rt.register(rtype::READ_LOC, move |_, req, resp| {
+        read_located(&d, req, resp)
+    });
     let d = db.clone();
     rt.register(rtype::LOCK, move |i: &RequestInfo, req, resp| {
         lock(&d, i.src, req, resp)
@@ -94,9 +96,7 @@ pub fn read_located<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
     let Ok(r) = ReadReq::decode(req) else {
         return refuse(db, resp);
     };
-    LockResp::encode_with(resp, |out| {
-        actions::read_located(db, r.table, r.key, out)
-    });
+    LockResp::encode_with(resp, |out| actions::read_located(db, r.table, r.key, out));
 }
 
 pub fn lock<R: RespBuf>(db: &NodeDb, src: EndpointAddr, req: &[u8], resp: &mut R) {

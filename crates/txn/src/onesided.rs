@@ -43,7 +43,12 @@ impl RemoteTables {
     /// The table `table` of `node`, or `None` if the catalog does not have it (no
     /// catalog, an unknown table, a layout the catalog's checks let through but the
     /// shape cannot use).
-    pub fn get(cell: &RefCell<RemoteTables>, db: &NodeDb, node: NodeId, table: u32) -> Option<Rc<RemoteTable>> {
+    pub fn get(
+        cell: &RefCell<RemoteTables>,
+        db: &NodeDb,
+        node: NodeId,
+        table: u32,
+    ) -> Option<Rc<RemoteTable>> {
         let mut me = cell.borrow_mut();
         if me.tables.is_empty() {
             me.build(db)?;
@@ -59,7 +64,11 @@ impl RemoteTables {
 
     fn build(&mut self, db: &NodeDb) -> Option<()> {
         let cat = db.catalog()?;
-        let per_node = cat.iter().map(|d| d.table_id as usize + 1).max().unwrap_or(0);
+        let per_node = cat
+            .iter()
+            .map(|d| d.table_id as usize + 1)
+            .max()
+            .unwrap_or(0);
         let nodes = cat.nodes() as usize;
         let mut tables = vec![None; nodes * per_node];
         for d in cat.iter() {
@@ -136,11 +145,7 @@ pub(crate) const BUCKET_BYTES: u32 = LINE as u32;
 pub(crate) enum ItemRead {
     /// The key, consistent: its header word, transaction version (tombstone bit
     /// cleared), whether it is live, and its value in the caller's buffer.
-    Found {
-        hdr: u64,
-        version: u64,
-        live: bool,
-    },
+    Found { hdr: u64, version: u64, live: bool },
     /// Locked by a writer.
     Locked,
     /// A write in progress (chunk versions disagree): read it again.
@@ -159,9 +164,9 @@ pub(crate) fn read_item(
     stored: &mut Vec<u8>,
     value: &mut Vec<u8>,
 ) -> ItemRead {
-    let h = img
-        .get(..8)
-        .map_or(MARKER, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
+    let h = img.get(..8).map_or(MARKER, |b| {
+        u64::from_ne_bytes(b.try_into().unwrap_or([0; 8]))
+    });
     if Header::is_locked(h) {
         // Locked items are the key's only if the key word matches; a foreign locked
         // item is a stale location.

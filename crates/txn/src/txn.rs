@@ -12,8 +12,8 @@
 
 use crate::messages::{LockToken, WriteKind, WriteRec};
 use crate::phases::commit::CommitJob;
-use crate::stats::{AbortReason, Phase, PhaseMap};
 use crate::policy::PassiveAck;
+use crate::stats::{AbortReason, Phase, PhaseMap};
 use crate::TxnThread;
 use ambidex_rpc::{Ctx, ReqHandle};
 use ambidex_store::LockOwner;
@@ -72,6 +72,8 @@ pub(crate) struct TxnBufs {
     pub(crate) reads: Vec<(usize, ambidex_rpc::OpHandle)>,
     /// Locks of the lock phase awaiting their answer.
     pub(crate) locking: Vec<crate::phases::lock::Locking>,
+    /// Bucket walks of the execute phase in progress.
+    pub(crate) walks: Vec<crate::onesided::Walk>,
 }
 
 /// Spare buffers kept per pooled transaction, and pooled transactions per thread: enough
@@ -476,7 +478,19 @@ impl Drop for Txn<'_> {
         if self.own_slot {
             self.th.give_slot(self.owner);
         }
-        self.th
-            .recycle(std::mem::take(&mut self.bufs), std::mem::take(&mut self.items));
+        self.th.recycle(
+            std::mem::take(&mut self.bufs),
+            std::mem::take(&mut self.items),
+        );
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// Items are moved and scanned by every phase: keep them small.
+    #[test]
+    fn item_stays_small() {
+        let n = std::mem::size_of::<super::Item>();
+        assert!(n <= 144, "Item is {n} bytes");
     }
 }

@@ -72,7 +72,9 @@ fn run_bank(backend: Backend, policy: Policy, per_worker: usize) -> Outcome {
     let worker: Worker = Arc::new(move |w: WorkerCtx| {
         let snaps = snaps.clone();
         Box::pin(async move {
-            let mut seed = 0x5eed ^ ((w.node as u64) << 24) ^ ((w.thread as u64) << 16)
+            let mut seed = 0x5eed
+                ^ ((w.node as u64) << 24)
+                ^ ((w.thread as u64) << 16)
                 ^ ((w.coroutine as u64) << 8)
                 | 1;
             for n in 0..per_worker {
@@ -100,7 +102,10 @@ fn run_bank(backend: Backend, policy: Policy, per_worker: usize) -> Outcome {
                 if t.execute().await.is_err() {
                     continue;
                 }
-                let (va, vb) = (balance_of(t.get(ia).unwrap()), balance_of(t.get(ib).unwrap()));
+                let (va, vb) = (
+                    balance_of(t.get(ia).unwrap()),
+                    balance_of(t.get(ib).unwrap()),
+                );
                 let amount = next(&mut seed) % 10;
                 if va < amount {
                     t.abort().await;
@@ -157,16 +162,28 @@ fn run_bank(backend: Backend, policy: Policy, per_worker: usize) -> Outcome {
 fn policies() -> Vec<Policy> {
     let mut v: Vec<Policy> = ambidex_txn::policy::PRESETS
         .iter()
-        .map(|p| Policy { log: Log::Rpc, ..Policy::preset(p).unwrap() }) // MERGE: ring log
+        .map(|p| Policy {
+            log: Log::Rpc,
+            ..Policy::preset(p).unwrap()
+        }) // MERGE: ring log
         .collect();
-    for execute in [Execute::Rpc, Execute::OneSided, Execute::Cached, Execute::Hybrid] {
+    for execute in [
+        Execute::Rpc,
+        Execute::OneSided,
+        Execute::Cached,
+        Execute::Hybrid,
+    ] {
         for (lock, validate) in [(Lock::Rpc, Validate::Read), (Lock::Cas, Validate::Rpc)] {
             v.push(Policy {
                 execute,
                 lock,
                 validate,
                 log: Log::Rpc,
-                commit: if lock == Lock::Cas { Commit::Write } else { Commit::Rpc },
+                commit: if lock == Lock::Cas {
+                    Commit::Write
+                } else {
+                    Commit::Rpc
+                },
                 passive_ack: if execute == Execute::Hybrid {
                     PassiveAck::On
                 } else {
@@ -187,14 +204,27 @@ fn policies() -> Vec<Policy> {
 fn every_policy_keeps_the_bank_correct_local() {
     for p in policies() {
         let o = run_bank(Backend::Local, p, 60);
-        assert!(o.committed > 100 && o.snapshots > 0, "{p:?}: too few commits: {} {}", o.committed, o.snapshots);
+        assert!(
+            o.committed > 100 && o.snapshots > 0,
+            "{p:?}: too few commits: {} {}",
+            o.committed,
+            o.snapshots
+        );
     }
 }
 
 #[test]
 fn every_policy_keeps_the_bank_correct_shm() {
-    for p in policies().into_iter().filter(|p| std::env::var("ONLY").map_or(true, |o| format!("{p:?}").contains(&o))) {
+    for p in policies()
+        .into_iter()
+        .filter(|p| std::env::var("ONLY").map_or(true, |o| format!("{p:?}").contains(&o)))
+    {
         let o = run_bank(Backend::Shm, p, 40);
-        assert!(o.committed > 50 && o.snapshots > 0, "{p:?}: too few commits: {} {}", o.committed, o.snapshots);
+        assert!(
+            o.committed > 50 && o.snapshots > 0,
+            "{p:?}: too few commits: {} {}",
+            o.committed,
+            o.snapshots
+        );
     }
 }

@@ -55,7 +55,13 @@ impl CommitJob {
     /// place. `signal_all`: every release CAS signaled and checked; otherwise only each
     /// node's last operation is (passive ACK confirms the others). Returns whether
     /// anything was queued.
-    pub fn queue_step(&mut self, ctx: &Ctx, th: &TxnThread, primaries: bool, signal_all: bool) -> bool {
+    pub fn queue_step(
+        &mut self,
+        ctx: &Ctx,
+        th: &TxnThread,
+        primaries: bool,
+        signal_all: bool,
+    ) -> bool {
         let db = th.db.clone();
         let placement = db.placement;
         let me = db.node;
@@ -152,11 +158,24 @@ impl CommitJob {
                     continue;
                 }
             };
-            if !actions::stored_value(self.id, &w, t.shape.value_size - crate::db::META, &mut stored) {
+            if !actions::stored_value(
+                self.id,
+                &w,
+                t.shape.value_size - crate::db::META,
+                &mut stored,
+            ) {
                 self.ok = false;
                 continue;
             }
-            commit_image(&t, token.offset, it.key, token.store_version, self.owner, &stored, &mut img);
+            commit_image(
+                &t,
+                token.offset,
+                it.key,
+                token.store_version,
+                self.owner,
+                &stored,
+                &mut img,
+            );
             let signaled = signal_all || Some(i) == last;
             let mut queued = Ok(());
             for (at, r) in &img.writes {

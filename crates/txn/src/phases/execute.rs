@@ -20,7 +20,9 @@
 
 use super::rpc_failure;
 use crate::actions;
-use crate::messages::{rtype, DecodeError, Fetched, LockResp, ReadReq, ReadResp, Status, WriteKind};
+use crate::messages::{
+    rtype, DecodeError, Fetched, LockResp, ReadReq, ReadResp, Status, WriteKind,
+};
 use crate::onesided::{self, RemoteTable, RemoteTables, Walk, WalkStep, BUCKET_BYTES};
 use crate::policy;
 use crate::stats::AbortReason;
@@ -38,7 +40,9 @@ const TORN_RETRIES: u8 = 8;
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Source {
     Cache,
-    Walk(Walk),
+    /// A bucket walk, whose state is `TxnBufs::walks[i]` (kept out of the item, which
+    /// every transaction moves and copies).
+    Walk(u16),
 }
 
 /// A fetch in progress of one key (on its [`Item`]).
@@ -49,7 +53,10 @@ pub(crate) enum Fetch {
     Read,
     ReadLoc,
     /// A one-sided READ in flight.
-    Bucket { op: OpHandle, hops: u32 },
+    Bucket {
+        op: OpHandle,
+        hops: u32,
+    },
     Item {
         op: OpHandle,
         off: u64,
@@ -57,8 +64,15 @@ pub(crate) enum Fetch {
         tries: u8,
     },
     /// To queue at the next round.
-    NextBucket { off: u64, hops: u32 },
-    NextItem { off: u64, from: Source, tries: u8 },
+    NextBucket {
+        off: u64,
+        hops: u32,
+    },
+    NextItem {
+        off: u64,
+        from: Source,
+        tries: u8,
+    },
     NextReadLoc,
 }
 
@@ -79,6 +93,7 @@ impl Txn<'_> {
     /// Fetches every key not yet fetched. The caller aborts on error.
     pub(crate) async fn execute_phase(&mut self) -> Result<(), AbortReason> {
         let mut failure = None;
+        self.bufs.walks.clear();
         let mut any = self.queue_orphans();
         let mut req = std::mem::take(&mut self.bufs.req);
         for i in 0..self.items.len() {
@@ -185,7 +200,12 @@ impl Txn<'_> {
     }
 
     /// Queues a READ (or READ_LOC) RPC for item `i`.
-    fn queue_read_rpc(&mut self, i: usize, req: &mut Vec<u8>, located: bool) -> Result<(), AbortReason> {
+    fn queue_read_rpc(
+        &mut self,
+        i: usize,
+        req: &mut Vec<u8>,
+        located: bool,
+    ) -> Result<(), AbortReason> {
         let it = &mut self.items[i];
         req.clear();
         ReadReq {
@@ -193,7 +213,11 @@ impl Txn<'_> {
             key: it.key,
         }
         .encode(req);
-        let rt = if located { rtype::READ_LOC } else { rtype::READ };
+        let rt = if located {
+            rtype::READ_LOC
+        } else {
+            rtype::READ
+        };
         let h = self
             .ctx
             .queue(it.home, rt, req)
@@ -235,9 +259,7 @@ impl Txn<'_> {
             // This round's READs filled the coroutine's scratch: the step waits for
             // the next round (the flush of this one frees the scratch). A READ larger
             // than the whole slice can never fit.
-            Err(OneSidedError::NoScratch { need, .. })
-                if need <= crate::db::SCRATCH_PER_WORKER =>
-            {
+            Err(OneSidedError::NoScratch { need, .. }) if need <= crate::db::SCRATCH_PER_WORKER => {
                 Ok(())
             }
             Err(e) => Err(onesided_failure(&e)),
@@ -269,7 +291,7 @@ impl Txn<'_> {
                     .ctx
                     .read_result(op, |b| onesided::read_bucket(&t, key, b, hops))
                     .map_err(|e| onesided_failure(&e))?;
-                self.walk_on(i, &t, walk)
+                self.walk_on(i, &t, walk, None)
             }
             Fetch::Item {
                 op,
@@ -287,14 +309,33 @@ impl Txn<'_> {
 
     /// The next step of a bucket walk: the next candidate item, the next bucket, or the
     /// key's absence.
-    fn walk_on(&mut self, i: usize, t: &RemoteTable, mut walk: Walk) -> Result<(), AbortReason> {
+    fn walk_on(
+        &mut self,
+        i: usize,
+        t: &RemoteTable,
+        mut walk: Walk,
+        slot: Option<u16>,
+    ) -> Result<(), AbortReason> {
+        let step = onesided::next_step(t, &mut walk);
         let it = &mut self.items[i];
-        it.fetch = match onesided::next_step(t, &mut walk) {
-            WalkStep::Item(off) => Some(Fetch::NextItem {
-                off,
-                from: Source::Walk(walk),
-                tries: 0,
-            }),
+        it.fetch = match step {
+            WalkStep::Item(off) => {
+                let w = match slot {
+                    Some(w) => {
+                        self.bufs.walks[w as usize] = walk;
+                        w
+                    }
+                    None => {
+                        self.bufs.walks.push(walk);
+                        (self.bufs.walks.len() - 1) as u16
+                    }
+                };
+                Some(Fetch::NextItem {
+                    off,
+                    from: Source::Walk(w),
+                    tries: 0,
+                })
+            }
             WalkStep::Bucket(off, hops) => Some(Fetch::NextBucket { off, hops }),
             WalkStep::NotFound => {
                 it.fetched = true;
@@ -328,9 +369,9 @@ impl Txn<'_> {
         let it = &mut self.items[i];
         let key = it.key;
         let mut val = std::mem::take(&mut it.value);
-        let r = self
-            .ctx
-            .read_result(op, |img| onesided::read_item(&t, img, key, &mut stored, &mut val));
+        let r = self.ctx.read_result(op, |img| {
+            onesided::read_item(&t, img, key, &mut stored, &mut val)
+        });
         it.value = val;
         let r = r.map_err(|e| onesided_failure(&e))?;
         match r {
@@ -377,7 +418,8 @@ impl Txn<'_> {
                 }
                 Source::Walk(w) => {
                     drop(stored);
-                    self.walk_on(i, &t, w)
+                    let walk = self.bufs.walks[w as usize];
+                    self.walk_on(i, &t, walk, Some(w))
                 }
             },
         }
@@ -502,7 +544,12 @@ fn miss_fallback(execute: policy::Execute, t: &RemoteTable, key: u64) -> Fetch {
 
 /// Takes a READ/READ_LOC/LOCK answer into the item, or says why the transaction must
 /// abort. `locked`: the answer is a LOCK's, whose token is the lock now held.
-pub(crate) fn absorb(it: &mut Item, f: Fetched, val: Vec<u8>, locked: bool) -> Result<(), AbortReason> {
+pub(crate) fn absorb(
+    it: &mut Item,
+    f: Fetched,
+    val: Vec<u8>,
+    locked: bool,
+) -> Result<(), AbortReason> {
     // The item keeps the buffer whatever happens (it is reused by later transactions).
     it.value = val;
     if f.status != Status::Ok {

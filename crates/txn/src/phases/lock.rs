@@ -194,7 +194,12 @@ impl Txn<'_> {
         let at = t.at(off);
         let fail = |e: OneSidedError| onesided_failure(&e);
         self.ctx
-            .queue_cas(at, Header::unlocked(hdr), Header::locked(hdr, self.owner), false)
+            .queue_cas(
+                at,
+                Header::unlocked(hdr),
+                Header::locked(hdr, self.owner),
+                false,
+            )
             .map_err(fail)?;
         let read = self.ctx.queue_read(at, 8, true).map_err(fail)?;
         // Marks the lock's outcome unknown until the READ is taken (a transaction
@@ -250,7 +255,11 @@ impl Txn<'_> {
                 if let Ok(t) = self.remote_table(i) {
                     let held = Header::locked(tok.store_version, self.owner);
                     let free = Header::unlocked(tok.store_version);
-                    if self.ctx.queue_cas(t.at(tok.offset), held, free, false).is_ok() {
+                    if self
+                        .ctx
+                        .queue_cas(t.at(tok.offset), held, free, false)
+                        .is_ok()
+                    {
                         any = true;
                         continue;
                     }

@@ -29,13 +29,11 @@ impl Txn<'_> {
                 continue;
             }
             if let (true, Some(off), false) = (by_read, it.loc, it.home == db.node) {
-                let queued = self
-                    .remote_table(i)
-                    .and_then(|t| {
-                        self.ctx
-                            .queue_read(t.at(off), 8, true)
-                            .map_err(|e| onesided_failure(&e))
-                    });
+                let queued = self.remote_table(i).and_then(|t| {
+                    self.ctx
+                        .queue_read(t.at(off), 8, true)
+                        .map_err(|e| onesided_failure(&e))
+                });
                 match queued {
                     Ok(op) => {
                         reads.push((i, op));
