@@ -99,10 +99,10 @@ pub(crate) async fn run(ctx: Ctx, th: Rc<TxnThread>) {
         }
         let mut any = false;
         for job in &mut backed {
-            any |= job.queue_step(&ctx, &th, true, false);
+            any |= job.work().queue_step(&ctx, &th, true, false);
         }
         for job in &mut fresh {
-            any |= job.queue_step(&ctx, &th, false, false);
+            any |= job.work().queue_step(&ctx, &th, false, false);
         }
         let flushed = !any
             || match ctx.flush().await {
@@ -115,11 +115,11 @@ pub(crate) async fn run(ctx: Ctx, th: Rc<TxnThread>) {
                 Err(_) => false,
             };
         for mut job in backed.drain(..) {
-            job.check_step(&ctx, flushed, true);
+            job.work().check_step(&ctx, flushed, true);
             finish(&th, job);
         }
         for mut job in fresh.drain(..) {
-            job.check_step(&ctx, flushed, false);
+            job.work().check_step(&ctx, flushed, false);
             backed.push(job);
         }
     }

@@ -42,6 +42,28 @@ pub(crate) struct CommitJob {
     pub ok: bool,
 }
 
+/// The installation's state as the steps see it: owned by a [`CommitJob`], or
+/// borrowed from the transaction when it installs its writes itself.
+pub(crate) struct CommitWork<'a> {
+    pub id: u64,
+    pub owner: LockOwner,
+    pub items: &'a mut [Item],
+    pub bufs: &'a mut TxnBufs,
+    pub ok: &'a mut bool,
+}
+
+impl CommitJob {
+    pub fn work(&mut self) -> CommitWork<'_> {
+        CommitWork {
+            id: self.id,
+            owner: self.owner,
+            items: &mut self.items,
+            bufs: &mut self.bufs,
+            ok: &mut self.ok,
+        }
+    }
+}
+
 /// A one-sided operation of a commit step, with the old word its CAS must return if
 /// signaled.
 #[derive(Clone, Copy)]
@@ -50,7 +72,7 @@ pub(crate) struct CommitOp {
     expect: Option<u64>,
 }
 
-impl CommitJob {
+impl CommitWork<'_> {
     /// Queues the step's work (backups, or `primaries`) and applies the local part in
     /// place. `signal_all`: every release CAS signaled and checked; otherwise only each
     /// node's last operation is (passive ACK confirms the others). Returns whether
@@ -91,8 +113,8 @@ impl CommitJob {
                 }
             };
             if node == me {
-                for w in writes_of(&self.items, holds) {
-                    self.ok &= if primaries {
+                for w in writes_of(self.items, holds) {
+                    *self.ok &= if primaries {
                         actions::install(&db, self.id, &w, owner)
                     } else {
                         actions::apply_backup(&db, self.id, &w)
@@ -110,7 +132,7 @@ impl CommitJob {
             } else {
                 CommitBackupReq::begin(&mut req, self.id)
             };
-            for w in writes_of(&self.items, holds) {
+            for w in writes_of(self.items, holds) {
                 enc.push(&mut req, &w);
             }
             enc.finish(&mut req);
@@ -124,7 +146,7 @@ impl CommitJob {
                     self.bufs.handles.push(h);
                     any = true;
                 }
-                Err(_) => self.ok = false,
+                Err(_) => *self.ok = false,
             }
         }
         self.bufs.req = req;
@@ -148,13 +170,13 @@ impl CommitJob {
             }
             let (Some(token), Some(w)) = (it.lock, writes_of(&self.items[i..=i], |_| true).next())
             else {
-                self.ok = false;
+                *self.ok = false;
                 continue;
             };
             let t = match crate::onesided::RemoteTables::get(&th.remote, &th.db, node, it.table) {
                 Some(t) => t,
                 None => {
-                    self.ok = false;
+                    *self.ok = false;
                     continue;
                 }
             };
@@ -164,7 +186,7 @@ impl CommitJob {
                 t.shape.value_size - crate::db::META,
                 &mut stored,
             ) {
-                self.ok = false;
+                *self.ok = false;
                 continue;
             }
             commit_image(
@@ -198,7 +220,7 @@ impl CommitJob {
             // is incomplete either way, and recovery finishes it from the log.
             match queued {
                 Ok(()) => any = true,
-                Err(_) => self.ok = false,
+                Err(_) => *self.ok = false,
             }
         }
         any
@@ -207,19 +229,19 @@ impl CommitJob {
     /// After the step's flush: whether every node acknowledged (RPCs answered `Ok`,
     /// one-sided operations completed, signaled releases found the lock held).
     pub fn check_step(&mut self, ctx: &Ctx, flushed: bool, primaries: bool) {
-        self.ok &= flushed;
+        *self.ok &= flushed;
         for &h in &self.bufs.handles {
-            self.ok &= ctx.response(h, Ack::is_ok).unwrap_or(false);
+            *self.ok &= ctx.response(h, Ack::is_ok).unwrap_or(false);
         }
         for c in &self.bufs.ops {
-            self.ok &= match c.expect {
+            *self.ok &= match c.expect {
                 Some(held) => ctx.atomic_result(c.op) == Ok(held),
                 // Unsignaled: confirmed by the node's signaled operation behind it.
                 None => matches!(ctx.op_result(c.op), Ok(()) | Err(OneSidedError::NoValue)),
             };
         }
         if primaries {
-            for it in &mut self.items {
+            for it in self.items.iter_mut() {
                 it.lock = None;
             }
         }
@@ -230,21 +252,34 @@ impl Txn<'_> {
     /// Installs the transaction's writes (backups, then primaries) and waits for every
     /// acknowledgement; returns whether all came.
     pub(crate) async fn commit_inline(&mut self) -> bool {
-        let mut job = self.take_job();
+        let mut ok = true;
         let mut times = PhaseMap::<u64>::default();
         for (primaries, phase) in [(false, Phase::CommitBackup), (true, Phase::CommitPrimary)] {
             let t0 = self.ctx.step_ns();
-            if job.queue_step(self.ctx, &self.th, primaries, true) {
-                let flushed = self.flush_batch().await;
-                job.check_step(self.ctx, flushed, primaries);
+            let mut work = CommitWork {
+                id: self.id,
+                owner: self.owner,
+                items: &mut self.items,
+                bufs: &mut self.bufs,
+                ok: &mut ok,
+            };
+            let queued = work.queue_step(self.ctx, &self.th, primaries, true);
+            if queued {
+                let r = self.ctx.flush().await;
+                let flushed = self.flushed(r);
+                let mut work = CommitWork {
+                    id: self.id,
+                    owner: self.owner,
+                    items: &mut self.items,
+                    bufs: &mut self.bufs,
+                    ok: &mut ok,
+                };
+                work.check_step(self.ctx, flushed, primaries);
             } else if primaries {
-                job.check_step(self.ctx, true, primaries);
+                work.check_step(self.ctx, true, primaries);
             }
             times[phase] = self.ctx.step_ns().saturating_sub(t0);
         }
-        let ok = job.ok;
-        self.items = job.items;
-        self.bufs = job.bufs;
         for p in [Phase::CommitBackup, Phase::CommitPrimary] {
             self.add_phase_time(p, times[p]);
         }

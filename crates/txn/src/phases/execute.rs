@@ -109,12 +109,21 @@ impl Txn<'_> {
             }
         }
         while any {
-            let flushed = self.flush_batch().await;
+            let flushed = self.flushed(self.ctx.flush().await);
             any = false;
+            let mut next = false;
             for i in 0..self.items.len() {
                 if let Err(r) = self.take_fetch_result(i, flushed) {
                     failure.get_or_insert(r);
                 }
+                next |= matches!(
+                    self.items[i].fetch,
+                    Some(Fetch::NextBucket { .. } | Fetch::NextItem { .. } | Fetch::NextReadLoc)
+                );
+            }
+            // RPC-only fetches finish in one round trip.
+            if !next {
+                break;
             }
             for i in 0..self.items.len() {
                 if !matches!(
@@ -144,7 +153,6 @@ impl Txn<'_> {
     /// Returns whether anything remote was queued.
     fn start_fetch(&mut self, i: usize, req: &mut Vec<u8>) -> Result<bool, AbortReason> {
         let pol = self.th.cfg.policy;
-        let db = self.th.db.clone();
         let it = &self.items[i];
         if let Some(kind) = it.write {
             if kind == WriteKind::Insert || pol.lock_at_execute() {
@@ -152,10 +160,11 @@ impl Txn<'_> {
             }
         }
         let it = &mut self.items[i];
+        let db = &self.th.db;
         if it.home == db.node {
             let mut val = std::mem::take(&mut it.value);
             val.clear();
-            let f = actions::read(&db, it.table, it.key, &mut val);
+            let f = actions::read(db, it.table, it.key, &mut val);
             return absorb(it, f, val, false).map(|_| false);
         }
         let next = match pol.execute {
@@ -171,7 +180,9 @@ impl Txn<'_> {
             policy::Execute::Cached | policy::Execute::Hybrid => {
                 let t = self.remote_table(i)?;
                 let it = &self.items[i];
-                let cached = db
+                let cached = self
+                    .th
+                    .db
                     .location_cache
                     .get(it.table, it.key)
                     .filter(|l| l.node == it.home && l.region == t.desc.region.id);
@@ -515,12 +526,14 @@ impl Txn<'_> {
         }
     }
 
-    /// Flushes the worker's batch; false if a request failed (a suspected node, a
-    /// refused send). Unsignaled one-sided failures the flush reports (of this batch or
-    /// an earlier one) are counted, not a failure of the flush: each phase checks its
-    /// own operations' results, and commit ones are checked by the commit itself.
-    pub(crate) async fn flush_batch(&self) -> bool {
-        match self.ctx.flush().await {
+    /// Whether a flush of the worker's batch went through: false if a request failed
+    /// (a suspected node, a refused send). Unsignaled one-sided failures the flush
+    /// reports (of this batch or an earlier one) are counted, not a failure of the
+    /// flush: each phase checks its own operations' results, and commit ones are
+    /// checked by the commit itself.
+    #[inline]
+    pub(crate) fn flushed(&self, r: Result<(), RpcError>) -> bool {
+        match r {
             Ok(()) => true,
             Err(RpcError::UnsignaledFailed(v)) => {
                 self.th.stats.borrow_mut().onesided_unsignaled_failures += v.len() as u64;

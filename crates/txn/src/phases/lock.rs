@@ -155,7 +155,7 @@ impl Txn<'_> {
         }
         self.bufs.req = req;
         if any {
-            let flushed = self.flush_batch().await;
+            let flushed = self.flushed(self.ctx.flush().await);
             for &Locking {
                 item: i,
                 version,
@@ -282,7 +282,7 @@ impl Txn<'_> {
         }
         self.bufs.req = req;
         if any {
-            let _ = self.flush_batch().await;
+            let _ = self.flushed(self.ctx.flush().await);
         }
     }
 

@@ -70,7 +70,7 @@ impl Txn<'_> {
         }
         self.bufs.req = req;
         if any {
-            let flushed = self.flush_batch().await;
+            let flushed = self.flushed(self.ctx.flush().await);
             for &(i, op) in &reads {
                 let r = self
                     .ctx
