@@ -18,6 +18,8 @@
 //! - [`handlers`]: the primaries', backups' and log replicas' request handlers.
 //! - [`log`]: in-memory log replicas (memory is assumed battery-backed, as in the
 //!   papers), truncated once a transaction is installed everywhere.
+//! - [`log_ring`]: the one-sided log (`Log::Write`): rings in registered memory that
+//!   coordinators WRITE their records into, truncated lazily by RPC.
 //!
 //! Locks carry their owner in the store's lock word (`ambidex_store::LockOwner`: the
 //! coordinator's node, thread and transaction slot); a primary takes the node and thread
@@ -32,6 +34,7 @@ pub mod db;
 pub mod handlers;
 pub mod history;
 pub mod log;
+pub mod log_ring;
 pub mod messages;
 pub mod phases;
 pub mod placement;
@@ -108,6 +111,8 @@ pub struct TxnThread {
     seq: Cell<u64>,
     pub stats: RefCell<TxnStats>,
     pub log: Rc<RefCell<log::LogReplica>>,
+    /// This thread's rings at its remote log replicas (`Log::Write`).
+    pub(crate) rings: RefCell<log_ring::RingWriters>,
     /// Per node: ids of this thread's transactions installed everywhere, to piggyback on
     /// the next LOG request to that log replica.
     truncations: RefCell<Vec<Vec<u64>>>,
@@ -151,6 +156,7 @@ impl TxnThread {
             seq: Cell::new(0),
             stats: RefCell::new(TxnStats::default()),
             log,
+            rings: RefCell::new(log_ring::RingWriters::default()),
             history: RefCell::new(None),
             bufs: RefCell::new(Vec::new()),
             free_slots: RefCell::new(Vec::new()),
@@ -215,6 +221,10 @@ impl TxnThread {
 
     fn truncate_later(&self, id: u64) {
         self.log.borrow_mut().truncate(id);
+        if self.cfg.policy.log == policy::Log::Write {
+            self.rings.borrow_mut().installed(id);
+            return;
+        }
         let mut t = self.truncations.borrow_mut();
         for r in self.db.placement.log_replicas(self.node).skip(1) {
             t[r as usize].push(id);
@@ -253,7 +263,10 @@ impl TxnThread {
         let log = self.log.borrow();
         s.log_appended = log.appended;
         s.log_truncated = log.truncated;
-        s.log_records_held = log.len() as u64;
+        let rings = self.rings.borrow();
+        s.log_records_held = log.len() as u64 + rings.held() as u64;
+        s.log_ring = rings.stats;
+        s.log_ring.merge(&log.ring);
         s
     }
 }

@@ -25,6 +25,13 @@ pub enum AbortReason {
     BadResponse,
     /// The application aborted (for example SmallBank's insufficient funds).
     User,
+    /// A log replica's ring stayed full (records not yet truncated) for the whole wait.
+    LogFull,
+    /// The commit record is larger than half a log ring.
+    LogRecordTooLarge,
+    /// A log replica's ring is not known (no catalog, or its descriptor has no ring for
+    /// this coordinator).
+    LogRingUnknown,
 }
 
 impl AbortReason {
@@ -39,6 +46,9 @@ impl AbortReason {
             AbortReason::Timeout => "timeout",
             AbortReason::BadResponse => "bad_response",
             AbortReason::User => "user",
+            AbortReason::LogFull => "log_full",
+            AbortReason::LogRecordTooLarge => "log_record_too_large",
+            AbortReason::LogRingUnknown => "log_ring_unknown",
         }
     }
 }
@@ -137,10 +147,16 @@ pub struct TxnStats {
     /// Nanoseconds spent in each phase by committed transactions, and how many entered it.
     pub phase_ns: PhaseMap<u64>,
     pub phase_count: PhaseMap<u64>,
-    /// Log records appended and truncated at this thread's log replica.
+    /// Log records appended and truncated at this thread's log replica, and still held
+    /// (with `Log::Write`, remote appends are one-sided, so the replica counts a ring's
+    /// records when it truncates them, and `log_records_held` adds this thread's
+    /// records in remote rings not yet released).
     pub log_appended: u64,
     pub log_truncated: u64,
     pub log_records_held: u64,
+    /// The one-sided log (`Log::Write`): this thread's rings as a coordinator, and the
+    /// rings it truncated as a replica.
+    pub log_ring: LogRingStats,
     /// Location-cache lookups of this thread's coordinators.
     pub location_cache: LocationCacheStats,
 }
@@ -155,6 +171,50 @@ pub struct LocationCacheStats {
     /// Lookups that found an address whose item no longer held the key (the entry was
     /// dropped and the key fetched another way).
     pub stale: u64,
+}
+
+/// What the one-sided log did (DrTM+H §5.4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LogRingStats {
+    /// Coordinator: records WRITTEN to remote rings (one per replica), their bytes,
+    /// and pads to a ring's end.
+    pub records_written: u64,
+    pub bytes_written: u64,
+    pub pads: u64,
+    /// Coordinator: appends that failed at a replica (their slots voided), and void
+    /// repairs landed.
+    pub write_failures: u64,
+    pub repairs: u64,
+    /// Coordinator: transactions that found a ring full and waited.
+    pub full_waits: u64,
+    /// Coordinator: truncations sent (piggybacked or, with a full ring, alone) and
+    /// acknowledged with released space.
+    pub truncations_sent: u64,
+    pub truncations_acked: u64,
+    /// Replica: records passed by truncations (valid), voids skipped, malformed
+    /// records (framed but undecodable: skipped, never applied) and truncations that
+    /// stopped early at a torn or garbage slot.
+    pub replica_records: u64,
+    pub replica_voids: u64,
+    pub replica_malformed: u64,
+    pub replica_torn: u64,
+}
+
+impl LogRingStats {
+    pub fn merge(&mut self, o: &LogRingStats) {
+        self.records_written += o.records_written;
+        self.bytes_written += o.bytes_written;
+        self.pads += o.pads;
+        self.write_failures += o.write_failures;
+        self.repairs += o.repairs;
+        self.full_waits += o.full_waits;
+        self.truncations_sent += o.truncations_sent;
+        self.truncations_acked += o.truncations_acked;
+        self.replica_records += o.replica_records;
+        self.replica_voids += o.replica_voids;
+        self.replica_malformed += o.replica_malformed;
+        self.replica_torn += o.replica_torn;
+    }
 }
 
 impl LocationCacheStats {
@@ -187,6 +247,7 @@ impl TxnStats {
         self.log_truncated += o.log_truncated;
         self.log_records_held += o.log_records_held;
         self.location_cache.merge(&o.location_cache);
+        self.log_ring.merge(&o.log_ring);
     }
 
     /// Mean microseconds per phase of committed transactions that ran the phase.

@@ -1,0 +1,351 @@
+//! A node's log region (the replica side): one ring per coordinator (node, thread) that
+//! logs to this node, registered on its transport so coordinators WRITE records into it
+//! one-sided; the head of each ring (what its coordinator has truncated); and the
+//! checked reading of a ring, for truncation and for recovery.
+//!
+//! Which rings: a coordinator's log replicas are itself and the next R−1 nodes
+//! ([`Placement::log_replicas`]), so node m holds the rings of the coordinators
+//! d = 1..R−1 nodes before it, `threads` rings each: ring `(d − 1) · threads + t` is
+//! coordinator (m − d, t)'s. (Both sides compute it from the placement; the descriptor
+//! says how many rings there are, so a disagreement is an error, not a stray WRITE.)
+//!
+//! Layout: a superblock `[LOG_MAGIC][base][ring_bytes][rings]` (the start-up check
+//! READs it), then the rings from `base`. A ring's positions count bytes from its
+//! creation (the offset is the position modulo the ring's size), so head and tail are
+//! plain numbers and a full ring is `tail − head = ring_bytes`.
+
+use super::format::{self, classify, End, LoggedTxn, SlotHead, SlotKind};
+use crate::placement::Placement;
+use ambidex_store::LogRegionDesc;
+use ambidex_transport::{NodeId, NodeTransport, Perms, Region, RegionMemory, ThreadId};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// First word of a log region ("AMBXLOG1").
+pub const LOG_MAGIC: u64 = 0x3147_4f4c_5842_4d41;
+/// Offset of the first ring (a cache line for the superblock).
+pub const RING_BASE: u64 = 64;
+/// Bytes of the start-up check's READ of the superblock.
+pub const SUPERBLOCK: usize = 32;
+
+/// How big each ring is and how long a coordinator waits for room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogRingConfig {
+    /// Bytes per ring: 256 KiB by default, about 250 TPC-C new-order records of ~1 KB,
+    /// so a thread's truncations (sent every 32 records or at half a ring) keep far
+    /// ahead of it. A multiple of 16, at least 256. Memory per node: R−1 coordinators ×
+    /// threads × this.
+    pub ring_bytes: u64,
+    /// How long a coordinator whose record does not fit waits for truncations before it
+    /// aborts with `log_full`.
+    pub full_wait: Duration,
+}
+
+impl Default for LogRingConfig {
+    fn default() -> Self {
+        LogRingConfig {
+            ring_bytes: 256 * 1024,
+            full_wait: Duration::from_millis(500),
+        }
+    }
+}
+
+/// The ring of coordinator (`coordinator`, `thread`) at log replica `replica`, if
+/// `replica` is one of its remote log replicas.
+pub fn ring_index(
+    placement: Placement,
+    threads: u16,
+    replica: NodeId,
+    coordinator: NodeId,
+    thread: ThreadId,
+) -> Option<u32> {
+    let n = placement.nodes as u32;
+    let d = (replica as u32 + n - coordinator as u32 % n) % n;
+    (d >= 1 && d < placement.replication as u32 && thread < threads)
+        .then(|| (d - 1) * threads as u32 + thread as u32)
+}
+
+/// Where a ring's reader is: the position of the next slot and its number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingHead {
+    pub pos: u64,
+    pub seq: u64,
+}
+
+impl RingHead {
+    /// A fresh ring's head (numbers start at 1, so zeroes are never a slot).
+    pub const START: RingHead = RingHead { pos: 0, seq: 1 };
+}
+
+/// What reading a ring found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RingScan {
+    /// The valid records read, in ring order (empty unless asked for).
+    pub records: Vec<LoggedTxn>,
+    /// Valid records passed (also when not collected).
+    pub valid: u64,
+    /// Where reading stopped (after the last slot accepted) and why.
+    pub head: RingHead,
+    pub end: End,
+    /// Records framed correctly whose contents did not decode: skipped, never returned.
+    pub malformed: u64,
+    pub malformed_bytes: u64,
+    /// Void markers (appends that failed) and pads skipped.
+    pub voids: u64,
+    pub pads: u64,
+    /// Bytes of the torn or garbage slot reading stopped at (its claimed length, at most
+    /// the rest of the ring; 16 if the length itself is impossible).
+    pub torn_bytes: u64,
+}
+
+impl RingScan {
+    /// Whether reading stopped at a torn or garbage slot (not at the log's normal end).
+    pub fn torn(&self) -> bool {
+        matches!(self.end, End::Torn | End::Garbage)
+    }
+}
+
+/// Reads the ring of `ring_bytes` at `ring_off` of `mem`, of coordinator (`node`,
+/// `thread`), from `head` up to position `limit` (at most one ring), collecting the
+/// records if `collect`. Every byte is untrusted: nothing here panics on them.
+#[allow(clippy::too_many_arguments)]
+pub fn scan_ring(
+    mem: &RegionMemory,
+    ring_off: u64,
+    ring_bytes: u64,
+    head: RingHead,
+    limit: u64,
+    node: NodeId,
+    thread: ThreadId,
+    collect: bool,
+) -> RingScan {
+    let limit = limit.min(head.pos.saturating_add(ring_bytes));
+    let mut s = RingScan {
+        records: Vec::new(),
+        valid: 0,
+        head,
+        end: End::Limit,
+        malformed: 0,
+        malformed_bytes: 0,
+        voids: 0,
+        pads: 0,
+        torn_bytes: 0,
+    };
+    let mut buf = Vec::new();
+    while s.head.pos < limit {
+        let off = s.head.pos % ring_bytes;
+        let room = ring_bytes - off;
+        let mut h = [0u8; 16];
+        if !mem.read(ring_off + off, &mut h) {
+            s.end = End::Garbage;
+            break;
+        }
+        let kind = match classify(SlotHead::parse(&h), room, s.head.seq) {
+            Ok(k) => k,
+            Err(end) => {
+                s.end = end;
+                if matches!(end, End::Torn | End::Garbage) {
+                    let claimed = SlotHead::parse(&h).len as u64;
+                    s.torn_bytes = if claimed >= format::ALIGN && claimed <= room {
+                        claimed
+                    } else {
+                        format::ALIGN
+                    };
+                }
+                break;
+            }
+        };
+        let len = match kind {
+            SlotKind::Pad { len } => {
+                s.pads += 1;
+                len
+            }
+            SlotKind::Framed { len, void } => {
+                buf.resize(len as usize, 0);
+                if s.head.pos + len > limit || !mem.read(ring_off + off, &mut buf) {
+                    // A slot that ends past the requested end is not passed over.
+                    s.end = End::Limit;
+                    break;
+                }
+                if !format::trailer_matches(&buf) {
+                    s.end = End::Torn;
+                    s.torn_bytes = len;
+                    break;
+                }
+                if void {
+                    s.voids += 1;
+                } else {
+                    match format::decode_record(&buf, node, thread, collect) {
+                        Ok(r) => {
+                            s.valid += 1;
+                            s.records.extend(r);
+                        }
+                        Err(_) => {
+                            s.malformed += 1;
+                            s.malformed_bytes += len;
+                        }
+                    }
+                }
+                len
+            }
+        };
+        if s.head.pos + len > limit {
+            s.end = End::Limit;
+            break;
+        }
+        s.head = RingHead {
+            pos: s.head.pos + len,
+            seq: s.head.seq + 1,
+        };
+    }
+    s
+}
+
+/// This node's log region: its rings and their heads.
+pub struct LogRegion {
+    region: Region,
+    desc: LogRegionDesc,
+    placement: Placement,
+    threads: u16,
+    /// Per ring: how far its coordinator has truncated (only the truncation handler
+    /// moves it; a mutex since any of the node's threads may serve it).
+    heads: Vec<Mutex<RingHead>>,
+}
+
+impl LogRegion {
+    /// Registers the log region of `transport`'s node (READ and WRITE, a fresh key)
+    /// with a ring per coordinator (node, thread) that logs here, and writes its
+    /// superblock.
+    pub fn create(
+        transport: &dyn NodeTransport,
+        placement: Placement,
+        cfg: &LogRingConfig,
+    ) -> Result<LogRegion, String> {
+        let node = transport.node();
+        let threads = transport.config().threads_per_node;
+        let rings = (placement.replication as u32 - 1) * threads as u32;
+        let ring_bytes = cfg.ring_bytes;
+        let len = (rings as u64)
+            .checked_mul(ring_bytes)
+            .and_then(|b| b.checked_add(RING_BASE))
+            .ok_or_else(|| format!("node {node}: log rings of {ring_bytes} bytes overflow"))?;
+        let region = transport
+            .register(len as usize, Perms::READ | Perms::WRITE)
+            .map_err(|e| format!("node {node}: cannot register the log region: {e}"))?;
+        let desc = LogRegionDesc {
+            region: region.desc,
+            base: RING_BASE,
+            ring_bytes,
+            rings,
+        };
+        desc.validate()
+            .map_err(|e| format!("node {node}: log ring configuration: {e}"))?;
+        let mut sb = Vec::with_capacity(SUPERBLOCK);
+        for w in Self::superblock_of(&desc) {
+            sb.extend_from_slice(&w.to_le_bytes());
+        }
+        if !region.mem.write(0, &sb) {
+            return Err(format!(
+                "node {node}: log region too small for its superblock"
+            ));
+        }
+        Ok(LogRegion {
+            region,
+            desc,
+            placement,
+            threads,
+            heads: (0..rings).map(|_| Mutex::new(RingHead::START)).collect(),
+        })
+    }
+
+    /// The superblock words a log region with descriptor `d` holds.
+    pub fn superblock_of(d: &LogRegionDesc) -> [u64; 4] {
+        [LOG_MAGIC, d.base, d.ring_bytes, d.rings as u64]
+    }
+
+    pub fn desc(&self) -> LogRegionDesc {
+        self.desc
+    }
+
+    /// The ring of coordinator (`node`, `thread`) here, if it logs to this node.
+    pub fn ring_of(&self, node: NodeId, thread: ThreadId) -> Option<u32> {
+        ring_index(
+            self.placement,
+            self.threads,
+            self.desc.region.node,
+            node,
+            thread,
+        )
+        .filter(|&i| i < self.desc.rings)
+    }
+
+    /// The coordinator (node, thread) whose ring `ring` is.
+    pub fn owner_of(&self, ring: u32) -> Option<(NodeId, ThreadId)> {
+        if ring >= self.desc.rings || self.threads == 0 {
+            return None;
+        }
+        let d = ring / self.threads as u32 + 1;
+        let n = self.placement.nodes as u32;
+        let node = (self.desc.region.node as u32 + n - d % n) % n;
+        Some((node as NodeId, (ring % self.threads as u32) as ThreadId))
+    }
+
+    /// Threads per node (rings per coordinator node).
+    pub fn threads(&self) -> u16 {
+        self.threads
+    }
+
+    /// Every ring's index here.
+    pub fn rings(&self) -> std::ops::Range<u32> {
+        0..self.desc.rings
+    }
+
+    fn lock_head(&self, ring: u32) -> Option<std::sync::MutexGuard<'_, RingHead>> {
+        let m = self.heads.get(ring as usize)?;
+        Some(m.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The head of `ring`.
+    pub fn head(&self, ring: u32) -> Option<RingHead> {
+        self.lock_head(ring).map(|h| *h)
+    }
+
+    fn scan_from(&self, ring: u32, head: RingHead, limit: u64, collect: bool) -> Option<RingScan> {
+        let (node, thread) = self.owner_of(ring)?;
+        let off = self.desc.ring_offset(ring)?;
+        Some(scan_ring(
+            &self.region.mem,
+            off,
+            self.desc.ring_bytes,
+            head,
+            limit,
+            node,
+            thread,
+            collect,
+        ))
+    }
+
+    /// Recovery's view of `ring`: every valid record from its head to the last one
+    /// (at most one ring), with what was skipped and why reading stopped. Malformed
+    /// records are counted, never returned.
+    pub fn scan(&self, ring: u32) -> Option<RingScan> {
+        let head = self.head(ring)?;
+        self.scan_from(ring, head, u64::MAX, true)
+    }
+
+    /// Moves `ring`'s head to `to` (its coordinator's truncation): every slot between is
+    /// checked on the way, and the head stops early at a torn or missing slot (the
+    /// coordinator asks again later). Returns the scan; its `head` is the new head. A
+    /// `to` behind the head changes nothing.
+    pub fn truncate(&self, ring: u32, to: u64) -> Option<RingScan> {
+        let mut head = self.lock_head(ring)?;
+        let s = self.scan_from(ring, *head, to, false)?;
+        *head = s.head;
+        Some(s)
+    }
+
+    /// The region's memory (its owner's view; tests and recovery tools).
+    pub fn memory(&self) -> &RegionMemory {
+        &self.region.mem
+    }
+}
