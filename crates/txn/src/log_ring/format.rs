@@ -148,7 +148,8 @@ pub enum End {
     /// The expected number, but the length is impossible or the trailer disagrees: a
     /// record not (fully) written.
     Torn,
-    /// Unknown magic, or a number from the future.
+    /// Not a slot: unknown magic or a number from the future. Normal past the end of a
+    /// ring that wrapped (the middle of an earlier lap's record), else corruption.
     Garbage,
     /// The requested end was reached (a truncation), or a whole ring was read.
     Limit,

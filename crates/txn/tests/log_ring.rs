@@ -1,0 +1,458 @@
+//! The one-sided log (`Log::Write`): coordinators WRITE their commit records into rings
+//! at their log replicas. Transactions commit and the rings hold exactly the records not
+//! yet truncated; a tiny ring makes coordinators wait for truncations (none lost); a
+//! ring that is never released (its head record torn) ends in `log_full` aborts without
+//! being overwritten; torn, stale, garbage and malformed slots are counted, never
+//! returned.
+
+mod common;
+
+use ambidex_transport::local::LocalFabric;
+use ambidex_transport::ClusterConfig;
+use ambidex_txn::log_ring::writer::TRUNCATE_EVERY;
+use ambidex_txn::log_ring::{format, End, LogRingConfig, RingHead};
+use ambidex_txn::messages::{LockToken, WriteRec};
+use ambidex_txn::policy::Log;
+use ambidex_txn::runner::{self, RunSpec, Worker, WorkerCtx};
+use ambidex_txn::{AbortReason, LockOwner, NodeDb, Placement, Policy, TableSpec, Txn, TxnConfig};
+use ambidex_txn::{TxnStats, WriteKind};
+use common::{Backend, TestCluster};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const ACCOUNTS: u32 = 1;
+const N_ACCOUNTS: u64 = 12;
+const INITIAL: i64 = 1000;
+
+fn accounts() -> TableSpec {
+    TableSpec {
+        id: ACCOUNTS,
+        name: "accounts".into(),
+        value_size: 8,
+        capacity_per_node: 1024,
+    }
+}
+
+fn write_log() -> TxnConfig {
+    TxnConfig {
+        policy: Policy {
+            log: Log::Write,
+            ..Policy::fasst()
+        },
+        ..Default::default()
+    }
+}
+
+fn cluster(nodes: u16, threads: u16, r: u16, rings: LogRingConfig) -> TestCluster {
+    let c = TestCluster::with_log_rings(Backend::Local, nodes, threads, r, &[accounts()], rings);
+    for k in 0..N_ACCOUNTS {
+        c.load(ACCOUNTS, k, &INITIAL.to_le_bytes());
+    }
+    c.set_catalogs();
+    c
+}
+
+fn rng_next(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
+}
+
+/// What committed: transaction id → the (key, value) it wrote.
+type Committed = Arc<Mutex<HashMap<u64, Vec<(u64, Vec<u8>)>>>>;
+
+/// One transfer between two random accounts; its id and writes if it committed.
+async fn transfer(
+    w: &WorkerCtx,
+    seed: &mut u64,
+) -> Result<(u64, Vec<(u64, Vec<u8>)>), AbortReason> {
+    let a = rng_next(seed) % N_ACCOUNTS;
+    let b = (a + 1 + rng_next(seed) % (N_ACCOUNTS - 1)) % N_ACCOUNTS;
+    let amount = (rng_next(seed) % 50) as i64;
+    let mut t = Txn::begin(&w.ctx, &w.th);
+    let ia = t.write(ACCOUNTS, a, WriteKind::Update);
+    let ib = t.write(ACCOUNTS, b, WriteKind::Update);
+    t.execute().await?;
+    let va = i64::from_le_bytes(t.get(ia).unwrap().try_into().unwrap()) - amount;
+    let vb = i64::from_le_bytes(t.get(ib).unwrap().try_into().unwrap()) + amount;
+    t.set(ia, &va.to_le_bytes());
+    t.set(ib, &vb.to_le_bytes());
+    let id = t.id();
+    t.commit().await?;
+    Ok((
+        id,
+        vec![
+            (a, va.to_le_bytes().to_vec()),
+            (b, vb.to_le_bytes().to_vec()),
+        ],
+    ))
+}
+
+/// Workers doing `n` transfers each, recording what committed.
+fn transfers(n: usize, committed: &Committed) -> Worker {
+    let committed = committed.clone();
+    Arc::new(move |w: WorkerCtx| {
+        let committed = committed.clone();
+        Box::pin(async move {
+            let mut seed = 0x9e37_79b9 ^ ((w.node as u64) << 32) ^ ((w.thread as u64) << 16)
+                | w.coroutine as u64
+                | 1;
+            for _ in 0..n {
+                if let Ok((id, writes)) = transfer(&w, &mut seed).await {
+                    committed.lock().unwrap().insert(id, writes);
+                }
+            }
+        })
+    })
+}
+
+fn spec(coroutines: usize) -> RunSpec {
+    RunSpec {
+        coroutines,
+        txn: write_log(),
+        ..Default::default()
+    }
+}
+
+fn assert_money_conserved(c: &TestCluster) {
+    let mut total = 0i64;
+    for k in 0..N_ACCOUNTS {
+        let p = c.placement.primary(ACCOUNTS, k);
+        let mut v = Vec::new();
+        ambidex_txn::actions::read(&c.dbs[p as usize], ACCOUNTS, k, &mut v);
+        total += i64::from_le_bytes(v.try_into().unwrap());
+    }
+    assert_eq!(
+        total,
+        INITIAL * N_ACCOUNTS as i64,
+        "money created or destroyed"
+    );
+    assert_eq!(c.assert_replicas_consistent(ACCOUNTS), N_ACCOUNTS as usize);
+}
+
+/// Every ring of every node: its records (checked against what committed) and counts.
+/// Returns the number of valid records held.
+fn check_rings(c: &TestCluster, committed: &Committed) -> u64 {
+    let committed = committed.lock().unwrap();
+    let mut held = 0;
+    for db in &c.dbs {
+        let region = db.log_region();
+        for ring in region.rings() {
+            let (node, thread) = region.owner_of(ring).unwrap();
+            let s = region.scan(ring).unwrap();
+            assert!(
+                matches!(s.end, End::Empty | End::Stale),
+                "node {} ring {ring}: {:?}",
+                db.node,
+                s.end
+            );
+            assert_eq!((s.malformed, s.torn_bytes), (0, 0));
+            assert_eq!(s.valid, s.records.len() as u64);
+            let mut last_seq = 0;
+            for r in &s.records {
+                assert_eq!((r.owner.node, r.owner.thread), (node, thread));
+                assert!(r.seq > last_seq, "records out of order");
+                last_seq = r.seq;
+                let writes = committed
+                    .get(&r.txn)
+                    .unwrap_or_else(|| panic!("a record of {:#x}, which did not commit", r.txn));
+                let logged: Vec<(u64, Vec<u8>)> =
+                    r.writes.iter().map(|w| (w.key, w.value.clone())).collect();
+                assert_eq!(&logged, writes, "txn {:#x}: the record differs", r.txn);
+                assert!(r.writes.iter().all(|w| w.kind == WriteKind::Update));
+            }
+            held += s.valid;
+        }
+    }
+    held
+}
+
+#[test]
+fn write_log_commits_and_rings_hold_exactly_the_untruncated_records() {
+    let c = cluster(3, 2, 3, LogRingConfig::default());
+    let committed: Committed = Default::default();
+    let r = runner::run(&c.nodes, &c.dbs, &spec(3), transfers(120, &committed)).unwrap();
+    assert_eq!(r.stuck_workers, 0);
+    let st: &TxnStats = &r.txn;
+    assert!(st.committed > 100, "too few commits: {st:?}");
+    assert_eq!(st.committed, committed.lock().unwrap().len() as u64);
+    assert_eq!(st.committed_incomplete, 0);
+    assert_money_conserved(&c);
+    let lr = st.log_ring;
+    // Two remote log replicas per transaction, nothing failed or padded away.
+    assert_eq!(lr.records_written, 2 * st.committed, "{lr:?}");
+    assert_eq!(
+        (lr.write_failures, lr.replica_malformed, lr.replica_torn),
+        (0, 0, 0)
+    );
+    assert!(lr.truncations_acked > 0, "nothing truncated: {lr:?}");
+    // What was written is either truncated at its replica or still in its ring.
+    let held = check_rings(&c, &committed);
+    assert_eq!(lr.replica_records + held, lr.records_written, "{lr:?}");
+    // At most the records of one truncation period (and those in flight) per ring.
+    let rings = 3 * 4;
+    assert!(
+        held <= rings * (TRUNCATE_EVERY as u64 + 3),
+        "truncation fell behind: {held} held, {lr:?}"
+    );
+    // Truncation moved the heads.
+    let moved = c
+        .dbs
+        .iter()
+        .flat_map(|db| {
+            db.log_region()
+                .rings()
+                .map(move |i| db.log_region().head(i))
+        })
+        .filter(|h| h.is_some_and(|h| h.pos > 0))
+        .count();
+    assert!(moved > 0, "no ring's head moved");
+    assert_eq!(st.aborts.get("log_full"), None);
+}
+
+#[test]
+fn a_tiny_ring_makes_coordinators_wait_and_loses_nothing() {
+    let rings = LogRingConfig {
+        ring_bytes: 512,
+        full_wait: Duration::from_secs(10),
+    };
+    let c = cluster(2, 1, 2, rings);
+    let committed: Committed = Default::default();
+    let r = runner::run(&c.nodes, &c.dbs, &spec(4), transfers(60, &committed)).unwrap();
+    assert_eq!(r.stuck_workers, 0);
+    let st = &r.txn;
+    let lr = st.log_ring;
+    assert!(st.committed > 50, "too few commits: {st:?}");
+    assert_eq!(st.aborts.get("log_full"), None, "{st:?}");
+    assert!(lr.full_waits > 0, "the ring never filled: {lr:?}");
+    assert!(lr.pads > 0, "the ring never wrapped: {lr:?}");
+    assert_eq!(lr.records_written, st.committed, "{lr:?}");
+    assert_money_conserved(&c);
+    let held = check_rings(&c, &committed);
+    assert_eq!(lr.replica_records + held, lr.records_written, "{lr:?}");
+}
+
+#[test]
+fn a_record_larger_than_half_a_ring_aborts_with_its_reason() {
+    let rings = LogRingConfig {
+        ring_bytes: 256,
+        full_wait: Duration::from_secs(10),
+    };
+    let c = cluster(2, 1, 2, rings);
+    let reasons = Arc::new(Mutex::new(Vec::new()));
+    let rs = reasons.clone();
+    let worker: Worker = Arc::new(move |w: WorkerCtx| {
+        let rs = rs.clone();
+        Box::pin(async move {
+            if w.node != 0 {
+                return;
+            }
+            // Three writes: a record of 32 + 3 × 49 + 16 bytes, over half of 256.
+            let mut t = Txn::begin(&w.ctx, &w.th);
+            for k in 0..3 {
+                t.write(ACCOUNTS, k, WriteKind::Update);
+            }
+            rs.lock().unwrap().push(t.commit().await.err());
+        })
+    });
+    let r = runner::run(&c.nodes, &c.dbs, &spec(1), worker).unwrap();
+    assert_eq!(
+        *reasons.lock().unwrap(),
+        vec![Some(AbortReason::LogRecordTooLarge)]
+    );
+    assert_eq!(r.txn.aborts.get("log_record_too_large"), Some(&1));
+    assert_eq!(r.txn.log_ring.records_written, 0);
+    assert_money_conserved(&c);
+}
+
+#[test]
+fn a_ring_whose_head_record_is_torn_is_never_overwritten_and_ends_in_log_full() {
+    let rings = LogRingConfig {
+        ring_bytes: 1024,
+        full_wait: Duration::from_millis(50),
+    };
+    let c = cluster(2, 1, 2, rings);
+    let replica = c.dbs[1].clone();
+    let ring = replica.log_region().ring_of(0, 0).unwrap();
+    let ring_off = replica.log_region().desc().ring_offset(ring).unwrap();
+    let torn: Arc<Mutex<Option<(u64, Vec<u8>)>>> = Default::default();
+    let outcomes: Arc<Mutex<Vec<Result<(), AbortReason>>>> = Default::default();
+    let (t2, o2, rep) = (torn.clone(), outcomes.clone(), replica.clone());
+    let worker: Worker = Arc::new(move |w: WorkerCtx| {
+        let (torn, outcomes, rep) = (t2.clone(), o2.clone(), rep.clone());
+        Box::pin(async move {
+            if w.node != 0 {
+                return;
+            }
+            let mut seed = 7;
+            for i in 0..40 {
+                let r = transfer(&w, &mut seed).await.map(|_| ());
+                let full = r == Err(AbortReason::LogFull);
+                outcomes.lock().unwrap().push(r);
+                if i == 0 {
+                    // The first record, at the replica's head: its trailer loses a bit,
+                    // as if its WRITE had not finished.
+                    let mem = rep.log_region().memory();
+                    let mut h = [0u8; 16];
+                    assert!(mem.read(ring_off, &mut h));
+                    let len = u32::from_le_bytes(h[..4].try_into().unwrap()) as usize;
+                    let mut rec = vec![0u8; len];
+                    assert!(mem.read(ring_off, &mut rec));
+                    rec[len - 1] ^= 0x80;
+                    assert!(mem.write(ring_off, &rec));
+                    *torn.lock().unwrap() = Some((ring_off, rec));
+                }
+                if full {
+                    break;
+                }
+            }
+        })
+    });
+    let r = runner::run(&c.nodes, &c.dbs, &spec(1), worker).unwrap();
+    let outcomes = outcomes.lock().unwrap();
+    assert_eq!(
+        outcomes.last(),
+        Some(&Err(AbortReason::LogFull)),
+        "{outcomes:?}"
+    );
+    assert!(outcomes.len() > 2, "{outcomes:?}");
+    let lr = r.txn.log_ring;
+    assert!(lr.replica_torn > 0, "the torn record was not seen: {lr:?}");
+    assert!(lr.full_waits > 0);
+    assert_eq!(r.txn.aborts.get("log_full"), Some(&1));
+    // The replica's head never passed the torn record, and it is still there, as torn.
+    assert_eq!(replica.log_region().head(ring), Some(RingHead::START));
+    let (off, rec) = torn.lock().unwrap().clone().unwrap();
+    let mut now = vec![0u8; rec.len()];
+    assert!(replica.log_region().memory().read(off, &mut now));
+    assert_eq!(now, rec, "an unreleased record was overwritten");
+    let s = replica.log_region().scan(ring).unwrap();
+    assert_eq!((s.end, s.valid, s.records.len()), (End::Torn, 0, 0));
+    assert_money_conserved(&c);
+}
+
+// ---- Reading rings of hand-made bytes ----
+
+fn body(keys: &[u64]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for &key in keys {
+        WriteRec {
+            table: ACCOUNTS,
+            key,
+            kind: WriteKind::Update,
+            prev_version: 3,
+            token: LockToken {
+                offset: 64 * key,
+                store_version: 2,
+            },
+            value: &key.to_le_bytes(),
+        }
+        .encode(&mut b);
+    }
+    b
+}
+
+fn record(seq: u64, txn: u64, owner: LockOwner, keys: &[u64]) -> Vec<u8> {
+    let mut r = Vec::new();
+    format::encode_record(&mut r, seq, txn, owner, keys.len() as u16, &body(keys));
+    r
+}
+
+#[test]
+fn torn_stale_garbage_and_malformed_slots_are_counted_never_returned() {
+    let f = LocalFabric::new(ClusterConfig::new(2, 1)).unwrap();
+    let rings = LogRingConfig {
+        ring_bytes: 1024,
+        full_wait: Duration::from_millis(10),
+    };
+    let p = Placement::new(2, 2).unwrap();
+    let db = NodeDb::with_log_rings(&*f.nodes()[1], p, &[accounts()], rings).unwrap();
+    let region = db.log_region();
+    let ring = region.ring_of(0, 0).unwrap();
+    assert_eq!(region.ring_of(1, 0), None, "a node does not log to itself");
+    let off = region.desc().ring_offset(ring).unwrap();
+    let mem = region.memory();
+    let me = LockOwner::new(0, 0, 5).unwrap();
+    let put = |pos: u64, b: &[u8]| assert!(mem.write(off + pos, b));
+
+    // Nothing written: an empty log.
+    let s = region.scan(ring).unwrap();
+    assert_eq!((s.end, s.valid, s.head), (End::Empty, 0, RingHead::START));
+
+    // Records 1 and 2, then 3 is malformed (framed, but its write kind is unknown),
+    // 4 names another coordinator, 5 is valid, 6 is torn (trailer missing).
+    let r1 = record(1, 101, me, &[1, 2]);
+    let r2 = record(2, 102, me, &[3]);
+    let mut r3 = record(3, 103, me, &[4]);
+    r3[format::HEADER + 12] = 9;
+    let r4 = record(4, 104, LockOwner::new(1, 0, 5).unwrap(), &[5]);
+    let r5 = record(5, 105, me, &[6, 7]);
+    let mut r6 = record(6, 106, me, &[8]);
+    let n6 = r6.len();
+    r6[n6 - 16..].fill(0);
+    let mut pos = 0;
+    let mut at = Vec::new();
+    for r in [&r1, &r2, &r3, &r4, &r5, &r6] {
+        put(pos, r);
+        at.push(pos);
+        pos += r.len() as u64;
+    }
+    let s = region.scan(ring).unwrap();
+    assert_eq!(s.end, End::Torn);
+    assert_eq!(
+        s.records.iter().map(|r| r.txn).collect::<Vec<_>>(),
+        vec![101, 102, 105]
+    );
+    assert_eq!(s.records[0].writes.len(), 2);
+    assert_eq!(s.records[0].writes[1].token.offset, 128);
+    assert_eq!((s.valid, s.malformed), (3, 2));
+    assert_eq!(s.malformed_bytes, (r3.len() + r4.len()) as u64);
+    assert_eq!(s.torn_bytes, n6 as u64);
+    assert_eq!(s.head, RingHead { pos: at[5], seq: 6 });
+
+    // A truncation stops at the torn record, whatever was asked.
+    let t = region.truncate(ring, pos).unwrap();
+    assert_eq!((t.head.pos, t.valid, t.malformed), (at[5], 3, 2));
+    assert!(t.torn());
+    assert_eq!(region.head(ring).unwrap().pos, at[5]);
+    // Its trailer lands: the record is read, and the rest of the ring is stale or empty.
+    put(at[5], &record(6, 106, me, &[8]));
+    let s = region.scan(ring).unwrap();
+    assert_eq!((s.valid, s.end), (1, End::Empty));
+    let t = region.truncate(ring, pos).unwrap();
+    assert_eq!((t.head.pos, t.valid, t.end), (pos, 1, End::Limit));
+
+    // Garbage and a number from the future at the head end the log too.
+    put(pos, &[0xab; 48]);
+    assert_eq!(region.scan(ring).unwrap().end, End::Garbage);
+    put(pos, &record(99, 107, me, &[9]));
+    assert_eq!(region.scan(ring).unwrap().end, End::Garbage);
+    // An impossible length with the expected number: torn.
+    let mut bad_len = record(7, 107, me, &[9]);
+    bad_len[..4].copy_from_slice(&4000u32.to_le_bytes());
+    put(pos, &bad_len);
+    assert_eq!(region.scan(ring).unwrap().end, End::Torn);
+
+    // Next lap: a pad to the end, record 8 at the start over the bytes of lap one;
+    // record 2 of lap one (stale) after it ends the log.
+    let pad_len = 1024 - pos;
+    put(pos, &format::pad(pad_len, 7));
+    let r8 = record(8, 108, me, &[10, 11]);
+    assert_eq!(r8.len(), r1.len());
+    put(0, &r8);
+    let s = region.scan(ring).unwrap();
+    assert_eq!(s.end, End::Stale, "{s:?}");
+    assert_eq!(
+        s.records.iter().map(|r| r.txn).collect::<Vec<_>>(),
+        vec![108]
+    );
+    assert_eq!((s.pads, s.head.seq), (1, 9));
+    assert_eq!(s.head.pos, 1024 + r8.len() as u64);
+    // A shorter record 8: what follows is the middle of a record of lap one, which is
+    // no slot at all (garbage): the log ends there just the same.
+    put(0, &record(8, 108, me, &[10]));
+    let s = region.scan(ring).unwrap();
+    assert_eq!((s.valid, s.end), (1, End::Garbage));
+}
