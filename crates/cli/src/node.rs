@@ -166,6 +166,7 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
             "load_seconds": loaded.load_seconds,
             "config": cfg,
             "tables": loaded.table_descs(),
+            "log_region": loaded.log_region_desc(),
         }),
     );
     let mut state = Some(State::Loaded(loaded));
