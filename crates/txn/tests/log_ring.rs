@@ -254,7 +254,8 @@ fn a_record_larger_than_half_a_ring_aborts_with_its_reason() {
             for k in 0..3 {
                 t.write(ACCOUNTS, k, WriteKind::Update);
             }
-            rs.lock().unwrap().push(t.commit().await.err());
+            let outcome = t.commit().await.err();
+            rs.lock().unwrap().push(outcome);
         })
     });
     let r = runner::run(&c.nodes, &c.dbs, &spec(1), worker).unwrap();
@@ -277,7 +278,9 @@ fn a_ring_whose_head_record_is_torn_is_never_overwritten_and_ends_in_log_full() 
     let replica = c.dbs[1].clone();
     let ring = replica.log_region().ring_of(0, 0).unwrap();
     let ring_off = replica.log_region().desc().ring_offset(ring).unwrap();
-    let torn: Arc<Mutex<Option<(u64, Vec<u8>)>>> = Default::default();
+    // Where the torn record is, and its bytes as torn.
+    type Torn = Arc<Mutex<Option<(u64, Vec<u8>)>>>;
+    let torn: Torn = Default::default();
     let outcomes: Arc<Mutex<Vec<Result<(), AbortReason>>>> = Default::default();
     let (t2, o2, rep) = (torn.clone(), outcomes.clone(), replica.clone());
     let worker: Worker = Arc::new(move |w: WorkerCtx| {
