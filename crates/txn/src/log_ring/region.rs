@@ -349,3 +349,75 @@ impl LogRegion {
         &self.region.mem
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log_ring::writer::RingWriter;
+    use ambidex_store::LockOwner;
+    use ambidex_transport::{Perms, RegionDesc};
+
+    const RING: u64 = 1024;
+
+    /// An append whose WRITE failed half-way is voided by the writer's repairs: readers
+    /// skip it and read the records after it; a truncation passes it only once the
+    /// repairs have landed.
+    #[test]
+    fn a_failed_append_is_voided_and_the_records_after_it_stay_readable() {
+        let mem = RegionMemory::anonymous((RING_BASE + RING) as usize).unwrap();
+        let desc = LogRegionDesc {
+            region: RegionDesc {
+                node: 1,
+                id: 1,
+                len: RING_BASE + RING,
+                key: 1,
+                perms: Perms::READ | Perms::WRITE,
+            },
+            base: RING_BASE,
+            ring_bytes: RING,
+            rings: 1,
+        };
+        let mut w = RingWriter::new(desc, RING_BASE);
+        let owner = LockOwner::new(0, 0, 1).unwrap();
+        let mut recs = Vec::new();
+        for txn in [11, 12, 13] {
+            let mut r = Vec::new();
+            format::encode_record(&mut r, 0, txn, owner, 0, &[0u8; 0]);
+            let res = w.reserve(txn, r.len() as u64).unwrap();
+            format::set_seq(&mut r, res.seq);
+            recs.push((txn, res, r));
+        }
+        let land = |pos: u64, b: &[u8]| assert!(mem.write(RING_BASE + pos % RING, b));
+        // 11 and 13 land; only the first 16 bytes of 12 do.
+        land(recs[0].1.pos, &recs[0].2);
+        land(recs[1].1.pos, &recs[1].2[..16]);
+        land(recs[2].1.pos, &recs[2].2);
+        let scan = |head| scan_ring(&mem, RING_BASE, RING, head, u64::MAX, 0, 0, true);
+        let s = scan(RingHead::START);
+        assert_eq!((s.valid, s.end), (1, End::Torn), "12 is torn: {s:?}");
+        w.logged(11);
+        w.failed(12, &recs[1].1);
+        w.logged(13);
+        w.installed(11);
+        w.installed(13);
+        let to = w.reclaimable();
+        assert_eq!(to, recs[2].1.pos + recs[2].1.len);
+        // Before the repairs land, a truncation stops at the torn record.
+        let t = scan_ring(&mem, RING_BASE, RING, RingHead::START, to, 0, 0, false);
+        assert_eq!((t.head.pos, t.end), (recs[1].1.pos, End::Torn));
+        for r in w.take_repairs() {
+            land(r.pos, r.bytes());
+        }
+        let s = scan(RingHead::START);
+        assert_eq!(
+            s.records.iter().map(|r| r.txn).collect::<Vec<_>>(),
+            vec![11, 13]
+        );
+        assert_eq!((s.voids, s.end), (1, End::Empty));
+        let t = scan_ring(&mem, RING_BASE, RING, RingHead::START, to, 0, 0, false);
+        assert_eq!(
+            (t.head.pos, t.valid, t.voids, t.end),
+            (to, 2, 1, End::Limit)
+        );
+    }
+}
