@@ -560,3 +560,39 @@ fn a_failed_log_write_aborts_and_removes_the_own_record() {
         }
     }
 }
+
+/// Lost, duplicated and reordered datagrams (truncations and commit RPCs retransmitted,
+/// answered at most once): a small ring still loses nothing, and what was written is
+/// truncated or still in its ring, exactly.
+#[test]
+fn truncations_survive_lost_and_duplicated_datagrams() {
+    let rings = LogRingConfig {
+        ring_bytes: 2048,
+        full_wait: Duration::from_secs(20),
+    };
+    let c = cluster(3, 1, 3, rings);
+    let committed: Committed = Default::default();
+    let spec = RunSpec {
+        fault: Some(ambidex_transport::fault::FaultConfig {
+            seed: 17,
+            drop: 0.05,
+            duplicate: 0.05,
+            reorder: 0.05,
+            ..Default::default()
+        }),
+        ..spec(3)
+    };
+    let r = runner::run(&c.nodes, &c.dbs, &spec, transfers(40, &committed)).unwrap();
+    assert_eq!(r.stuck_workers, 0);
+    let st = &r.txn;
+    let lr = st.log_ring;
+    assert!(st.committed > 30, "too few commits: {st:?}");
+    assert_eq!(st.aborts.get("log_full"), None, "{st:?}");
+    assert!(r.rpc.retransmits > 0, "no datagram was lost: {:?}", r.rpc);
+    assert!(lr.truncations_acked > 0, "{lr:?}");
+    assert_eq!(lr.write_failures, 0);
+    assert_eq!(lr.records_written, 2 * st.committed, "{lr:?}");
+    assert_money_conserved(&c);
+    let held = check_rings(&c, &committed);
+    assert_eq!(lr.replica_records + held, lr.records_written, "{lr:?}");
+}
