@@ -3,8 +3,9 @@
 //! Optimistic concurrency control with two-phase commit over a coordinator log and
 //! primary-backup replication: FaSST's protocol (FaSST §5, Figure 6), itself FaRM's
 //! with RPCs instead of one-sided writes. Every phase issues its work through a
-//! [`Policy`]; only the two-sided RPC choices (the `fasst` preset) are built, the
-//! one-sided variants of DrTM+H Table 4 are a later issue.
+//! [`Policy`]; the two-sided RPC choices (the `fasst` preset) and the one-sided log
+//! (`Log::Write`) are built, the other one-sided variants of DrTM+H Table 4 are being
+//! built.
 //!
 //! - [`placement`]: a key's primary is a hash of (table, key) over the nodes; its backups
 //!   are the next R−1 nodes.

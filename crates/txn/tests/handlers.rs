@@ -435,7 +435,11 @@ fn ring_truncations_are_checked_and_move_only_the_senders_ring() {
     assert_eq!(region.head(ring).unwrap().pos, pos);
     assert_eq!(region.head(other).unwrap().pos, 0);
     assert_eq!(
-        (log.ring.replica_records, log.ring.replica_malformed, log.truncated),
+        (
+            log.ring.replica_records,
+            log.ring.replica_malformed,
+            log.truncated
+        ),
         (2, 1, 2)
     );
     // Asking again (a retransmission) or for less changes nothing.

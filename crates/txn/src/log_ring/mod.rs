@@ -33,6 +33,8 @@ use ambidex_transport::{NodeId, ThreadId};
 pub struct RingWriters {
     rings: Vec<Option<RingWriter>>,
     pub stats: LogRingStats,
+    /// Lists of the log phase, reused by the thread's next appends.
+    pub(crate) scratch: Vec<crate::phases::log::Scratch>,
 }
 
 impl RingWriters {

@@ -24,11 +24,41 @@ use ambidex_transport::NodeId;
 
 /// A one-sided operation of a log flush: for replica `at` (index into the targets), a
 /// part of its record, or a repair of an earlier failed append.
-struct Op {
+pub(crate) struct Op {
     at: usize,
     h: OpHandle,
     repair: Option<Repair>,
 }
+
+/// The lists of one append, kept by the thread between transactions (taken while a
+/// coroutine's append is out, so concurrent appends each have their own).
+#[derive(Default)]
+pub(crate) struct Scratch {
+    res: Vec<Reservation>,
+    ops: Vec<Op>,
+    /// Truncations sent: (target index, request, head asked).
+    truncs: Vec<(usize, ReqHandle, u64)>,
+}
+
+impl Scratch {
+    fn take(th: &TxnThread) -> Scratch {
+        let mut s = th.rings.borrow_mut().scratch.pop().unwrap_or_default();
+        s.res.clear();
+        s.ops.clear();
+        s.truncs.clear();
+        s
+    }
+
+    fn give_back(self, th: &TxnThread) {
+        let mut rings = th.rings.borrow_mut();
+        if rings.scratch.len() < SPARE_SCRATCH {
+            rings.scratch.push(self);
+        }
+    }
+}
+
+/// Scratch lists kept per thread (one per coroutine appending at once, bounded).
+const SPARE_SCRATCH: usize = 64;
 
 /// Flushes `ctx`'s batch. Unsignaled failures of the worker's earlier batches that the
 /// flush reports are not this phase's: they are given back to the worker (as
@@ -162,19 +192,32 @@ impl Txn<'_> {
                 }
             }
         }
-        let mut res: Vec<Reservation> = Vec::with_capacity(targets.len());
-        self.reserve_everywhere(&th, targets, len, &mut res).await?;
+        let mut scratch = Scratch::take(&th);
+        let r = self.append_reserved(&th, targets, rec, &mut scratch).await;
+        scratch.give_back(&th);
+        r
+    }
+
+    /// [`Txn::append_to_rings`] once the rings are known and the record fits them.
+    async fn append_reserved(
+        &mut self,
+        th: &TxnThread,
+        targets: &[NodeId],
+        rec: &mut [u8],
+        scratch: &mut Scratch,
+    ) -> Result<(), AbortReason> {
+        let len = rec.len() as u64;
+        let Scratch { res, ops, truncs } = scratch;
+        self.reserve_everywhere(th, targets, len, res).await?;
 
         let ctx = self.ctx;
         let now = ctx.now_ns();
         let max = ctx.cluster().max_onesided.max(8);
-        let mut ops: Vec<Op> = Vec::with_capacity(targets.len() * 2);
-        let mut truncs: Vec<(usize, ReqHandle, u64)> = Vec::new();
         // Bit i: the append at targets[i] failed (replicas are fewer than 64 nodes).
         let mut failed = 0u64;
         {
             let mut rings = th.rings.borrow_mut();
-            for (i, (&r, res)) in targets.iter().zip(&res).enumerate() {
+            for (i, (&r, res)) in targets.iter().zip(res.iter()).enumerate() {
                 let Some(w) = rings.at(r) else {
                     failed |= 1 << i;
                     continue;
@@ -226,9 +269,9 @@ impl Txn<'_> {
             }
             rings.stats.truncations_sent += truncs.len() as u64;
         }
-        flush(ctx, &ops).await;
+        flush(ctx, ops).await;
         let mut rings = th.rings.borrow_mut();
-        for o in &ops {
+        for o in ops.iter() {
             let ok = ctx.op_result(o.h).is_ok();
             let Some(w) = rings.at(targets[o.at]) else {
                 continue;
@@ -240,7 +283,7 @@ impl Txn<'_> {
                 None => {}
             }
         }
-        for &(i, h, to) in &truncs {
+        for &(i, h, to) in truncs.iter() {
             let head = ctx.response(h, RingTruncateResp::ok_head).ok().flatten();
             if rings
                 .at(targets[i])
@@ -249,7 +292,7 @@ impl Txn<'_> {
                 rings.stats.truncations_acked += 1;
             }
         }
-        for (i, (&r, res)) in targets.iter().zip(&res).enumerate() {
+        for (i, (&r, res)) in targets.iter().zip(res.iter()).enumerate() {
             let Some(w) = rings.at(r) else { continue };
             if failed & (1 << i) != 0 {
                 w.failed(self.id, res);
@@ -315,6 +358,8 @@ impl Txn<'_> {
                 return Err(AbortReason::LogFull);
             }
             if !self.reclaim(th, targets, len).await {
+                // Nothing freed: let the thread's other coroutines go on (their
+                // transactions, and the truncations they send) before looking again.
                 ctx.yield_now().await;
             }
         }
@@ -322,12 +367,24 @@ impl Txn<'_> {
 
     /// For every target ring where `len` bytes do not fit: a truncation of what is
     /// reclaimable (if none is out) and the repairs that may block it, in one flush.
-    /// Returns false if there was nothing to send.
+    /// Returns whether space was released or a repair landed.
     async fn reclaim(&self, th: &TxnThread, targets: &[NodeId], len: u64) -> bool {
+        let mut scratch = Scratch::take(th);
+        let progress = self.reclaim_with(th, targets, len, &mut scratch).await;
+        scratch.give_back(th);
+        progress
+    }
+
+    async fn reclaim_with(
+        &self,
+        th: &TxnThread,
+        targets: &[NodeId],
+        len: u64,
+        scratch: &mut Scratch,
+    ) -> bool {
         let ctx = self.ctx;
         let now = ctx.now_ns();
-        let mut ops: Vec<Op> = Vec::new();
-        let mut truncs: Vec<(usize, ReqHandle, u64)> = Vec::new();
+        let Scratch { ops, truncs, .. } = scratch;
         {
             let mut rings = th.rings.borrow_mut();
             for (i, &r) in targets.iter().enumerate() {
@@ -358,9 +415,9 @@ impl Txn<'_> {
         if ops.is_empty() && truncs.is_empty() {
             return false;
         }
-        flush(ctx, &ops).await;
+        flush(ctx, ops).await;
         let mut rings = th.rings.borrow_mut();
-        for o in &ops {
+        for o in ops.iter() {
             let ok = ctx.op_result(o.h).is_ok();
             if let (Some(w), Some(rep)) = (rings.at(targets[o.at]), o.repair) {
                 if ok {
@@ -370,7 +427,7 @@ impl Txn<'_> {
                 }
             }
         }
-        for &(i, h, to) in &truncs {
+        for &(i, h, to) in truncs.iter() {
             let head = ctx.response(h, RingTruncateResp::ok_head).ok().flatten();
             if rings
                 .at(targets[i])
