@@ -24,7 +24,9 @@
 //! body does not decode is *malformed*: counted and skipped (its framing still says
 //! where the next slot starts), never applied or returned. Anything else (a trailer that
 //! disagrees, an impossible length, an unknown magic, a number from the future) is
-//! *torn* or *garbage*: the log ends there and the bytes are counted.
+//! *torn* or *garbage* and its bytes are counted: a truncation stops there; recovery
+//! looks past it for the next intact slot with a higher number, since a coordinator's
+//! concurrent appends may land in any order (`region::ScanMode`).
 
 use crate::messages::{DecodeError, LockToken, Reader, WriteKind, WriteRec};
 use ambidex_store::LockOwner;

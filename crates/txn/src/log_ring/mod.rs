@@ -20,7 +20,9 @@ pub mod region;
 pub mod writer;
 
 pub use format::{End, LoggedTxn, LoggedWrite, RecordError};
-pub use region::{ring_index, scan_ring, LogRegion, LogRingConfig, RingHead, RingScan};
+pub use region::{
+    ring_index, scan_ring, LogRegion, LogRingConfig, RingHead, RingRef, RingScan, ScanMode,
+};
 pub use writer::RingWriter;
 
 use crate::db::NodeDb;

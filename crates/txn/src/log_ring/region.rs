@@ -80,7 +80,7 @@ impl RingHead {
 /// What reading a ring found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RingScan {
-    /// The valid records read, in ring order (empty unless asked for).
+    /// The valid records read, in ring order (recovery only).
     pub records: Vec<LoggedTxn>,
     /// Valid records passed (also when not collected).
     pub valid: u64,
@@ -93,6 +93,11 @@ pub struct RingScan {
     /// Void markers (appends that failed) and pads skipped.
     pub voids: u64,
     pub pads: u64,
+    /// Recovery only: holes passed over (slots not, or not fully, written, with written
+    /// slots after them: a coordinator's concurrent appends land in any order) and their
+    /// bytes.
+    pub gaps: u64,
+    pub gap_bytes: u64,
     /// Bytes of the torn or garbage slot reading stopped at (its claimed length, at most
     /// the rest of the ring; 16 if the length itself is impossible).
     pub torn_bytes: u64,
@@ -105,21 +110,79 @@ impl RingScan {
     }
 }
 
-/// Reads the ring of `ring_bytes` at `ring_off` of `mem`, of coordinator (`node`,
-/// `thread`), from `head` up to position `limit` (at most one ring), collecting the
-/// records if `collect`. Every byte is untrusted: nothing here panics on them.
-#[allow(clippy::too_many_arguments)]
-pub fn scan_ring(
-    mem: &RegionMemory,
-    ring_off: u64,
-    ring_bytes: u64,
-    head: RingHead,
-    limit: u64,
-    node: NodeId,
-    thread: ThreadId,
-    collect: bool,
-) -> RingScan {
-    let limit = limit.min(head.pos.saturating_add(ring_bytes));
+/// One ring of a log region: where it is and whose it is.
+#[derive(Clone, Copy)]
+pub struct RingRef<'a> {
+    pub mem: &'a RegionMemory,
+    /// Offset of the ring in the region, and its size.
+    pub off: u64,
+    pub bytes: u64,
+    /// Its coordinator (every record must name it as the owner).
+    pub node: NodeId,
+    pub thread: ThreadId,
+}
+
+/// How a ring is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanMode {
+    /// A truncation up to position `to`: only contiguous valid slots are passed (the
+    /// head must never pass a slot that is not there yet); records are checked, not
+    /// collected.
+    Truncate { to: u64 },
+    /// Recovery: every valid record from the head on, for one ring's length; a hole
+    /// (a slot not written, with later slots written) is passed over by looking for the
+    /// next slot whose framing is intact and whose number is higher.
+    Recover,
+}
+
+/// The slot at `pos` if it is one of number `seq` (or, with `any_later`, of any higher
+/// number): its kind, after its trailer is checked for framed slots.
+fn slot_at(
+    r: &RingRef<'_>,
+    pos: u64,
+    seq: u64,
+    any_later: bool,
+    buf: &mut Vec<u8>,
+) -> Result<(SlotKind, u64), (End, u64)> {
+    let off = pos % r.bytes;
+    let room = r.bytes - off;
+    let mut h = [0u8; 16];
+    if !r.mem.read(r.off + off, &mut h) {
+        return Err((End::Garbage, format::ALIGN));
+    }
+    let head = SlotHead::parse(&h);
+    let want = if any_later && head.seq > seq {
+        head.seq
+    } else {
+        seq
+    };
+    let torn = |end| {
+        let claimed = head.len as u64;
+        let bytes = if claimed >= format::ALIGN && claimed <= room {
+            claimed
+        } else {
+            format::ALIGN
+        };
+        (end, bytes)
+    };
+    let kind = classify(head, room, want).map_err(torn)?;
+    if let SlotKind::Framed { len, .. } = kind {
+        buf.resize(len as usize, 0);
+        if !r.mem.read(r.off + off, buf) || !format::trailer_matches(buf) {
+            return Err(torn(End::Torn));
+        }
+    }
+    Ok((kind, want))
+}
+
+/// Reads `ring` from `head` (see [`ScanMode`]), at most one ring's length. Every byte is
+/// untrusted: nothing here panics on them, malformed records are counted and skipped.
+pub fn scan_ring(ring: &RingRef<'_>, head: RingHead, mode: ScanMode) -> RingScan {
+    let lap_end = head.pos.saturating_add(ring.bytes);
+    let (limit, recover) = match mode {
+        ScanMode::Truncate { to } => (to.min(lap_end), false),
+        ScanMode::Recover => (lap_end, true),
+    };
     let mut s = RingScan {
         records: Vec::new(),
         valid: 0,
@@ -129,28 +192,28 @@ pub fn scan_ring(
         malformed_bytes: 0,
         voids: 0,
         pads: 0,
+        gaps: 0,
+        gap_bytes: 0,
         torn_bytes: 0,
     };
     let mut buf = Vec::new();
     while s.head.pos < limit {
-        let off = s.head.pos % ring_bytes;
-        let room = ring_bytes - off;
-        let mut h = [0u8; 16];
-        if !mem.read(ring_off + off, &mut h) {
-            s.end = End::Garbage;
-            break;
-        }
-        let kind = match classify(SlotHead::parse(&h), room, s.head.seq) {
+        let (kind, _) = match slot_at(ring, s.head.pos, s.head.seq, false, &mut buf) {
             Ok(k) => k,
-            Err(end) => {
+            Err((end, bytes)) => {
                 s.end = end;
-                if matches!(end, End::Torn | End::Garbage) {
-                    let claimed = SlotHead::parse(&h).len as u64;
-                    s.torn_bytes = if claimed >= format::ALIGN && claimed <= room {
-                        claimed
-                    } else {
-                        format::ALIGN
-                    };
+                s.torn_bytes = if matches!(end, End::Torn | End::Garbage) {
+                    bytes
+                } else {
+                    0
+                };
+                if recover {
+                    if let Some(next) = resync(ring, s.head, limit, &mut buf) {
+                        s.gaps += 1;
+                        s.gap_bytes += next.pos - s.head.pos;
+                        s.head = next;
+                        continue;
+                    }
                 }
                 break;
             }
@@ -161,21 +224,15 @@ pub fn scan_ring(
                 len
             }
             SlotKind::Framed { len, void } => {
-                buf.resize(len as usize, 0);
-                if s.head.pos + len > limit || !mem.read(ring_off + off, &mut buf) {
+                if s.head.pos + len > limit {
                     // A slot that ends past the requested end is not passed over.
                     s.end = End::Limit;
-                    break;
-                }
-                if !format::trailer_matches(&buf) {
-                    s.end = End::Torn;
-                    s.torn_bytes = len;
                     break;
                 }
                 if void {
                     s.voids += 1;
                 } else {
-                    match format::decode_record(&buf, node, thread, collect) {
+                    match format::decode_record(&buf, ring.node, ring.thread, recover) {
                         Ok(r) => {
                             s.valid += 1;
                             s.records.extend(r);
@@ -197,8 +254,28 @@ pub fn scan_ring(
             pos: s.head.pos + len,
             seq: s.head.seq + 1,
         };
+        s.end = End::Limit;
+        s.torn_bytes = 0;
     }
     s
+}
+
+/// The next slot after a hole at `from`: the first aligned position before `limit`
+/// holding an intact slot with a higher number (stale slots of an earlier lap have
+/// lower numbers, so they are never taken for it).
+fn resync(ring: &RingRef<'_>, from: RingHead, limit: u64, buf: &mut Vec<u8>) -> Option<RingHead> {
+    let mut pos = from.pos + format::ALIGN;
+    while pos < limit {
+        if let Ok((_, seq)) = slot_at(ring, pos, from.seq, true, buf) {
+            // Every slot takes 16 bytes or more: a number further ahead than the slots
+            // that fit in between is garbage.
+            if seq > from.seq && seq - from.seq <= (pos - from.pos) / format::ALIGN {
+                return Some(RingHead { pos, seq });
+            }
+        }
+        pos += format::ALIGN;
+    }
+    None
 }
 
 /// This node's log region: its rings and their heads.
@@ -310,27 +387,24 @@ impl LogRegion {
         self.lock_head(ring).map(|h| *h)
     }
 
-    fn scan_from(&self, ring: u32, head: RingHead, limit: u64, collect: bool) -> Option<RingScan> {
+    /// Ring `ring` of this region.
+    pub fn ring(&self, ring: u32) -> Option<RingRef<'_>> {
         let (node, thread) = self.owner_of(ring)?;
-        let off = self.desc.ring_offset(ring)?;
-        Some(scan_ring(
-            &self.region.mem,
-            off,
-            self.desc.ring_bytes,
-            head,
-            limit,
+        Some(RingRef {
+            mem: &self.region.mem,
+            off: self.desc.ring_offset(ring)?,
+            bytes: self.desc.ring_bytes,
             node,
             thread,
-            collect,
-        ))
+        })
     }
 
     /// Recovery's view of `ring`: every valid record from its head to the last one
-    /// (at most one ring), with what was skipped and why reading stopped. Malformed
-    /// records are counted, never returned.
+    /// (at most one ring, passing over holes), with what was skipped and why reading
+    /// stopped. Malformed records are counted, never returned.
     pub fn scan(&self, ring: u32) -> Option<RingScan> {
         let head = self.head(ring)?;
-        self.scan_from(ring, head, u64::MAX, true)
+        Some(scan_ring(&self.ring(ring)?, head, ScanMode::Recover))
     }
 
     /// Moves `ring`'s head to `to` (its coordinator's truncation): every slot between is
@@ -338,8 +412,9 @@ impl LogRegion {
     /// coordinator asks again later). Returns the scan; its `head` is the new head. A
     /// `to` behind the head changes nothing.
     pub fn truncate(&self, ring: u32, to: u64) -> Option<RingScan> {
+        let r = self.ring(ring)?;
         let mut head = self.lock_head(ring)?;
-        let s = self.scan_from(ring, *head, to, false)?;
+        let s = scan_ring(&r, *head, ScanMode::Truncate { to });
         *head = s.head;
         Some(s)
     }
@@ -392,9 +467,18 @@ mod tests {
         land(recs[0].1.pos, &recs[0].2);
         land(recs[1].1.pos, &recs[1].2[..16]);
         land(recs[2].1.pos, &recs[2].2);
-        let scan = |head| scan_ring(&mem, RING_BASE, RING, head, u64::MAX, 0, 0, true);
+        let r = RingRef {
+            mem: &mem,
+            off: RING_BASE,
+            bytes: RING,
+            node: 0,
+            thread: 0,
+        };
+        let scan = |head| scan_ring(&r, head, ScanMode::Recover);
         let s = scan(RingHead::START);
-        assert_eq!((s.valid, s.end), (1, End::Torn), "12 is torn: {s:?}");
+        // Recovery passes over the torn 12 to 13.
+        assert_eq!((s.valid, s.gaps, s.end), (2, 1, End::Empty), "{s:?}");
+        assert_eq!(s.gap_bytes, recs[1].1.len);
         w.logged(11);
         w.failed(12, &recs[1].1);
         w.logged(13);
@@ -403,7 +487,7 @@ mod tests {
         let to = w.reclaimable();
         assert_eq!(to, recs[2].1.pos + recs[2].1.len);
         // Before the repairs land, a truncation stops at the torn record.
-        let t = scan_ring(&mem, RING_BASE, RING, RingHead::START, to, 0, 0, false);
+        let t = scan_ring(&r, RingHead::START, ScanMode::Truncate { to });
         assert_eq!((t.head.pos, t.end), (recs[1].1.pos, End::Torn));
         for r in w.take_repairs() {
             land(r.pos, r.bytes());
@@ -413,8 +497,8 @@ mod tests {
             s.records.iter().map(|r| r.txn).collect::<Vec<_>>(),
             vec![11, 13]
         );
-        assert_eq!((s.voids, s.end), (1, End::Empty));
-        let t = scan_ring(&mem, RING_BASE, RING, RingHead::START, to, 0, 0, false);
+        assert_eq!((s.voids, s.gaps, s.end), (1, 0, End::Empty));
+        let t = scan_ring(&r, RingHead::START, ScanMode::Truncate { to });
         assert_eq!(
             (t.head.pos, t.valid, t.voids, t.end),
             (to, 2, 1, End::Limit)
