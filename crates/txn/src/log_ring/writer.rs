@@ -115,9 +115,9 @@ impl RingWriter {
     }
 
     /// The largest record: half a ring, so a record always fits an empty ring even
-    /// after a pad to the ring's end.
+    /// after a pad to the ring's end (and its length fits the header's 32 bits).
     pub fn max_record(&self) -> u64 {
-        self.ring.ring_bytes / 2
+        (self.ring.ring_bytes / 2).min(u32::MAX as u64 & !(format::ALIGN - 1))
     }
 
     /// The remote address of ring position `pos`.

@@ -145,11 +145,16 @@ impl Txn<'_> {
         let me = self.th.db.node;
         let mut body = std::mem::take(&mut self.bufs.body);
         body.clear();
-        let mut n = 0u16;
+        let mut n = 0usize;
         for w in self.writes(|_| true) {
             w.encode(&mut body);
             n += 1;
         }
+        // The record's count is 16 bits (and so many writes never fit half a ring).
+        let Ok(n) = u16::try_from(n) else {
+            self.bufs.body = body;
+            return Err(AbortReason::LogRecordTooLarge);
+        };
         self.th.log.borrow_mut().append(self.id, me, &body);
         let mut rec = std::mem::take(&mut self.bufs.req);
         rec.clear();
