@@ -598,3 +598,27 @@ fn truncations_survive_lost_and_duplicated_datagrams() {
     let held = check_rings(&c, &committed);
     assert_eq!(lr.replica_records + held, lr.records_written, "{lr:?}");
 }
+
+#[test]
+fn bad_ring_sizes_are_clear_errors() {
+    let f = LocalFabric::new(ClusterConfig::new(2, 1)).unwrap();
+    let p = Placement::new(2, 2).unwrap();
+    for ring_bytes in [0, 100, 1000, 128] {
+        let rings = LogRingConfig {
+            ring_bytes,
+            ..Default::default()
+        };
+        let e = NodeDb::with_log_rings(&*f.nodes()[0], p, &[], rings)
+            .err()
+            .expect("a bad ring size accepted");
+        assert!(e.contains("log rings of"), "{e}");
+    }
+    // Without remote log replicas (R = 1) there are no rings, whatever their size.
+    let rings = LogRingConfig {
+        ring_bytes: 0,
+        ..Default::default()
+    };
+    let db =
+        NodeDb::with_log_rings(&*f.nodes()[0], Placement::new(2, 1).unwrap(), &[], rings).unwrap();
+    assert_eq!(db.log_region_desc().rings, 0);
+}

@@ -302,6 +302,17 @@ impl LogRegion {
         let threads = transport.config().threads_per_node;
         let rings = (placement.replication as u32 - 1) * threads as u32;
         let ring_bytes = cfg.ring_bytes;
+        // Checked before registering (a region is never given back).
+        let (align, min) = (
+            ambidex_store::catalog::LOG_RING_ALIGN,
+            ambidex_store::catalog::LOG_RING_MIN_BYTES,
+        );
+        if rings > 0 && (!ring_bytes.is_multiple_of(align) || ring_bytes < min) {
+            return Err(format!(
+                "node {node}: log rings of {ring_bytes} bytes (a multiple of {align}, at \
+                 least {min})"
+            ));
+        }
         let len = (rings as u64)
             .checked_mul(ring_bytes)
             .and_then(|b| b.checked_add(RING_BASE))
