@@ -351,6 +351,30 @@ fn a_ring_whose_head_record_is_torn_is_never_overwritten_and_ends_in_log_full() 
     assert_money_conserved(&c);
 }
 
+/// Starts thread 0 of node `n` with `worker` as its one coroutine, to be driven by hand
+/// (`poll_once`): the tests below decide which node runs when.
+fn start_by_hand<F, Fut>(
+    c: &TestCluster,
+    n: usize,
+    spec: &RunSpec,
+    worker: F,
+) -> (ambidex_rpc::Runtime, std::rc::Rc<ambidex_txn::TxnThread>)
+where
+    F: Fn(WorkerCtx) -> Fut + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    runner::start_thread(
+        c.nodes[n].endpoint(0).unwrap(),
+        ambidex_rpc::SystemClock::shared(),
+        spec,
+        c.dbs[n].clone(),
+        None,
+        Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        worker,
+    )
+    .unwrap()
+}
+
 // ---- Reading rings of hand-made bytes ----
 
 fn body(keys: &[u64]) -> Vec<u8> {
@@ -481,11 +505,9 @@ fn torn_stale_garbage_and_malformed_slots_are_counted_never_returned() {
 /// skipped by recording its outcome beforehand.)
 #[test]
 fn a_failed_log_write_aborts_and_removes_the_own_record() {
-    use ambidex_rpc::SystemClock;
     use ambidex_store::Catalog;
     use std::cell::RefCell;
     use std::rc::Rc;
-    use std::sync::atomic::AtomicBool;
 
     let c = TestCluster::new(Backend::Local, 2, 1, 2, &[accounts()]);
     for k in 0..N_ACCOUNTS {
@@ -504,37 +526,18 @@ fn a_failed_log_write_aborts_and_removes_the_own_record() {
         db.record_verification(Ok(0));
     }
     let outcomes: Rc<RefCell<Vec<Result<(), AbortReason>>>> = Default::default();
-    let stop = Arc::new(AtomicBool::new(false));
     let o = outcomes.clone();
-    let (mut rt0, th0) = runner::start_thread(
-        c.nodes[0].endpoint(0).unwrap(),
-        SystemClock::shared(),
-        &spec(1),
-        c.dbs[0].clone(),
-        None,
-        stop.clone(),
-        move |w| {
-            let o = o.clone();
-            async move {
-                let mut seed = 3;
-                for _ in 0..2 {
-                    let r = transfer(&w, &mut seed).await.map(|_| ());
-                    o.borrow_mut().push(r);
-                }
+    let (mut rt0, th0) = start_by_hand(&c, 0, &spec(1), move |w| {
+        let o = o.clone();
+        async move {
+            let mut seed = 3;
+            for _ in 0..2 {
+                let r = transfer(&w, &mut seed).await.map(|_| ());
+                o.borrow_mut().push(r);
             }
-        },
-    )
-    .unwrap();
-    let (mut rt1, _th1) = runner::start_thread(
-        c.nodes[1].endpoint(0).unwrap(),
-        SystemClock::shared(),
-        &spec(1),
-        c.dbs[1].clone(),
-        None,
-        stop,
-        |_| async {},
-    )
-    .unwrap();
+        }
+    });
+    let (mut rt1, _th1) = start_by_hand(&c, 1, &spec(1), |_| async {});
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while outcomes.borrow().len() < 2 && std::time::Instant::now() < deadline {
         rt0.poll_once();
@@ -621,4 +624,82 @@ fn bad_ring_sizes_are_clear_errors() {
     let db =
         NodeDb::with_log_rings(&*f.nodes()[0], Placement::new(2, 1).unwrap(), &[], rings).unwrap();
     assert_eq!(db.log_region_desc().rings, 0);
+}
+
+/// A transaction whose commit stays incomplete (its backup did not answer) keeps its
+/// record in the ring: truncations never pass it, however many transactions follow,
+/// so recovery can still find it.
+#[test]
+fn an_incomplete_commits_record_stays_in_the_ring() {
+    use ambidex_rpc::RuntimeConfig;
+    use std::cell::{Cell, RefCell};
+    use std::rc::Rc;
+
+    let c = cluster(2, 1, 2, LogRingConfig::default());
+    for db in &c.dbs {
+        db.record_verification(Ok(0));
+    }
+    // Keys whose primary is node 0: execute, lock and install are local; only the
+    // backup (node 1) needs node 1's CPU (the log WRITE does not).
+    let keys: Vec<u64> = (0..N_ACCOUNTS)
+        .filter(|&k| c.placement.primary(ACCOUNTS, k) == 0)
+        .take(2)
+        .collect();
+    assert_eq!(keys.len(), 2);
+    let spec = RunSpec {
+        rpc: RuntimeConfig {
+            retransmit_timeout: Duration::from_millis(5),
+            max_retries: 1,
+            ..Default::default()
+        },
+        ..spec(1)
+    };
+    let outcomes: Rc<RefCell<Vec<(u64, bool)>>> = Default::default();
+    let node1_up = Rc::new(Cell::new(false));
+    let (o, up, ks) = (outcomes.clone(), node1_up.clone(), keys.clone());
+    let (mut rt0, th0) = start_by_hand(&c, 0, &spec, move |w| {
+        let (o, up, ks) = (o.clone(), up.clone(), ks.clone());
+        async move {
+            for i in 0..(TRUNCATE_EVERY as usize * 3) {
+                while i > 0 && !up.get() {
+                    w.ctx.yield_now().await;
+                }
+                let mut t = Txn::begin(&w.ctx, &w.th);
+                for &k in &ks {
+                    t.write(ACCOUNTS, k, WriteKind::Update);
+                }
+                let id = t.id();
+                let ok = t.commit().await.is_ok();
+                o.borrow_mut().push((id, ok));
+            }
+        }
+    });
+    let (mut rt1, _th1) = start_by_hand(&c, 1, &spec, |_| async {});
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    // Node 1 is silent until the first transaction is done.
+    while outcomes.borrow().is_empty() && std::time::Instant::now() < deadline {
+        rt0.poll_once();
+    }
+    node1_up.set(true);
+    let n = TRUNCATE_EVERY as usize * 3;
+    while outcomes.borrow().len() < n && std::time::Instant::now() < deadline {
+        rt0.poll_once();
+        rt1.poll_once();
+    }
+    let outcomes = outcomes.borrow();
+    assert_eq!(outcomes.len(), n);
+    assert!(outcomes.iter().all(|o| o.1), "{outcomes:?}");
+    let st = th0.stats();
+    assert_eq!(st.committed_incomplete, 1, "{st:?}");
+    // Nothing is reclaimable past the first record, so no truncation was even sent.
+    assert_eq!(st.log_ring.truncations_sent, 0, "{:?}", st.log_ring);
+    // The first transaction's record is still the first in the ring, and the head is
+    // at it.
+    let region = c.dbs[1].log_region();
+    let ring = region.ring_of(0, 0).unwrap();
+    assert_eq!(region.head(ring), Some(RingHead::START));
+    let s = region.scan(ring).unwrap();
+    assert_eq!(s.records.first().map(|r| r.txn), Some(outcomes[0].0));
+    assert_eq!(s.records.len(), n, "every record after it stays too");
+    assert_eq!(s.records[0].writes.len(), 2);
 }
