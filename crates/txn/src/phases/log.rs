@@ -10,7 +10,10 @@
 //!   ACK). Truncations go as RING_TRUNCATE RPCs in the same flush when due, so they cost
 //!   no round trip; a full ring makes the coordinator send one alone and wait (yielding)
 //!   for the replica's acknowledgement, up to `LogRingConfig::full_wait`, then abort
-//!   with `log_full`. It never writes over records the replica has not released.
+//!   with `log_full`. It never writes over records the replica has not released. A
+//!   WRITE that fails (error completion, or never posted) aborts the transaction with
+//!   `timeout`, as a failed LOG RPC does: its own node's record is removed and its slot
+//!   at the failed replicas is voided by the ring's next flush.
 
 use crate::log_ring::format;
 use crate::log_ring::writer::{Repair, Reservation};
@@ -62,23 +65,19 @@ const SPARE_SCRATCH: usize = 64;
 
 /// Flushes `ctx`'s batch. Unsignaled failures of the worker's earlier batches that the
 /// flush reports are not this phase's: they are given back to the worker (as
-/// `ambidex_store::remote` does); this phase reads its own operations' results. Returns
-/// whether the flush itself succeeded.
-async fn flush(ctx: &Ctx, own: &[Op]) -> bool {
-    match ctx.flush().await {
-        Ok(()) => true,
-        Err(RpcError::UnsignaledFailed(mut reported)) => {
-            for o in own {
-                if let Err(e) = ctx.op_result(o.h) {
-                    if let Some(i) = reported.iter().position(|r| *r == e) {
-                        reported.swap_remove(i);
-                    }
+/// `ambidex_store::remote` does). The phase then reads each of its operations' results:
+/// a flush that failed for another reason (a truncation RPC timed out, say) may still
+/// have completed every WRITE, and then the record is logged.
+async fn flush(ctx: &Ctx, own: &[Op]) {
+    if let Err(RpcError::UnsignaledFailed(mut reported)) = ctx.flush().await {
+        for o in own {
+            if let Err(e) = ctx.op_result(o.h) {
+                if let Some(i) = reported.iter().position(|r| *r == e) {
+                    reported.swap_remove(i);
                 }
             }
-            ctx.requeue_unsignaled_failures(reported);
-            true
         }
-        Err(_) => false,
+        ctx.requeue_unsignaled_failures(reported);
     }
 }
 
