@@ -172,6 +172,7 @@ impl NodeDb {
         &self.log_region
     }
 
+    /// The size of this node's rings and how long its coordinators wait for room.
     pub fn log_ring_config(&self) -> LogRingConfig {
         self.log_ring_config
     }
