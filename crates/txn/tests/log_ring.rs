@@ -703,3 +703,83 @@ fn an_incomplete_commits_record_stays_in_the_ring() {
     assert_eq!(s.records.len(), n, "every record after it stays too");
     assert_eq!(s.records[0].writes.len(), 2);
 }
+
+/// A commit dropped while its log WRITEs are out (a worker dropped mid-transaction)
+/// leaves nothing that blocks the ring: its slot is voided by the ring's next flush and
+/// truncated past like any other; its own node's record is removed.
+#[test]
+fn a_commit_dropped_at_its_log_flush_does_not_block_the_ring() {
+    use std::cell::RefCell;
+    use std::future::Future;
+    use std::rc::Rc;
+    use std::task::Poll;
+
+    let c = cluster(2, 1, 2, LogRingConfig::default());
+    for db in &c.dbs {
+        db.record_verification(Ok(0));
+    }
+    let keys: Vec<u64> = (0..N_ACCOUNTS)
+        .filter(|&k| c.placement.primary(ACCOUNTS, k) == 0)
+        .take(2)
+        .collect();
+    let n = TRUNCATE_EVERY as usize * 3;
+    let outcomes: Rc<RefCell<Vec<bool>>> = Default::default();
+    let (o, ks) = (outcomes.clone(), keys.clone());
+    // Coroutine 0 drops a commit at its log flush (its batch then stays in flight: the
+    // runtime does not let a coroutine queue again after dropping a flush, so it stops
+    // there); coroutine 1 then runs the thread's next transactions.
+    let (mut rt0, th0) = start_by_hand(&c, 0, &spec(2), move |w| {
+        let (o, ks) = (o.clone(), ks.clone());
+        async move {
+            fn txn<'c>(w: &'c WorkerCtx, ks: &[u64]) -> Txn<'c> {
+                let mut t = Txn::begin(&w.ctx, &w.th);
+                for &k in ks {
+                    t.write(ACCOUNTS, k, WriteKind::Update);
+                }
+                t
+            }
+            if w.coroutine == 0 {
+                // Keys of node 0: the commit's first wait is its log flush.
+                let mut commit = Box::pin(txn(&w, &ks).commit());
+                let first = std::future::poll_fn(|cx| Poll::Ready(commit.as_mut().poll(cx))).await;
+                o.borrow_mut().push(first.is_pending());
+                return;
+            }
+            while o.borrow().is_empty() {
+                w.ctx.yield_now().await;
+            }
+            for _ in 0..n {
+                let ok = txn(&w, &ks).commit().await.is_ok();
+                o.borrow_mut().push(ok);
+            }
+        }
+    });
+    let (mut rt1, th1) = start_by_hand(&c, 1, &spec(1), |_| async {});
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while outcomes.borrow().len() < n + 1 && std::time::Instant::now() < deadline {
+        rt0.poll_once();
+        rt1.poll_once();
+    }
+    let outcomes = outcomes.borrow();
+    assert_eq!(outcomes.len(), n + 1);
+    assert!(outcomes.iter().all(|&ok| ok), "{outcomes:?}");
+    let st = th0.stats();
+    assert_eq!(st.committed, n as u64);
+    assert_eq!(st.committed_incomplete, 0);
+    assert!(st.log_ring.repairs >= 2, "{:?}", st.log_ring);
+    assert!(st.log_ring.truncations_acked > 0, "{:?}", st.log_ring);
+    assert!(
+        th0.log.borrow().is_empty(),
+        "the dropped commit's own record stayed"
+    );
+    let region = c.dbs[1].log_region();
+    let ring = region.ring_of(0, 0).unwrap();
+    assert!(
+        region.head(ring).unwrap().pos > 0,
+        "the head never passed the slot"
+    );
+    // The replica truncated past it as a void.
+    let replica = th1.stats().log_ring;
+    assert_eq!(replica.replica_voids, 1, "{replica:?}");
+    assert!(replica.replica_records > 0, "{replica:?}");
+}

@@ -63,6 +63,50 @@ impl Scratch {
 /// Scratch lists kept per thread (one per coroutine appending at once, bounded).
 const SPARE_SCRATCH: usize = 64;
 
+/// What an append (or a reclaim) leaves unresolved while its flush is out. If its
+/// future is dropped there (a worker dropped mid-transaction), the drop resolves it as
+/// a failure: the transaction's slots are voided and its own record removed (it never
+/// committed), and the repairs it took are given back, so a dropped append never blocks
+/// its rings. Defused once the flush returned.
+struct Unresolved<'a> {
+    th: &'a TxnThread,
+    txn: Option<u64>,
+    targets: &'a [NodeId],
+    res: &'a [Reservation],
+    ops: &'a [Op],
+}
+
+impl Unresolved<'_> {
+    fn defuse(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Unresolved<'_> {
+    fn drop(&mut self) {
+        let Ok(mut rings) = self.th.rings.try_borrow_mut() else {
+            return;
+        };
+        if let Some(txn) = self.txn {
+            for (&r, res) in self.targets.iter().zip(self.res) {
+                if let Some(w) = rings.at(r) {
+                    w.failed(txn, res);
+                }
+            }
+            if let Ok(mut log) = self.th.log.try_borrow_mut() {
+                log.truncate(txn);
+            }
+        }
+        for o in self.ops {
+            if let (Some(rep), Some(&r)) = (o.repair, self.targets.get(o.at)) {
+                if let Some(w) = rings.at(r) {
+                    w.repair_failed(rep);
+                }
+            }
+        }
+    }
+}
+
 /// Flushes `ctx`'s batch. Unsignaled failures of the worker's earlier batches that the
 /// flush reports are not this phase's: they are given back to the worker (as
 /// `ambidex_store::remote` does). The phase then reads each of its operations' results:
@@ -273,7 +317,15 @@ impl Txn<'_> {
             }
             rings.stats.truncations_sent += truncs.len() as u64;
         }
+        let unresolved = Unresolved {
+            th,
+            txn: Some(self.id),
+            targets,
+            res,
+            ops,
+        };
         flush(ctx, ops).await;
+        unresolved.defuse();
         let mut rings = th.rings.borrow_mut();
         for o in ops.iter() {
             let ok = ctx.op_result(o.h).is_ok();
@@ -419,7 +471,15 @@ impl Txn<'_> {
         if ops.is_empty() && truncs.is_empty() {
             return false;
         }
+        let unresolved = Unresolved {
+            th,
+            txn: None,
+            targets,
+            res: &[],
+            ops,
+        };
         flush(ctx, ops).await;
+        unresolved.defuse();
         let mut rings = th.rings.borrow_mut();
         for o in ops.iter() {
             let ok = ctx.op_result(o.h).is_ok();
