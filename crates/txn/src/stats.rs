@@ -35,6 +35,22 @@ pub enum AbortReason {
 }
 
 impl AbortReason {
+    /// Every reason, so reports can parse names back (`name` of each is distinct).
+    pub const ALL: [AbortReason; 12] = [
+        AbortReason::LockedAtExecute,
+        AbortReason::MissingKey,
+        AbortReason::InsertExists,
+        AbortReason::LockedAtValidate,
+        AbortReason::VersionChanged,
+        AbortReason::TableFull,
+        AbortReason::Timeout,
+        AbortReason::BadResponse,
+        AbortReason::User,
+        AbortReason::LogFull,
+        AbortReason::LogRecordTooLarge,
+        AbortReason::LogRingUnknown,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             AbortReason::LockedAtExecute => "locked_at_execute",
@@ -269,6 +285,32 @@ impl TxnStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_abort_reason_is_listed_once_with_its_own_name() {
+        let mut names: Vec<&str> = AbortReason::ALL.iter().map(|r| r.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), AbortReason::ALL.len());
+        // A new reason must be added to ALL: this match stops compiling without it.
+        for r in AbortReason::ALL {
+            let listed = match r {
+                AbortReason::LockedAtExecute
+                | AbortReason::MissingKey
+                | AbortReason::InsertExists
+                | AbortReason::LockedAtValidate
+                | AbortReason::VersionChanged
+                | AbortReason::TableFull
+                | AbortReason::Timeout
+                | AbortReason::BadResponse
+                | AbortReason::User
+                | AbortReason::LogFull
+                | AbortReason::LogRecordTooLarge
+                | AbortReason::LogRingUnknown => true,
+            };
+            assert!(listed);
+        }
+    }
 
     #[test]
     fn phase_names_follow_the_enum() {
