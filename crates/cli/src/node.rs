@@ -170,6 +170,7 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
             "config": cfg,
             "policy": loaded.policy(),
             "tables": loaded.table_descs(),
+            "log_region": loaded.log_region_desc(),
         }),
     );
     let mut state = Some(State::Loaded(loaded));

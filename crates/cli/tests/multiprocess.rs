@@ -611,6 +611,7 @@ fn catalog_of(readies: &[Value]) -> Value {
     serde_json::json!({
         "nodes": readies.len(),
         "tables": readies.iter().map(|r| r["tables"].clone()).collect::<Vec<_>>(),
+        "logs": readies.iter().map(|r| r["log_region"].clone()).collect::<Vec<_>>(),
     })
 }
 

@@ -10,9 +10,12 @@
 //! graph. Deletes leave tombstones so a key's versions form one chain; tombstones are
 //! not collected yet (their number is bounded by the keys ever inserted).
 
+use crate::log_ring::{LogRegion, LogRingConfig};
 use crate::placement::Placement;
 use ambidex_store::layout::MAGIC;
-use ambidex_store::{Catalog, Header, LocationCache, LockOwner, Table, TableConfig, TableDesc};
+use ambidex_store::{
+    Catalog, Header, LocationCache, LockOwner, LogRegionDesc, Table, TableConfig, TableDesc,
+};
 use ambidex_transport::{NodeId, NodeTransport, Perms, Region};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -52,6 +55,9 @@ pub struct NodeDb {
     /// Where remote items live, shared by the node's threads (DrTM+H §5.1): read and
     /// filled by the policies that use it ([`crate::Policy::uses_location_cache`]).
     pub location_cache: LocationCache,
+    /// The rings other coordinators WRITE their commit records into (`Log::Write`).
+    log_region: LogRegion,
+    log_ring_config: LogRingConfig,
 }
 
 /// The transaction version and value of a stored value (always `META` bytes or more:
@@ -81,11 +87,24 @@ const LOCATION_CACHE_MAX: usize = 1 << 21;
 impl NodeDb {
     /// The database of `transport`'s node: every table in a region registered on it for
     /// READ, WRITE and atomics (with a fresh key), so other nodes can reach it
-    /// one-sided through the descriptors ([`NodeDb::table_descs`]).
+    /// one-sided through the descriptors ([`NodeDb::table_descs`]); and its log region
+    /// with rings of the default size ([`LogRingConfig`]).
     pub fn new(
         transport: &dyn NodeTransport,
         placement: Placement,
         specs: &[TableSpec],
+    ) -> Result<Arc<NodeDb>, String> {
+        Self::with_log_rings(transport, placement, specs, LogRingConfig::default())
+    }
+
+    /// [`NodeDb::new`] with log rings of `rings` (their size is the same on every node
+    /// of a cluster in practice; each coordinator uses the size its replica's
+    /// descriptor gives).
+    pub fn with_log_rings(
+        transport: &dyn NodeTransport,
+        placement: Placement,
+        specs: &[TableSpec],
+        rings: LogRingConfig,
     ) -> Result<Arc<NodeDb>, String> {
         let node = transport.node();
         if placement.nodes > LockOwner::MAX_NODES {
@@ -131,7 +150,10 @@ impl NodeDb {
             .sum::<usize>()
             .saturating_mul(placement.nodes.saturating_sub(1) as usize);
         let cache_entries = remote_keys.clamp(LOCATION_CACHE_MIN, LOCATION_CACHE_MAX);
+        let log_region = LogRegion::create(transport, placement, &rings)?;
         Ok(Arc::new(NodeDb {
+            log_region,
+            log_ring_config: rings,
             node,
             placement,
             location_cache: LocationCache::new(cache_entries),
@@ -152,12 +174,28 @@ impl NodeDb {
             .collect()
     }
 
+    /// The descriptor of this node's log region.
+    pub fn log_region_desc(&self) -> LogRegionDesc {
+        self.log_region.desc()
+    }
+
+    /// This node's log region (the rings it holds as a log replica).
+    pub fn log_region(&self) -> &LogRegion {
+        &self.log_region
+    }
+
+    /// The size of this node's rings and how long its coordinators wait for room.
+    pub fn log_ring_config(&self) -> LogRingConfig {
+        self.log_ring_config
+    }
+
     /// The catalog of a cluster whose every node's database is in `dbs` (in process).
     pub fn catalog_of(dbs: &[Arc<NodeDb>]) -> Result<Catalog, String> {
         let nodes = dbs.first().map_or(0, |d| d.placement.nodes);
         let mut cat = Catalog::new(nodes);
         for db in dbs {
             cat.extend(db.table_descs())
+                .and_then(|()| cat.insert_log(db.log_region_desc()))
                 .map_err(|e| format!("node {}: {e}", db.node))?;
         }
         Ok(cat)
@@ -184,7 +222,19 @@ impl NodeDb {
                 self.node
             ));
         }
+        if cat.log_region(self.node) != Some(&self.log_region_desc()) {
+            return Err(format!(
+                "node {}: the catalog does not hold this node's own log region as it is",
+                self.node
+            ));
+        }
         for n in 0..cat.nodes() {
+            if cat.log_region(n).is_none() {
+                return Err(format!(
+                    "node {}: the catalog has no log region of node {n}",
+                    self.node
+                ));
+            }
             if cat.of_node(n).len() != mine.len() {
                 return Err(format!(
                     "node {}: the catalog has {} tables of node {n}, this node {}",
@@ -214,10 +264,13 @@ impl NodeDb {
     /// The start-up check, run by one coroutine of one thread of this node once the
     /// catalog is set ([`crate::runner::start_thread`] does it on thread 0): READs the
     /// superblock of every other node's table one-sided through its descriptor and
-    /// checks MAGIC, table id and layout length. Returns the number of tables
-    /// verified; an error completion (a wrong or stale key, region, length) or a
-    /// mismatch is an error naming the node and table. Needs [`NodeDb::scratch_region`]
-    /// attached to `ctx`'s runtime.
+    /// checks MAGIC, table id and layout length; then the superblock of every other
+    /// node's log region (its magic and ring geometry), so a stale log descriptor
+    /// fails here rather than at the first commit. Returns the number of tables
+    /// verified (log regions are checked, not counted); an error completion (a wrong
+    /// or stale key, region, length) or a mismatch is an error naming the node and
+    /// table or log region. Needs [`NodeDb::scratch_region`] attached to `ctx`'s
+    /// runtime.
     pub async fn verify_remote_tables(&self, ctx: &ambidex_rpc::Ctx) -> Result<usize, String> {
         let cat = self
             .catalog()
@@ -255,7 +308,51 @@ impl NodeDb {
             }
             verified += 1;
         }
+        for n in (0..cat.nodes()).filter(|&n| n != self.node) {
+            let what = format!("node {n}'s log region");
+            let d = cat
+                .log_region(n)
+                .ok_or_else(|| self.log_check_error(&what, "not in the catalog"))?;
+            let words = self
+                .read_superblock(ctx, d.region.at(0))
+                .await
+                .map_err(|e| self.log_check_error(&what, &e))?;
+            let want = LogRegion::superblock_of(d);
+            if words != want {
+                return Err(self.log_check_error(
+                    &what,
+                    &format!(
+                        "superblock (magic, base, ring bytes, rings) = {words:#x?} but the \
+                         descriptor says {want:#x?}"
+                    ),
+                ));
+            }
+        }
         Ok(verified)
+    }
+
+    /// READs the 4 words at `at` (one signaled READ, flushed alone).
+    async fn read_superblock(
+        &self,
+        ctx: &ambidex_rpc::Ctx,
+        at: ambidex_transport::RemoteAddr,
+    ) -> Result<[u64; 4], String> {
+        let h = ctx
+            .queue_read(at, SUPERBLOCK as u32, true)
+            .map_err(|e| e.to_string())?;
+        ctx.flush().await.map_err(|e| e.to_string())?;
+        ctx.read_result(h, |b| {
+            std::array::from_fn(|i| {
+                b.get(8 * i..8 * i + 8)
+                    .and_then(|w| w.try_into().ok())
+                    .map_or(0, u64::from_le_bytes)
+            })
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    fn log_check_error(&self, what: &str, why: &str) -> String {
+        format!("node {}: start-up check of {what} failed: {why}", self.node)
     }
 
     fn check_error(&self, d: &TableDesc, why: &str) -> String {

@@ -3,8 +3,9 @@
 //! Optimistic concurrency control with two-phase commit over a coordinator log and
 //! primary-backup replication: FaSST's protocol (FaSST §5, Figure 6), itself FaRM's
 //! with RPCs instead of one-sided writes. Every phase issues its work through a
-//! [`Policy`]; only the two-sided RPC choices (the `fasst` preset) are built, the
-//! one-sided variants of DrTM+H Table 4 are a later issue.
+//! [`Policy`]; the two-sided RPC choices (the `fasst` preset) and the one-sided log
+//! (`Log::Write`) are built, the other one-sided variants of DrTM+H Table 4 are being
+//! built.
 //!
 //! - [`placement`]: a key's primary is a hash of (table, key) over the nodes; its backups
 //!   are the next R−1 nodes.
@@ -18,6 +19,8 @@
 //! - [`handlers`]: the primaries', backups' and log replicas' request handlers.
 //! - [`log`]: in-memory log replicas (memory is assumed battery-backed, as in the
 //!   papers), truncated once a transaction is installed everywhere.
+//! - [`log_ring`]: the one-sided log (`Log::Write`): rings in registered memory that
+//!   coordinators WRITE their records into, truncated lazily by RPC.
 //!
 //! Locks carry their owner in the store's lock word (`ambidex_store::LockOwner`: the
 //! coordinator's node, thread and transaction slot); a primary takes the node and thread
@@ -33,6 +36,7 @@ pub mod db;
 pub mod handlers;
 pub mod history;
 pub mod log;
+pub mod log_ring;
 pub mod messages;
 mod onesided;
 pub mod phases;
@@ -110,6 +114,8 @@ pub struct TxnThread {
     seq: Cell<u64>,
     pub stats: RefCell<TxnStats>,
     pub log: Rc<RefCell<log::LogReplica>>,
+    /// This thread's rings at its remote log replicas (`Log::Write`).
+    pub(crate) rings: RefCell<log_ring::RingWriters>,
     /// Per node: ids of this thread's transactions installed everywhere, to piggyback on
     /// the next LOG request to that log replica.
     truncations: RefCell<Vec<Vec<u64>>>,
@@ -161,6 +167,7 @@ impl TxnThread {
             seq: Cell::new(0),
             stats: RefCell::new(TxnStats::default()),
             log,
+            rings: RefCell::new(log_ring::RingWriters::default()),
             history: RefCell::new(None),
             bufs: RefCell::new(Vec::new()),
             free_slots: RefCell::new(Vec::new()),
@@ -293,6 +300,10 @@ impl TxnThread {
 
     pub(crate) fn truncate_later(&self, id: u64) {
         self.log.borrow_mut().truncate(id);
+        if self.cfg.policy.log == policy::Log::Write {
+            self.rings.borrow_mut().installed(id);
+            return;
+        }
         let mut t = self.truncations.borrow_mut();
         for r in self.db.placement.log_replicas(self.node).skip(1) {
             t[r as usize].push(id);
@@ -331,7 +342,10 @@ impl TxnThread {
         let log = self.log.borrow();
         s.log_appended = log.appended;
         s.log_truncated = log.truncated;
-        s.log_records_held = log.len() as u64;
+        let rings = self.rings.borrow();
+        s.log_records_held = log.len() as u64 + rings.held() as u64;
+        s.log_ring = rings.stats;
+        s.log_ring.merge(&log.ring);
         s
     }
 }

@@ -11,11 +11,11 @@ use crate::driver::{
 use crate::report::PolicyReport;
 use ambidex_rpc::RpcStats;
 use ambidex_transport::CounterSnapshot;
-use ambidex_txn::stats::{LocationCacheStats, PhaseMap};
+use ambidex_txn::stats::{LocationCacheStats, LogRingStats, PhaseMap};
 use ambidex_txn::{AbortReason, NodeDb, Phase, Placement, Policy, TxnStats};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// What one node process reports after a run (the `report` message of the control
 /// protocol, docs/cluster.md). Everything is additive over nodes except `max_rss_bytes`
@@ -449,35 +449,14 @@ fn rpc_stats_from_json(v: &serde_json::Value) -> Result<RpcStats, String> {
     RpcStats::deserialize(v).map_err(|e| format!("RPC counters: {e}"))
 }
 
-const ABORT_REASONS: [AbortReason; 9] = [
-    AbortReason::LockedAtExecute,
-    AbortReason::MissingKey,
-    AbortReason::InsertExists,
-    AbortReason::LockedAtValidate,
-    AbortReason::VersionChanged,
-    AbortReason::TableFull,
-    AbortReason::Timeout,
-    AbortReason::BadResponse,
-    AbortReason::User,
-];
-
-/// The `&'static str` `TxnStats::aborts` keys by: a known reason's name, or (a reason
-/// added since) a leaked copy, at most 64 of them per process.
+/// The `&'static str` `TxnStats::aborts` keys by: a known reason's name (every node
+/// runs the same build, so any other name is an error).
 fn intern_reason(name: &str) -> Result<&'static str, String> {
-    if let Some(r) = ABORT_REASONS.iter().find(|r| r.name() == name) {
-        return Ok(r.name());
-    }
-    static EXTRA: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-    let mut extra = EXTRA.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(s) = extra.iter().find(|s| **s == name) {
-        return Ok(s);
-    }
-    if extra.len() >= 64 || name.len() > 64 {
-        return Err(format!("unknown abort reason {name:?}"));
-    }
-    let s: &'static str = Box::leak(name.to_string().into_boxed_str());
-    extra.push(s);
-    Ok(s)
+    AbortReason::ALL
+        .iter()
+        .find(|r| r.name() == name)
+        .map(|r| r.name())
+        .ok_or_else(|| format!("unknown abort reason {name:?}"))
 }
 
 #[allow(clippy::needless_update)]
@@ -511,15 +490,8 @@ fn txn_stats_from_json(v: &serde_json::Value) -> Result<TxnStats, String> {
             aborts.insert(intern_reason(k)?, n);
         }
     }
-    let location_cache = match v.get("location_cache") {
-        None => LocationCacheStats::default(),
-        Some(c) if c.is_object() => LocationCacheStats {
-            hits: json_u64(c, "hits")?,
-            misses: json_u64(c, "misses")?,
-            stale: json_u64(c, "stale")?,
-        },
-        Some(_) => return Err("\"location_cache\" is not an object".into()),
-    };
+    let location_cache = nested::<LocationCacheStats>(v, "location_cache")?;
+    let log_ring = nested::<LogRingStats>(v, "log_ring")?;
     Ok(TxnStats {
         committed: g("committed")?,
         aborted: g("aborted")?,
@@ -532,8 +504,21 @@ fn txn_stats_from_json(v: &serde_json::Value) -> Result<TxnStats, String> {
         log_truncated: g("log_truncated")?,
         log_records_held: g("log_records_held")?,
         location_cache,
+        log_ring,
+        onesided_unsignaled_failures: g("onesided_unsignaled_failures")?,
         ..Default::default()
     })
+}
+
+/// A nested counter object of the transaction-layer stats (absent: zeroes).
+fn nested<T: Default + for<'de> Deserialize<'de>>(
+    v: &serde_json::Value,
+    name: &str,
+) -> Result<T, String> {
+    match v.get(name) {
+        None => Ok(T::default()),
+        Some(x) => T::deserialize(x).map_err(|e| format!("{name:?}: {e}")),
+    }
 }
 
 #[cfg(test)]
@@ -552,7 +537,7 @@ mod tests {
         assert_eq!(back, v);
 
         let mut t = TxnStats::default();
-        for (i, r) in ABORT_REASONS.iter().enumerate() {
+        for (i, r) in AbortReason::ALL.iter().enumerate() {
             t.aborts.insert(r.name(), i as u64 + 1);
         }
         let mut v = serde_json::to_value(&t).unwrap();
@@ -562,7 +547,7 @@ mod tests {
                 "phase_ns" | "phase_count" => {
                     *x = serde_json::json!([i, i + 1, i + 2, i + 3, i + 4, i + 5]);
                 }
-                "location_cache" => {
+                "location_cache" | "log_ring" => {
                     for (j, (_, c)) in x.as_object_mut().unwrap().iter_mut().enumerate() {
                         *c = (i as u64 * 10 + j as u64 + 1).into();
                     }

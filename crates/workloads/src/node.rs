@@ -17,7 +17,7 @@ use crate::driver::{
 };
 use crate::load::build_and_load_node;
 use ambidex_rpc::RpcStats;
-use ambidex_store::{Catalog, TableDesc};
+use ambidex_store::{Catalog, LogRegionDesc, TableDesc};
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
 use ambidex_txn::runner::{spawn_node, Crew, RunSpec, Serve, Worker};
 use ambidex_txn::{NodeDb, Placement, Policy, TxnStats};
@@ -139,6 +139,11 @@ impl LoadedNode {
     /// The descriptors of this node's tables (what its `ready` event carries).
     pub fn table_descs(&self) -> Vec<TableDesc> {
         self.db.table_descs()
+    }
+
+    /// The descriptor of this node's log region (its `ready` event carries it too).
+    pub fn log_region_desc(&self) -> LogRegionDesc {
+        self.db.log_region_desc()
     }
 
     /// The cluster's catalog (every node's descriptors, from the launcher), once.

@@ -6,7 +6,8 @@
 //! - [`lock`]: LOCK (read under the lock) and UNLOCK; locks of transactions dropped
 //!   without commit or abort ("orphans") are released by the thread's next round trip.
 //! - [`validate`]: read-only keys' versions again (VALIDATE).
-//! - [`log`]: the commit record to the coordinator's log replicas (LOG).
+//! - [`log`]: the commit record to the coordinator's log replicas (LOG RPCs, or WRITEs
+//!   into log rings with `Log::Write`, see [`crate::log_ring`]).
 //! - [`commit`]: COMMIT_BACKUP to every backup, then COMMIT_PRIMARY to every primary.
 //!
 //! Keys whose primary (or backup) is this node go through [`crate::actions`] directly.
