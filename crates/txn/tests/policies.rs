@@ -162,10 +162,7 @@ fn run_bank(backend: Backend, policy: Policy, per_worker: usize) -> Outcome {
 fn policies() -> Vec<Policy> {
     let mut v: Vec<Policy> = ambidex_txn::policy::PRESETS
         .iter()
-        .map(|p| Policy {
-            log: Log::Rpc,
-            ..Policy::preset(p).unwrap()
-        }) // MERGE: ring log
+        .map(|p| Policy::preset(p).unwrap())
         .collect();
     for execute in [
         Execute::Rpc,
@@ -178,7 +175,11 @@ fn policies() -> Vec<Policy> {
                 execute,
                 lock,
                 validate,
-                log: Log::Rpc,
+                log: if lock == Lock::Rpc {
+                    Log::Write
+                } else {
+                    Log::Rpc
+                },
                 commit: if lock == Lock::Cas {
                     Commit::Write
                 } else {
