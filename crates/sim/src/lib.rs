@@ -615,7 +615,13 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     let placement = cfg.placement()?;
     let seed = cfg.run.seed;
     let cluster = cfg.cluster_config()?;
-    let net = SimNet::new(cluster, seed, faults.net.clone()).map_err(|e| e.to_string())?;
+    // A reliable connection gives up on a one-sided operation after as long as the RPC
+    // layer gives up on a request, as a NIC's retry budget and the RPC timeouts would be
+    // set together: a partition the RPCs survive, one-sided operations survive too.
+    let mut net_faults = faults.net.clone();
+    net_faults.onesided_rto_ns = (cfg.rpc.retransmit_timeout_ms * 1e6) as u64;
+    net_faults.onesided_retries = cfg.rpc.max_retries;
+    let net = SimNet::new(cluster, seed, net_faults).map_err(|e| e.to_string())?;
     net.record_trace(cfg.sim.trace);
     // The network first: every node's tables live in regions registered on it, and the
     // nodes learn each other's descriptors directly (the catalog).

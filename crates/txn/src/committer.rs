@@ -5,9 +5,10 @@
 //! Each round trip of the committer carries the primaries' step of the jobs whose
 //! backups were acknowledged in the previous one and the backups' step of the jobs that
 //! arrived since, so a job still takes backups-then-primaries in order, while many jobs
-//! share each doorbell. One-sided primary installs are unsignaled except each node's
-//! last operation, whose completion confirms the others (passive ACK). Every
-//! acknowledgement is checked: a job that misses one is counted as
+//! share each doorbell. A one-sided install's data WRITEs are unsignaled and confirmed
+//! by the signaled release CAS behind them on the same queue (passive ACK); the
+//! release itself is signaled so that its result is checked. Every acknowledgement is
+//! checked: a job that misses one is counted as
 //! `committed_incomplete` and its log record is kept for recovery; a complete one's
 //! record is truncated. The job's lock slot and buffers go back to the thread.
 //!
@@ -99,10 +100,10 @@ pub(crate) async fn run(ctx: Ctx, th: Rc<TxnThread>) {
         }
         let mut any = false;
         for job in &mut backed {
-            any |= job.work().queue_step(&ctx, &th, true, false);
+            any |= job.work().queue_step(&ctx, &th, true);
         }
         for job in &mut fresh {
-            any |= job.work().queue_step(&ctx, &th, false, false);
+            any |= job.work().queue_step(&ctx, &th, false);
         }
         let flushed = !any
             || match ctx.flush().await {
@@ -133,7 +134,8 @@ fn finish(th: &TxnThread, job: CommitJob) {
     } else {
         th.stats.borrow_mut().committed_incomplete += 1;
     }
-    if job.own_slot {
+    // An incomplete install may leave a lock naming the slot: it is retired.
+    if job.own_slot && job.ok {
         th.give_slot(job.owner);
     }
     th.committer.borrow_mut().in_flight -= 1;

@@ -99,8 +99,11 @@ pub struct Txn<'c> {
     pub(crate) id: u64,
     /// Who holds this transaction's locks (its slot is its own while it lives).
     pub(crate) owner: LockOwner,
-    /// False if the slot is shared (more live transactions than slots).
-    own_slot: bool,
+    /// False if the slot is shared (more live transactions than slots), or retired: a
+    /// lock naming it may outlive the transaction (a release whose outcome is unknown,
+    /// an incomplete install, orphaned locks), so it must never name another
+    /// transaction's locks — a CAS lock recognises its own by the owner in the word.
+    pub(crate) own_slot: bool,
     pub(crate) items: Vec<Item>,
     pub(crate) bufs: TxnBufs,
     aborted: Option<AbortReason>,
@@ -351,6 +354,9 @@ impl<'c> Txn<'c> {
         let complete = self.commit_inline().await;
         if complete {
             self.th.truncate_later(self.id);
+        } else {
+            // Some lock may stay held until recovery: the slot is retired.
+            self.own_slot = false;
         }
         self.finish_commit(false, !complete);
         Ok(Committed {

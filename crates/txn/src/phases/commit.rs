@@ -74,16 +74,8 @@ pub(crate) struct CommitOp {
 
 impl CommitWork<'_> {
     /// Queues the step's work (backups, or `primaries`) and applies the local part in
-    /// place. `signal_all`: every release CAS signaled and checked; otherwise only each
-    /// node's last operation is (passive ACK confirms the others). Returns whether
-    /// anything was queued.
-    pub fn queue_step(
-        &mut self,
-        ctx: &Ctx,
-        th: &TxnThread,
-        primaries: bool,
-        signal_all: bool,
-    ) -> bool {
+    /// place. Returns whether anything was queued.
+    pub fn queue_step(&mut self, ctx: &Ctx, th: &TxnThread, primaries: bool) -> bool {
         let db = th.db.clone();
         let placement = db.placement;
         let me = db.node;
@@ -123,7 +115,7 @@ impl CommitWork<'_> {
                 continue;
             }
             if by_write {
-                any |= self.queue_writes(ctx, th, node, signal_all);
+                any |= self.queue_writes(ctx, th, node);
                 continue;
             }
             req.clear();
@@ -154,14 +146,12 @@ impl CommitWork<'_> {
         any
     }
 
-    /// Queues the one-sided install of every write whose primary is `node`.
-    fn queue_writes(&mut self, ctx: &Ctx, th: &TxnThread, node: NodeId, signal_all: bool) -> bool {
+    /// Queues the one-sided install of every write whose primary is `node`: its data
+    /// WRITEs unsignaled, confirmed by the signaled release CAS behind them on the same
+    /// queue (passive ACK), whose old word shows the lock was still held.
+    fn queue_writes(&mut self, ctx: &Ctx, th: &TxnThread, node: NodeId) -> bool {
         let mut img = th.commit_image.borrow_mut();
         let mut stored = th.stored.borrow_mut();
-        let last = self
-            .items
-            .iter()
-            .rposition(|it| it.write.is_some() && it.home == node);
         let mut any = false;
         for i in 0..self.items.len() {
             let it = &self.items[i];
@@ -198,7 +188,6 @@ impl CommitWork<'_> {
                 &stored,
                 &mut img,
             );
-            let signaled = signal_all || Some(i) == last;
             let mut queued = Ok(());
             for (at, r) in &img.writes {
                 match ctx.queue_write(t.at(*at), &img.bytes[r.clone()], false) {
@@ -208,10 +197,10 @@ impl CommitWork<'_> {
             }
             let (held, free) = img.release;
             if queued.is_ok() {
-                match ctx.queue_cas(t.at(token.offset), held, free, signaled) {
+                match ctx.queue_cas(t.at(token.offset), held, free, true) {
                     Ok(op) => self.bufs.ops.push(CommitOp {
                         op,
-                        expect: signaled.then_some(held),
+                        expect: Some(held),
                     }),
                     Err(e) => queued = Err(e),
                 }
@@ -263,7 +252,7 @@ impl Txn<'_> {
                 bufs: &mut self.bufs,
                 ok: &mut ok,
             };
-            let queued = work.queue_step(self.ctx, &self.th, primaries, true);
+            let queued = work.queue_step(self.ctx, &self.th, primaries);
             if queued {
                 let r = self.ctx.flush().await;
                 let flushed = self.flushed(r);

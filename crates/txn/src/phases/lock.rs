@@ -122,7 +122,8 @@ impl Txn<'_> {
                 continue;
             }
             let loc = self.items[i].loc;
-            match (cas, loc) {
+            // A shared slot cannot recognise its lock by the owner in the word.
+            match (cas && self.own_slot, loc) {
                 (true, Some(off)) => match self.queue_cas_lock(i, off) {
                     Ok(read) => {
                         waiting.push(Locking {
@@ -217,7 +218,12 @@ impl Txn<'_> {
             .read_result(read, |b| {
                 u64::from_ne_bytes(b.get(..8).and_then(|w| w.try_into().ok()).unwrap_or([0; 8]))
             })
-            .map_err(|e| onesided_failure(&e))?;
+            .map_err(|e| {
+                // The CAS may have taken the lock: the slot must not name another
+                // transaction's locks.
+                self.own_slot = false;
+                onesided_failure(&e)
+            })?;
         let it = &mut self.items[i];
         let (Some(off), hdr) = (it.loc, it.hdr) else {
             return Err(AbortReason::BadResponse);
@@ -236,14 +242,20 @@ impl Txn<'_> {
         }
     }
 
-    /// Releases every lock held (abort), waiting for the releases to be sent: an UNLOCK
-    /// RPC, or with CAS locks a CAS back to the unlocked word (unsignaled: nothing waits
-    /// for it; a failure is reported by the worker's next flush and counted).
+    /// Releases every lock held (abort) and waits for every release: an UNLOCK RPC, or
+    /// with CAS locks a CAS back to the unlocked word. A release whose outcome is not
+    /// known (a failed RPC or CAS) may leave a lock naming this transaction's slot, so
+    /// the slot is retired: a later transaction with the same owner would take that
+    /// lock for its own.
     pub(crate) async fn release_locks(&mut self) {
         let db = self.th.db.clone();
         let cas = self.th.cfg.policy.lock == policy::Lock::Cas;
         let mut req = std::mem::take(&mut self.bufs.req);
+        let mut releases = std::mem::take(&mut self.bufs.reads);
+        releases.clear();
+        self.bufs.handles.clear();
         let mut any = self.queue_orphans();
+        let mut unknown = false;
         for i in 0..self.items.len() {
             let it = &mut self.items[i];
             let Some(tok) = it.lock.take() else { continue };
@@ -255,11 +267,8 @@ impl Txn<'_> {
                 if let Ok(t) = self.remote_table(i) {
                     let held = Header::locked(tok.store_version, self.owner);
                     let free = Header::unlocked(tok.store_version);
-                    if self
-                        .ctx
-                        .queue_cas(t.at(tok.offset), held, free, false)
-                        .is_ok()
-                    {
+                    if let Ok(op) = self.ctx.queue_cas(t.at(tok.offset), held, free, true) {
+                        releases.push((i, op));
                         any = true;
                         continue;
                     }
@@ -274,15 +283,28 @@ impl Txn<'_> {
                 token: tok,
             }
             .encode(&mut req);
-            // A lost unlock leaves the key locked until recovery; the RPC layer
-            // retransmits, so this only happens if the primary is gone.
-            if self.ctx.queue(it.home, rtype::UNLOCK, &req).is_ok() {
-                any = true;
+            match self.ctx.queue(it.home, rtype::UNLOCK, &req) {
+                Ok(h) => {
+                    self.bufs.handles.push(h);
+                    any = true;
+                }
+                Err(_) => unknown = true,
             }
         }
         self.bufs.req = req;
         if any {
-            let _ = self.flushed(self.ctx.flush().await);
+            let r = self.ctx.flush().await;
+            unknown |= !self.flushed(r);
+            for &(_, op) in &releases {
+                unknown |= self.ctx.atomic_result(op).is_err();
+            }
+            for &h in &self.bufs.handles {
+                unknown |= self.ctx.response(h, |_| ()).is_err();
+            }
+        }
+        self.bufs.reads = releases;
+        if unknown {
+            self.own_slot = false;
         }
     }
 
@@ -320,9 +342,10 @@ impl Txn<'_> {
     /// For a transaction dropped without commit or abort: releases its local locks and
     /// hands its remote ones to the thread. A LOCK whose response has arrived but was not
     /// taken yet (a future dropped mid-round-trip) is taken now; one still in flight
-    /// cannot be named (recovery finds it by its owner); then the transaction's slot must
-    /// not be given to another transaction, whose owner it would share. Returns whether
-    /// any lock was held, and whether a LOCK's outcome is unknown.
+    /// cannot be named (recovery finds it by its owner). Returns whether any lock was
+    /// held, and whether a lock naming the slot may outlive the transaction (a LOCK or
+    /// CAS in flight, remote locks the thread releases later): then its slot must not be
+    /// given to another transaction, whose owner it would share.
     pub(crate) fn orphan_locks(&mut self) -> (bool, bool) {
         let db = self.th.db.clone();
         let (mut any, mut unknown) = (false, false);
@@ -349,6 +372,8 @@ impl Txn<'_> {
             if it.home == db.node {
                 actions::release(&db, it.table, it.key, token, self.owner);
             } else {
+                // Released later by the thread: until then the lock names this slot.
+                unknown = true;
                 self.th.orphans.borrow_mut().push(Orphan {
                     home: it.home,
                     table: it.table,
