@@ -1,16 +1,17 @@
-//! The committer: with passive ACK (DrTM+H §3.2), a transaction returns once its log is
-//! complete and its installation ([`CommitJob`]) is finished here, off its critical
-//! path, by one coroutine per thread.
+//! The committers: with passive ACK (DrTM+H §3.2), a transaction returns once its log
+//! is complete and its installation ([`CommitJob`]) is finished here, off its critical
+//! path, by one of its thread's committer coroutines (as many as workers). A job is
+//! handed over only if a committer is idle; otherwise the transaction installs it
+//! itself, so jobs never queue.
 //!
-//! Each round trip of the committer carries the primaries' step of the jobs whose
-//! backups were acknowledged in the previous one and the backups' step of the jobs that
-//! arrived since, so a job still takes backups-then-primaries in order, while many jobs
-//! share each doorbell. A one-sided install's data WRITEs are unsignaled and confirmed
-//! by the signaled release CAS behind them on the same queue (passive ACK); the
-//! release itself is signaled so that its result is checked. Every acknowledgement is
-//! checked: a job that misses one is counted as
-//! `committed_incomplete` and its log record is kept for recovery; a complete one's
-//! record is truncated. The job's lock slot and buffers go back to the thread.
+//! A committer runs a job's steps as the transaction would: backups, every
+//! acknowledgement awaited, then primaries, so a job still takes backups-then-primaries
+//! in order. A one-sided install's data WRITEs are unsignaled and confirmed by the
+//! signaled release CAS behind them on the same queue (passive ACK); the release itself
+//! is signaled so that its result is checked. Every acknowledgement is checked: a job
+//! that misses one is counted as `committed_incomplete`, its log record is kept for
+//! recovery and its lock slot retired; a complete one's record is truncated. The job's
+//! buffers go back to the thread.
 //!
 //! Locks stay held until the primaries' step, so no transaction can read a key of a
 //! job between its commit and its installation: a transaction that began after another
@@ -25,30 +26,42 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
-/// The committer's queue, on its thread.
+/// The committers' queue, on their thread.
 #[derive(Default)]
 pub(crate) struct CommitQueue {
-    jobs: Vec<CommitJob>,
-    waker: Option<Waker>,
-    /// Jobs taken by the committer and not finished.
+    jobs: std::collections::VecDeque<CommitJob>,
+    /// Committers waiting for a job.
+    waiting: Vec<Waker>,
+    /// Jobs taken by a committer and not finished.
     in_flight: usize,
-    /// Workers of the thread still running (the committer ends when none is and every
+    /// Workers of the thread still running (the committers end when none is and every
     /// job is finished).
     pub live_workers: usize,
-    /// A committer was spawned on this thread.
-    pub running: bool,
+    /// Committers spawned on this thread.
+    pub running: usize,
 }
 
 impl CommitQueue {
     pub fn push(&mut self, job: CommitJob) {
-        self.jobs.push(job);
-        self.wake();
-    }
-
-    pub fn wake(&mut self) {
-        if let Some(w) = self.waker.take() {
+        self.jobs.push_back(job);
+        if let Some(w) = self.waiting.pop() {
             w.wake();
         }
+    }
+
+    /// Wakes every waiting committer (to see that the workers are done).
+    pub fn wake_all(&mut self) {
+        for w in self.waiting.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// Whether a committer is free to take one more job at once. A transaction hands
+    /// its job over only then, and otherwise installs it itself: jobs never pile up
+    /// (they hold their locks and log records until installed), so a thread that
+    /// commits faster than its committers install is slowed to their pace.
+    pub fn has_idle(&self) -> bool {
+        self.waiting.len() > self.jobs.len()
     }
 
     /// Jobs queued or being installed.
@@ -57,72 +70,53 @@ impl CommitQueue {
     }
 }
 
-/// Resolves with the queued jobs (moved into `into`): at once if there are any or
-/// `busy`, else when a worker queues one; `false` once every worker is done and
-/// nothing is left.
-struct NextJobs<'a> {
+/// Resolves with the next job, or `None` once every worker is done and nothing is
+/// left.
+struct NextJob<'a> {
     queue: &'a RefCell<CommitQueue>,
-    into: &'a mut Vec<CommitJob>,
-    busy: bool,
 }
 
-impl Future for NextJobs<'_> {
-    type Output = bool;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
-        let me = self.get_mut();
-        let mut q = me.queue.borrow_mut();
-        if !q.jobs.is_empty() || me.busy {
-            q.in_flight += q.jobs.len();
-            me.into.append(&mut q.jobs);
-            return Poll::Ready(true);
+impl Future for NextJob<'_> {
+    type Output = Option<CommitJob>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<CommitJob>> {
+        let mut q = self.queue.borrow_mut();
+        if let Some(job) = q.jobs.pop_front() {
+            q.in_flight += 1;
+            return Poll::Ready(Some(job));
         }
-        if q.live_workers == 0 && q.in_flight == 0 {
-            return Poll::Ready(false);
+        if q.live_workers == 0 {
+            return Poll::Ready(None);
         }
-        q.waker = Some(cx.waker().clone());
+        q.waiting.push(cx.waker().clone());
         Poll::Pending
     }
 }
 
-/// The committer coroutine of `th`'s thread.
+/// A committer coroutine of `th`'s thread.
 pub(crate) async fn run(ctx: Ctx, th: Rc<TxnThread>) {
-    let mut fresh: Vec<CommitJob> = Vec::new();
-    let mut backed: Vec<CommitJob> = Vec::new();
-    loop {
-        let more = NextJobs {
-            queue: &th.committer,
-            into: &mut fresh,
-            busy: !backed.is_empty(),
+    while let Some(mut job) = (NextJob {
+        queue: &th.committer,
+    })
+    .await
+    {
+        for primaries in [false, true] {
+            let mut work = job.work();
+            if work.queue_step(&ctx, &th, primaries) {
+                let flushed = match ctx.flush().await {
+                    Ok(()) => true,
+                    Err(RpcError::UnsignaledFailed(v)) => {
+                        // The job checks its own operations below; these are counted.
+                        th.stats.borrow_mut().onesided_unsignaled_failures += v.len() as u64;
+                        true
+                    }
+                    Err(_) => false,
+                };
+                job.work().check_step(&ctx, flushed, primaries);
+            } else if primaries {
+                work.check_step(&ctx, true, primaries);
+            }
         }
-        .await;
-        if !more {
-            break;
-        }
-        let mut any = false;
-        for job in &mut backed {
-            any |= job.work().queue_step(&ctx, &th, true);
-        }
-        for job in &mut fresh {
-            any |= job.work().queue_step(&ctx, &th, false);
-        }
-        let flushed = !any
-            || match ctx.flush().await {
-                Ok(()) => true,
-                Err(RpcError::UnsignaledFailed(v)) => {
-                    // Each job checks its own operations below; these are counted.
-                    th.stats.borrow_mut().onesided_unsignaled_failures += v.len() as u64;
-                    true
-                }
-                Err(_) => false,
-            };
-        for mut job in backed.drain(..) {
-            job.work().check_step(&ctx, flushed, true);
-            finish(&th, job);
-        }
-        for mut job in fresh.drain(..) {
-            job.work().check_step(&ctx, flushed, false);
-            backed.push(job);
-        }
+        finish(&th, job);
     }
 }
 

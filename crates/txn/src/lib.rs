@@ -210,22 +210,24 @@ impl TxnThread {
         self.free_slots.borrow_mut().push(o.slot);
     }
 
-    /// Spawns the thread's committer on `rt` if the policy has passive ACK: then a
-    /// transaction returns once its log is complete and the committer installs its
-    /// writes. Without one, passive ACK degrades to waiting for the installation.
-    /// Every worker spawned after must call [`TxnThread::worker_started`] and, when it
-    /// ends, await [`TxnThread::worker_finished`] (the committer ends once every
-    /// worker has and every installation is done; `runner::start_thread` does this).
-    pub fn spawn_committer(th: &Rc<TxnThread>, rt: &mut Runtime) {
+    /// Spawns `n` committers on `rt` (one per worker) if the policy has passive ACK:
+    /// then a transaction returns once its log is complete and a committer installs its
+    /// writes. Without them, passive ACK degrades to waiting for the installation.
+    /// Every worker spawned must call [`TxnThread::worker_started`] and, when it ends,
+    /// await [`TxnThread::worker_finished`] (the committers end once every worker has
+    /// and every installation is done; `runner::start_thread` does this).
+    pub fn spawn_committers(th: &Rc<TxnThread>, rt: &mut Runtime, n: usize) {
         if th.cfg.policy.passive_ack != policy::PassiveAck::On {
             return;
         }
-        th.committer.borrow_mut().running = true;
-        let th = th.clone();
-        rt.spawn(move |ctx| committer::run(ctx, th));
+        for _ in 0..n.max(1) {
+            th.committer.borrow_mut().running += 1;
+            let th = th.clone();
+            rt.spawn(move |ctx| committer::run(ctx, th));
+        }
     }
 
-    /// A worker of this thread starts (see [`TxnThread::spawn_committer`]).
+    /// A worker of this thread starts (see [`TxnThread::spawn_committers`]).
     pub fn worker_started(&self) {
         self.committer.borrow_mut().live_workers += 1;
     }
@@ -236,15 +238,18 @@ impl TxnThread {
         {
             let mut q = self.committer.borrow_mut();
             q.live_workers = q.live_workers.saturating_sub(1);
-            q.wake();
+            if q.live_workers == 0 {
+                q.wake_all();
+            }
         }
-        while self.committer.borrow().running && self.committer.borrow().pending() > 0 {
+        while self.committer.borrow().running > 0 && self.committer.borrow().pending() > 0 {
             ctx.yield_now().await;
         }
     }
 
-    pub(crate) fn has_committer(&self) -> bool {
-        self.committer.borrow().running
+    /// Whether a committer can take a job at once (see `CommitQueue::has_idle`).
+    pub(crate) fn committer_idle(&self) -> bool {
+        self.committer.borrow().has_idle()
     }
 
     pub(crate) fn defer_commit(&self, job: phases::commit::CommitJob) {

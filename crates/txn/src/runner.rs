@@ -338,13 +338,14 @@ where
             done(c);
         });
     }
-    TxnThread::spawn_committer(&th, &mut rt);
     if verify {
         rt.spawn(move |ctx| async move {
             let r = db.verify_remote_tables(&ctx).await;
             db.record_verification(r);
         });
     }
+    // After the start-up check's coroutine, whose id must stay within the scratch.
+    TxnThread::spawn_committers(&th, &mut rt, spec.coroutines);
     Ok((rt, th))
 }
 

@@ -340,7 +340,7 @@ impl<'c> Txn<'c> {
             return Err(r);
         }
         // From here the transaction is committed: its record is in every log replica.
-        if self.th.cfg.policy.passive_ack == PassiveAck::On && self.th.has_committer() {
+        if self.th.cfg.policy.passive_ack == PassiveAck::On && self.th.committer_idle() {
             // Passive ACK: the installation goes on off this transaction's path.
             self.finish_commit(false, false);
             let job = self.take_job();

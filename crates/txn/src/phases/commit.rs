@@ -14,10 +14,10 @@
 //! The work is a [`CommitJob`]: the transaction's items, moved out of it. Without
 //! passive ACK the transaction runs the job itself and returns once every primary
 //! acknowledged. With passive ACK (DrTM+H §3.2) it returns once its log is complete and
-//! hands the job to its thread's committer ([`crate::committer`]), which runs the
-//! steps of many jobs in one round trip each and checks every acknowledgement off the
-//! critical path: a failed one is counted (`committed_incomplete`) and its log record
-//! kept for recovery, never dropped.
+//! hands the job to one of its thread's committers ([`crate::committer`]), which runs
+//! the same steps and checks every acknowledgement off the critical path: a failed one
+//! is counted (`committed_incomplete`) and its log record kept for recovery, never
+//! dropped.
 
 use crate::actions;
 use crate::messages::{rtype, Ack, CommitBackupReq, CommitPrimaryReq};
