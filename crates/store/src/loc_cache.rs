@@ -42,14 +42,13 @@
 //! recently used location survives a sweep). A reference bit set concurrently with a
 //! sweep may be lost; that only makes replacement less exact.
 //!
-//! **Counters.** Inserts, evictions and invalidations are counted in shared atomics:
-//! they follow a remote walk or a stale READ, which cost microseconds. Hits and misses
-//! happen on every lookup from every thread, so one shared counter would put a contended
-//! cache line on the fast path; they are counted in per-thread shards instead (a thread
-//! takes shard `n % 64` by order of first use, and adds with a plain load and store, not
-//! a locked instruction). Two live threads that share a shard may lose increments, so
-//! hits and misses are approximate beyond 64 threads. The transaction layer also counts
-//! hits, misses and stale entries per thread (`TxnStats::location_cache`).
+//! **Counters.** Hits and misses happen on every lookup from every thread, so one shared
+//! counter would put a contended cache line (and a locked instruction) on the fast path.
+//! Every counter is therefore kept in per-thread shards, one line each: a thread takes
+//! shard `n % 64` by order of first use and adds with a plain load and store; `stats`
+//! sums the shards. Two live threads that share a shard may lose increments, so the
+//! counts are approximate beyond 64 threads (exact below). The transaction layer also
+//! counts hits, misses and stale entries per thread (`TxnStats::location_cache`).
 
 use std::cell::Cell;
 use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
@@ -139,15 +138,17 @@ impl Set {
         for _ in 0..2 {
             let s1 = self.seq.load(Ordering::Acquire);
             if s1 & 1 == 0 {
-                let mut found = None;
-                for (w, way) in self.ways.iter().enumerate() {
+                // No early exit: selecting without branches avoids a mispredicted branch
+                // on which way holds the key (at most one does).
+                let (mut w, mut l) = (0, 0);
+                for (i, way) in self.ways.iter().enumerate() {
                     let k = way[0].load(Ordering::Relaxed);
-                    let l = way[1].load(Ordering::Relaxed);
-                    if k == key && l & TABLE_MASK == tf {
-                        found = Some((w, l));
-                        break;
-                    }
+                    let x = way[1].load(Ordering::Relaxed);
+                    let hit = (k == key) & (x & TABLE_MASK == tf);
+                    w = if hit { i } else { w };
+                    l = if hit { x } else { l };
                 }
+                let found = (l != 0).then_some((w, l));
                 // Orders the way loads before the re-check (seqlock read side).
                 fence(Ordering::Acquire);
                 if self.seq.load(Ordering::Relaxed) == s1 {
@@ -204,16 +205,17 @@ impl Set {
 
     /// Clears way `w`'s reference bit (under the lock; readers may set bits concurrently).
     fn clear_ref(&self, w: usize) {
-        self.clock.fetch_and(!(1 << w), Ordering::Relaxed);
+        if self.clock.load(Ordering::Relaxed) & 1 << w != 0 {
+            self.clock.fetch_and(!(1 << w), Ordering::Relaxed);
+        }
     }
 }
 
 /// Hit/miss/eviction counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CacheStats {
-    /// Approximate beyond 64 threads (see the module docs).
+    /// Every count is approximate beyond 64 threads (see the module docs).
     pub hits: u64,
-    /// Approximate beyond 64 threads (see the module docs).
     pub misses: u64,
     pub inserts: u64,
     pub evictions: u64,
@@ -224,12 +226,16 @@ pub struct CacheStats {
 
 const SHARDS: usize = 64;
 
-/// One thread's hit and miss counts, on its own line.
+/// One thread's counts, on its own line.
 #[repr(align(64))]
 #[derive(Default)]
 struct Shard {
     hits: AtomicU64,
     misses: AtomicU64,
+    inserts: AtomicU64,
+    evictions: AtomicU64,
+    invalidations: AtomicU64,
+    uncacheable: AtomicU64,
 }
 
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
@@ -260,10 +266,6 @@ fn bump(c: &AtomicU64) {
 pub struct LocationCache {
     sets: Box<[Set]>,
     shards: Box<[Shard]>,
-    inserts: AtomicU64,
-    evictions: AtomicU64,
-    invalidations: AtomicU64,
-    uncacheable: AtomicU64,
 }
 
 impl LocationCache {
@@ -273,10 +275,6 @@ impl LocationCache {
         LocationCache {
             sets: (0..sets).map(|_| Set::new()).collect(),
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-            inserts: AtomicU64::new(0),
-            evictions: AtomicU64::new(0),
-            invalidations: AtomicU64::new(0),
-            uncacheable: AtomicU64::new(0),
         }
     }
 
@@ -299,9 +297,15 @@ impl LocationCache {
         &self.sets[i]
     }
 
+    /// This thread's counters.
+    #[inline]
+    fn shard(&self) -> &Shard {
+        &self.shards[my_shard()]
+    }
+
     #[inline]
     pub fn get(&self, table: u32, key: u64) -> Option<Loc> {
-        let shard = &self.shards[my_shard()];
+        let shard = self.shard();
         let found = table_field(table).and_then(|tf| {
             let s = self.set(table, key);
             let (w, l) = s.find(tf, key).ok().flatten()?;
@@ -321,12 +325,12 @@ impl LocationCache {
 
     pub fn insert(&self, table: u32, key: u64, loc: Loc) {
         let Some(new) = encode(table, loc) else {
-            self.uncacheable.fetch_add(1, Ordering::Relaxed);
+            bump(&self.shard().uncacheable);
             // The key's old location (if any) is now known to be stale.
             self.invalidate(table, key);
             return;
         };
-        self.inserts.fetch_add(1, Ordering::Relaxed);
+        bump(&self.shard().inserts);
         let tf = new & TABLE_MASK;
         let s = self.set(table, key);
         let odd = s.lock();
@@ -346,15 +350,16 @@ impl LocationCache {
                 hand = (hand + 1) % WAYS;
             }
             let victim = hand;
-            let cleared = (c & REF_MASK) & !refs | 1 << victim;
+            // One xor clears the bits the sweep passed (set in `c`, and only lock holders
+            // clear bits, so they are still set) and moves the hand (only lock holders
+            // move it). A bit a reader sets meanwhile is kept.
+            let passed = c & REF_MASK & !refs;
+            let old_hand = (c >> HAND_SHIFT) & 0xff;
             let next = ((victim + 1) % WAYS) as u64;
-            let _ = s
-                .clock
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
-                    Some((c & REF_MASK & !cleared) | next << HAND_SHIFT)
-                });
+            s.clock
+                .fetch_xor(passed | (old_hand ^ next) << HAND_SHIFT, Ordering::Relaxed);
             s.put(victim, key, new);
-            self.evictions.fetch_add(1, Ordering::Relaxed);
+            bump(&self.shard().evictions);
         }
         s.unlock(odd);
     }
@@ -372,7 +377,7 @@ impl LocationCache {
         if let Some(w) = s.find_locked(tf, key) {
             s.put(w, 0, 0);
             s.clear_ref(w);
-            self.invalidations.fetch_add(1, Ordering::Relaxed);
+            bump(&self.shard().invalidations);
         }
         s.unlock(odd);
     }
@@ -413,10 +418,10 @@ impl LocationCache {
         CacheStats {
             hits: sum(|s| &s.hits),
             misses: sum(|s| &s.misses),
-            inserts: self.inserts.load(Ordering::Relaxed),
-            evictions: self.evictions.load(Ordering::Relaxed),
-            invalidations: self.invalidations.load(Ordering::Relaxed),
-            uncacheable: self.uncacheable.load(Ordering::Relaxed),
+            inserts: sum(|s| &s.inserts),
+            evictions: sum(|s| &s.evictions),
+            invalidations: sum(|s| &s.invalidations),
+            uncacheable: sum(|s| &s.uncacheable),
         }
     }
 }
@@ -563,7 +568,7 @@ mod tests {
         // A small cache and few keys: sets are written while they are read.
         let c = LocationCache::new(24);
         let threads = 4;
-        let iters = 1_000_000u64;
+        let iters = 4_000_000u64;
         let hits = std::thread::scope(|sc| {
             let hs: Vec<_> = (0..threads)
                 .map(|t| {
