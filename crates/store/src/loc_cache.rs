@@ -5,20 +5,20 @@
 //! chosen at creation; it never grows. A (table, key) maps to one set by hash. A set is
 //! one 64-byte line: a sequence word, a replacement word and [`WAYS`] = 3 ways of two
 //! `AtomicU64` words each (the key, and the packed location below). A lookup loads that
-//! one line and writes nothing (except, rarely, a reference bit); writers of a set take
-//! the set's sequence word as a tiny spin lock. No `unsafe`: every shared word is an
-//! atomic.
+//! one line and writes nothing shared (only its own thread's counter line, and a
+//! reference bit the first time an entry is hit); writers of a set take the set's
+//! sequence word as a tiny spin lock. No `unsafe`: every shared word is an atomic.
 //!
 //! **Why lock-free is safe here.** Entries are hints: a reader validates every cached
 //! location against the item it READs (key and header), and invalidates or overwrites a
 //! stale one. Still, the cache itself never returns a location that was not inserted for
 //! the same (table, key): the sequence word is a seqlock. A writer makes it odd
 //! (compare-and-swap, which also excludes other writers), stores the way's words, and
-//! makes it even again (one more than before plus one); a reader loads it, loads the
-//! ways, and loads it again after an acquire fence. If the two loads differ, or the first
-//! was odd, a writer overlapped the reader, which may have seen a torn way (the key of
-//! one entry with the location of another); the reader then retries once and otherwise
-//! reports a miss, never the torn location. The counter is 64 bits, so it cannot wrap
+//! makes it even again (two more than before); a reader loads it, loads the ways, and
+//! loads it again after an acquire fence. If the two loads differ, or the first was odd,
+//! a writer overlapped the reader, which may have seen a torn way (the key of one entry
+//! with the location of another); the reader then retries once and otherwise reports a
+//! miss, never the torn location. The counter is 64 bits, so it cannot wrap
 //! back to the same value within a read (no ABA). A miss is always safe: the caller walks
 //! the bucket chain or asks by RPC.
 //!
@@ -26,28 +26,31 @@
 //!
 //! | bits | field | limit |
 //! | --- | --- | --- |
-//! | 0..40 | `offset` | < 2^40 (1 TiB region) |
-//! | 40..46 | `node` | < 64 |
-//! | 46..53 | `region` | < 128 |
-//! | 53..64 | `table + 1` | table ≤ 2046 |
+//! | 0..35 | `offset / 32` | offset < 2^40 (1 TiB region), a multiple of 32 |
+//! | 35..41 | `node` | < 64 (`LockOwner::MAX_NODES`) |
+//! | 41..53 | `region` | < 4096 (every backend's `MAX_REGIONS`) |
+//! | 53..64 | `table + 1` | table ≤ 2046 (`NodeDb` allows ≤ 1024) |
 //!
-//! The table is stored plus one so that the all-zero word is the empty way. A location
-//! or table that does not fit is not cached (the insert drops any entry of that key and
-//! is counted in [`CacheStats::uncacheable`]).
+//! Items start on 32-byte boundaries (the item area starts on a line and item sizes are
+//! multiples of 32, see `layout.rs`), so the offset is stored in units of 32. The table
+//! is stored plus one so that the all-zero word is the empty way. A location or table
+//! that does not fit is not cached (the insert drops any entry of that key and is counted
+//! in [`CacheStats::uncacheable`]).
 //!
 //! **Replacement: CLOCK per set.** A hit sets the way's reference bit (a write only when
 //! the bit was clear, so a hot entry costs no write). An insert replaces the key's own
 //! way, else an empty way, else runs the set's clock hand: referenced ways lose their
 //! bit and are passed over, the first unreferenced one is replaced (second chance: a
-//! recently used location survives a sweep). A reference bit set concurrently with a
-//! sweep may be lost; that only makes replacement less exact.
+//! recently used location survives a sweep). Reference bits are outside the seqlock: a
+//! reader that hits an entry as it is replaced may leave its bit on the new entry, which
+//! only makes replacement less exact.
 //!
 //! **Counters.** Hits and misses happen on every lookup from every thread, so one shared
 //! counter would put a contended cache line (and a locked instruction) on the fast path.
 //! Every counter is therefore kept in per-thread shards, one line each: a thread takes
 //! shard `n % 64` by order of first use and adds with a plain load and store; `stats`
-//! sums the shards. Two live threads that share a shard may lose increments, so the
-//! counts are approximate beyond 64 threads (exact below). The transaction layer also
+//! sums the shards. Two live threads share a shard only once the process has used more
+//! than 64 threads; they may then lose increments, so counts are approximate there. The transaction layer also
 //! counts hits, misses and stale entries per thread (`TxnStats::location_cache`).
 
 use std::cell::Cell;
@@ -64,9 +67,11 @@ pub struct Loc {
 /// Ways per set: with the sequence and replacement words, one 64-byte line.
 pub const WAYS: usize = 3;
 
-const OFFSET_BITS: u32 = 40;
+/// Offsets are stored in units of the item alignment.
+const ALIGN_BITS: u32 = 5;
+const OFFSET_BITS: u32 = 40 - ALIGN_BITS;
 const NODE_BITS: u32 = 6;
-const REGION_BITS: u32 = 7;
+const REGION_BITS: u32 = 12;
 const TABLE_BITS: u32 = 11;
 const NODE_SHIFT: u32 = OFFSET_BITS;
 const REGION_SHIFT: u32 = NODE_SHIFT + NODE_BITS;
@@ -87,19 +92,19 @@ fn table_field(table: u32) -> Option<u64> {
 
 fn encode(table: u32, loc: Loc) -> Option<u64> {
     let t = table_field(table)?;
-    let fits = loc.offset <= mask(OFFSET_BITS)
+    let o = loc.offset >> ALIGN_BITS;
+    let fits = o <= mask(OFFSET_BITS)
+        && loc.offset & mask(ALIGN_BITS) == 0
         && (loc.node as u64) <= mask(NODE_BITS)
         && (loc.region as u64) <= mask(REGION_BITS);
-    fits.then_some(
-        t | (loc.region as u64) << REGION_SHIFT | (loc.node as u64) << NODE_SHIFT | loc.offset,
-    )
+    fits.then_some(t | (loc.region as u64) << REGION_SHIFT | (loc.node as u64) << NODE_SHIFT | o)
 }
 
 fn decode(w: u64) -> Loc {
     Loc {
         node: ((w >> NODE_SHIFT) & mask(NODE_BITS)) as u16,
         region: ((w >> REGION_SHIFT) & mask(REGION_BITS)) as u32,
-        offset: w & mask(OFFSET_BITS),
+        offset: (w & mask(OFFSET_BITS)) << ALIGN_BITS,
     }
 }
 
@@ -432,11 +437,12 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::HashMap;
 
+    /// A location at item `o` (offsets are 32-byte aligned).
     fn loc(o: u64) -> Loc {
         Loc {
             node: 1,
             region: 2,
-            offset: o,
+            offset: o * 32,
         }
     }
 
@@ -524,8 +530,8 @@ mod tests {
         let c = LocationCache::new(64);
         let ok = Loc {
             node: 63,
-            region: 127,
-            offset: (1 << 40) - 1,
+            region: 4095,
+            offset: (1 << 40) - 32,
         };
         c.insert(MAX_TABLE, 1, ok);
         assert_eq!(c.get(MAX_TABLE, 1), Some(ok), "the limits fit");
@@ -535,17 +541,18 @@ mod tests {
         assert_eq!(c.get(u32::MAX, 1), None);
         for bad in [
             Loc { node: 64, ..ok },
-            Loc { region: 128, ..ok },
+            Loc { region: 4096, ..ok },
             Loc {
                 offset: 1 << 40,
                 ..ok
             },
+            Loc { offset: 16, ..ok },
         ] {
             c.insert(3, 9, loc(1));
             c.insert(3, 9, bad);
             assert_eq!(c.get(3, 9), None, "a stale entry is dropped: {bad:?}");
         }
-        assert_eq!(c.stats().uncacheable, 5);
+        assert_eq!(c.stats().uncacheable, 6);
         assert_eq!(encode(5, ok).map(decode), Some(ok));
     }
 
@@ -554,13 +561,14 @@ mod tests {
     fn stress_loc(table: u32, key: u64, v: u64) -> Loc {
         Loc {
             node: (key % 61) as u16,
-            region: table * 7 % 128,
-            offset: (table as u64) << 36 | key << 4 | v,
+            region: table * 7,
+            offset: ((table as u64) << 30 | key << 4 | v) << 5,
         }
     }
 
+    /// `l` is one of the locations inserted for (table, key).
     fn stress_ok(table: u32, key: u64, l: Loc) -> bool {
-        l.offset >> 4 == ((table as u64) << 32 | key) && l == stress_loc(table, key, l.offset & 15)
+        l == stress_loc(table, key, (l.offset >> 5) & 15)
     }
 
     #[test]
@@ -622,7 +630,9 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            4 => (0..3u32, 0..40u64, 0..(1u64 << 41)).prop_map(|(t, k, o)| Op::Insert(t, k, o)),
+            // Offsets past 2^40 or not 32-aligned are not cacheable.
+            2 => (0..3u32, 0..40u64, 0..(1u64 << 41)).prop_map(|(t, k, o)| Op::Insert(t, k, o)),
+            4 => (0..3u32, 0..40u64, 0..(1u64 << 36)).prop_map(|(t, k, o)| Op::Insert(t, k, o * 32)),
             4 => (0..3u32, 0..40u64).prop_map(|(t, k)| Op::Get(t, k)),
             1 => (0..3u32, 0..40u64).prop_map(|(t, k)| Op::Invalidate(t, k)),
             1 => (0..3u32).prop_map(Op::InvalidateTable),
@@ -640,9 +650,9 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Insert(t, k, o) => {
-                        let l = loc(o);
+                        let l = Loc { offset: o, ..loc(0) };
                         c.insert(t, k, l);
-                        if o < 1 << 40 {
+                        if o < 1 << 40 && o % 32 == 0 {
                             model.insert((t, k), l);
                             prop_assert_eq!(c.get(t, k), Some(l));
                         } else {
