@@ -10,7 +10,8 @@
 //!   WRITE-and-unlock).
 //! - [`catalog`]: every node's table descriptors (region, key, layout) and log region,
 //!   exchanged at start-up, checked before use.
-//! - [`loc_cache`]: the bounded location cache (set-associative, CLOCK per set).
+//! - [`loc_cache`]: the bounded location cache (lock-free reads of one line per lookup,
+//!   set-associative, seqlock per set, CLOCK per set).
 //! - [`btree`]: the ordered index (B+tree) for range scans.
 //! - [`bench`](mod@bench): the benchmark behind `ambidex bench store`.
 
