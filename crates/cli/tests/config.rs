@@ -226,8 +226,7 @@ fn one_config_file_reaches_every_path() {
         }
     }
     // Every preset, and per-phase keys over it, reach a node process, which says the
-    // policy it will run (these runs stop before any transaction: only the RPC phases
-    // are built so far).
+    // policy it will run (these runs stop before any transaction).
     for (txn, want) in [
         (
             r#"{"mode": "farm"}"#,

@@ -1,11 +1,10 @@
 //! # ambidex-txn: serializable distributed transactions
 //!
 //! Optimistic concurrency control with two-phase commit over a coordinator log and
-//! primary-backup replication: FaSST's protocol (FaSST §5, Figure 6), itself FaRM's
-//! with RPCs instead of one-sided writes. Every phase issues its work through a
-//! [`Policy`]; the two-sided RPC choices (the `fasst` preset) and the one-sided log
-//! (`Log::Write`) are built, the other one-sided variants of DrTM+H Table 4 are being
-//! built.
+//! primary-backup replication (FaSST §5, Figure 6; FaRM §4). Every phase issues its
+//! work through a [`Policy`]: two-sided RPCs or one-sided verbs, every choice of DrTM+H
+//! Table 4, with the presets `fasst`, `farm`, `drtm-r` and `drtm-h`
+//! (`docs/transactions.md` has the design).
 //!
 //! - [`placement`]: a key's primary is a hash of (table, key) over the nodes; its backups
 //!   are the next R−1 nodes.
@@ -21,14 +20,20 @@
 //!   papers), truncated once a transaction is installed everywhere.
 //! - [`log_ring`]: the one-sided log (`Log::Write`): rings in registered memory that
 //!   coordinators WRITE their records into, truncated lazily by RPC.
+//! - `onesided`: what the one-sided phases need of remote tables (descriptors, item
+//!   shapes, bucket walks, install images).
+//! - `committer`: passive ACK's committer coroutines.
 //!
 //! Locks carry their owner in the store's lock word (`ambidex_store::LockOwner`: the
 //! coordinator's node, thread and transaction slot); a primary takes the node and thread
 //! from the request's sender, so a coordinator can name only its own locks.
 //!
-//! Setting up a node thread: create the node's [`NodeDb`] once, then on each thread
-//! `let th = TxnThread::install(&mut runtime, db.clone(), TxnConfig::default());` and
-//! spawn workers that run `Txn::begin(&ctx, &th)`.
+//! Setting up a node thread: create the node's [`NodeDb`] once (and give every node the
+//! cluster's catalog, which the one-sided phases need), then on each thread
+//! `let th = TxnThread::install(&mut runtime, db.clone(), TxnConfig::default());`,
+//! attach the node's scratch region for one-sided READs, spawn workers that run
+//! `Txn::begin(&ctx, &th)` and, with passive ACK, committers
+//! ([`TxnThread::spawn_committers`]); `runner::start_thread` does all of it.
 
 pub mod actions;
 mod committer;
