@@ -100,6 +100,11 @@ pub(crate) async fn run(ctx: Ctx, th: Rc<TxnThread>) {
     .await
     {
         for primaries in [false, true] {
+            if primaries && !job.ok {
+                // A backup may not hold the writes: the primaries keep their locks, for
+                // recovery (see `phases::commit`).
+                break;
+            }
             let mut work = job.work();
             if work.queue_step(&ctx, &th, primaries) {
                 let flushed = match ctx.flush().await {

@@ -144,6 +144,10 @@ pub struct TxnThread {
     pub(crate) committer: RefCell<committer::CommitQueue>,
 }
 
+/// The lock slot transactions share when no slot of their own is free (the last slot
+/// of a lock owner; never handed out as a transaction's own).
+const SHARED_SLOT: u16 = LockOwner::MAX_SLOTS - 1;
+
 /// Transaction ids: bit 62 set (so no id collides with the load version 1), then node,
 /// thread and a per-thread sequence number.
 const ID_BASE: u64 = 1 << 62;
@@ -185,20 +189,23 @@ impl TxnThread {
         })
     }
 
-    /// A lock owner for a new transaction: a free slot of this thread. Past
-    /// `LockOwner::MAX_SLOTS` live transactions on one thread, slots are shared (locks
-    /// still exclude each other; only a recovery's attribution is coarser).
-    /// The second value is false for a shared slot, which is not given back.
+    /// A lock owner for a new transaction: a free slot of this thread. When none is free
+    /// (more than `SHARED_SLOT` live transactions on one thread, or slots retired),
+    /// transactions share the one slot `SHARED_SLOT`, which no transaction ever owns:
+    /// its locks still exclude each other (taken by RPC: a CAS lock recognises its own
+    /// lock by the owner in the word, which a shared owner cannot), and no owner of its
+    /// own can mistake one of them for its own. Only a recovery's attribution is
+    /// coarser. The second value is false for the shared slot, which is not given back.
     fn take_slot(&self) -> (LockOwner, bool) {
         let (slot, own) = match self.free_slots.borrow_mut().pop() {
             Some(s) => (s, true),
             None => {
                 let s = self.next_slot.get();
-                if s < LockOwner::MAX_SLOTS {
+                if s < SHARED_SLOT {
                     self.next_slot.set(s + 1);
                     (s, true)
                 } else {
-                    ((self.seq.get() % LockOwner::MAX_SLOTS as u64) as u16, false)
+                    (SHARED_SLOT, false)
                 }
             }
         };

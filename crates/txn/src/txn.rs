@@ -115,6 +115,8 @@ pub struct Txn<'c> {
     done: bool,
     /// Its items and buffers went to the committer (passive ACK).
     deferred: bool,
+    /// Its commit record is in every log replica: it is committed.
+    logged: bool,
 }
 
 impl<'c> Txn<'c> {
@@ -139,6 +141,7 @@ impl<'c> Txn<'c> {
             ran: 0,
             done: false,
             deferred: false,
+            logged: false,
         }
     }
 
@@ -340,6 +343,7 @@ impl<'c> Txn<'c> {
             return Err(r);
         }
         // From here the transaction is committed: its record is in every log replica.
+        self.logged = true;
         if self.th.cfg.policy.passive_ack == PassiveAck::On && self.th.committer_idle() {
             // Passive ACK: the installation goes on off this transaction's path.
             self.finish_commit(false, false);
@@ -465,6 +469,14 @@ pub(crate) fn writes_of<'a>(
 
 impl Drop for Txn<'_> {
     fn drop(&mut self) {
+        if !self.done && self.logged {
+            // Dropped while installing a committed transaction: its locks must not be
+            // released as an abort's would be (a release could overtake the install).
+            // They stay held, with its log record, for recovery; the slot is retired.
+            self.th.stats.borrow_mut().committed_incomplete += 1;
+            self.own_slot = false;
+            self.done = true;
+        }
         if !self.done {
             // Dropped without commit or abort: release every lock (and count it, so the
             // application bug cannot go unnoticed).

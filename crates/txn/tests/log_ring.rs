@@ -642,11 +642,13 @@ fn an_incomplete_commits_record_stays_in_the_ring() {
     }
     // Keys whose primary is node 0: execute, lock and install are local; only the
     // backup (node 1) needs node 1's CPU (the log WRITE does not).
+    // The first transaction writes the first two; its backup step fails, so their
+    // primaries keep their locks (for recovery): the later ones write the next two.
     let keys: Vec<u64> = (0..N_ACCOUNTS)
         .filter(|&k| c.placement.primary(ACCOUNTS, k) == 0)
-        .take(2)
+        .take(4)
         .collect();
-    assert_eq!(keys.len(), 2);
+    assert_eq!(keys.len(), 4);
     let spec = RunSpec {
         rpc: RuntimeConfig {
             retransmit_timeout: Duration::from_millis(5),
@@ -666,7 +668,8 @@ fn an_incomplete_commits_record_stays_in_the_ring() {
                     w.ctx.yield_now().await;
                 }
                 let mut t = Txn::begin(&w.ctx, &w.th);
-                for &k in &ks {
+                let ks = if i == 0 { &ks[..2] } else { &ks[2..] };
+                for &k in ks {
                     t.write(ACCOUNTS, k, WriteKind::Update);
                 }
                 let id = t.id();
@@ -692,6 +695,12 @@ fn an_incomplete_commits_record_stays_in_the_ring() {
     assert!(outcomes.iter().all(|o| o.1), "{outcomes:?}");
     let st = th0.stats();
     assert_eq!(st.committed_incomplete, 1, "{st:?}");
+    // Its backup step failed, so its primaries kept their locks (a later writer's
+    // backup write could otherwise overtake its own), for recovery.
+    for &k in &keys[..2] {
+        let h = c.dbs[0].lock_word(ACCOUNTS, k).unwrap();
+        assert!(h.owner.is_some(), "key {k} was released: {h:?}");
+    }
     // Nothing is reclaimable past the first record, so no truncation was even sent.
     assert_eq!(st.log_ring.truncations_sent, 0, "{:?}", st.log_ring);
     // The first transaction's record is still the first in the ring, and the head is

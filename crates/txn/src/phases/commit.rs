@@ -170,12 +170,8 @@ impl CommitWork<'_> {
                     continue;
                 }
             };
-            if !actions::stored_value(
-                self.id,
-                &w,
-                t.shape.value_size - crate::db::META,
-                &mut stored,
-            ) {
+            let size = t.shape.value_size.checked_sub(crate::db::META);
+            if !size.is_some_and(|n| actions::stored_value(self.id, &w, n, &mut stored)) {
                 *self.ok = false;
                 continue;
             }
@@ -244,6 +240,11 @@ impl Txn<'_> {
         let mut ok = true;
         let mut times = PhaseMap::<u64>::default();
         for (primaries, phase) in [(false, Phase::CommitBackup), (true, Phase::CommitPrimary)] {
+            if primaries && !ok {
+                // A backup may not hold the writes: the primaries keep their locks (so
+                // no later writer's backup write can overtake this one), for recovery.
+                break;
+            }
             let t0 = self.ctx.step_ns();
             let mut work = CommitWork {
                 id: self.id,

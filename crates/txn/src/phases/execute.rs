@@ -125,6 +125,7 @@ impl Txn<'_> {
             if !next {
                 break;
             }
+            let mut queued = false;
             for i in 0..self.items.len() {
                 if !matches!(
                     self.items[i].fetch,
@@ -137,12 +138,25 @@ impl Txn<'_> {
                     continue;
                 }
                 match self.queue_next(i, &mut req) {
-                    Ok(()) => any = true,
+                    Ok(true) => {
+                        any = true;
+                        queued = true;
+                    }
+                    Ok(false) => any = true,
                     Err(r) => {
                         self.items[i].fetch = None;
                         failure.get_or_insert(r);
                     }
                 }
+            }
+            if any && !queued {
+                // Steps wait for scratch that nothing of this round frees: the
+                // coroutine has no scratch to READ into.
+                for it in &mut self.items {
+                    it.fetch = None;
+                }
+                failure.get_or_insert(AbortReason::BadResponse);
+                any = false;
             }
         }
         self.bufs.req = req;
@@ -238,13 +252,14 @@ impl Txn<'_> {
         Ok(())
     }
 
-    /// Queues the step item `i`'s fetch is waiting for.
-    fn queue_next(&mut self, i: usize, req: &mut Vec<u8>) -> Result<(), AbortReason> {
+    /// Queues the step item `i`'s fetch is waiting for: true if queued, false if it
+    /// waits for the next round (no scratch left in this one).
+    fn queue_next(&mut self, i: usize, req: &mut Vec<u8>) -> Result<bool, AbortReason> {
         let next = self.items[i].fetch;
         let t = match next {
-            Some(Fetch::NextReadLoc) => return self.queue_read_rpc(i, req, true),
+            Some(Fetch::NextReadLoc) => return self.queue_read_rpc(i, req, true).map(|_| true),
             Some(Fetch::NextBucket { .. } | Fetch::NextItem { .. }) => self.remote_table(i)?,
-            _ => return Ok(()),
+            _ => return Ok(false),
         };
         let queued = match next {
             Some(Fetch::NextBucket { off, hops }) => self
@@ -260,18 +275,18 @@ impl Txn<'_> {
                     from,
                     tries,
                 }),
-            _ => return Ok(()),
+            _ => return Ok(false),
         };
         match queued {
             Ok(f) => {
                 self.items[i].fetch = Some(f);
-                Ok(())
+                Ok(true)
             }
             // This round's READs filled the coroutine's scratch: the step waits for
             // the next round (the flush of this one frees the scratch). A READ larger
             // than the whole slice can never fit.
             Err(OneSidedError::NoScratch { need, .. }) if need <= crate::db::SCRATCH_PER_WORKER => {
-                Ok(())
+                Ok(false)
             }
             Err(e) => Err(onesided_failure(&e)),
         }
@@ -472,6 +487,19 @@ impl Txn<'_> {
         });
         let it = &mut self.items[i];
         if let Some(tok) = token.filter(|t| t.offset != 0 && it.fetched) {
+            // Untrusted: an address the one-sided phases will CAS and WRITE must be an
+            // item of the table, its header word unlocked and present.
+            let h = tok.store_version;
+            let valid = self.remote_table(i).is_ok_and(|t| {
+                t.desc.layout.item_at(tok.offset).is_some()
+                    && h & !ambidex_store::layout::VERSION_MASK == 0
+                    && h & 1 == 1
+            });
+            if !valid {
+                self.items[i].fetched = false;
+                return Err(AbortReason::BadResponse);
+            }
+            let it = &mut self.items[i];
             it.loc = Some(tok.offset);
             it.hdr = tok.store_version;
             if self.th.cfg.policy.uses_location_cache() {
@@ -514,6 +542,18 @@ impl Txn<'_> {
             })
         });
         match parsed {
+            // A found value must have the table's size (untrusted).
+            Ok(Ok(f))
+                if f.status == Status::Ok && self.th.db.value_size(it.table) != Some(val.len()) =>
+            {
+                it.value = val;
+                it.fetched = false;
+                if locked && it.write.is_some() {
+                    // The lock is held all the same: recorded so the abort releases it.
+                    it.lock = Some(f.token);
+                }
+                Err(AbortReason::BadResponse)
+            }
             Ok(Ok(f)) => absorb(it, f, val, locked),
             Ok(Err(_)) => {
                 it.value = val;

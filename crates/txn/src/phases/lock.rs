@@ -84,6 +84,11 @@ impl Txn<'_> {
         h: ReqHandle,
         flushed: bool,
     ) -> Result<(), AbortReason> {
+        if self.ctx.response(h, |_| ()).is_err() {
+            // No answer: the LOCK may have executed, leaving a lock that names this
+            // slot.
+            self.own_slot = false;
+        }
         self.take_fetch(i, h, flushed, true, |b| {
             LockResp::decode(b).map(|r| (r.fetched, r.value))
         })
@@ -202,7 +207,11 @@ impl Txn<'_> {
                 false,
             )
             .map_err(fail)?;
-        let read = self.ctx.queue_read(at, 8, true).map_err(fail)?;
+        let read = self.ctx.queue_read(at, 8, true).map_err(|e| {
+            // The CAS goes out with the batch and may take a lock nobody records.
+            self.own_slot = false;
+            fail(e)
+        })?;
         // Marks the lock's outcome unknown until the READ is taken (a transaction
         // dropped meanwhile must not give its slot away).
         self.items[i].fetch = Some(Fetch::Lock);
