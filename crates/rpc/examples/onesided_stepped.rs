@@ -9,7 +9,7 @@
 use ambidex_rpc::{Runtime, RuntimeConfig};
 use ambidex_transport::cputime::thread_cpu_seconds;
 use ambidex_transport::local::LocalFabric;
-use ambidex_transport::{ClusterConfig, NodeTransport, Perms};
+use ambidex_transport::{ClusterConfig, Perms};
 use std::cell::Cell;
 use std::rc::Rc;
 

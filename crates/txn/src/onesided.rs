@@ -209,6 +209,7 @@ pub(crate) fn read_item(
 /// and new chunk versions in one WRITE, then a CAS from the locked word to the new
 /// version. The release is a CAS, not a WRITE of the header: a retransmitted WRITE may
 /// execute twice on a real NIC, and a late header WRITE would erase a later lock.
+#[derive(Default)]
 pub(crate) struct CommitImage {
     /// (offset, bytes) of each WRITE, in posting order.
     pub writes: Vec<(u64, std::ops::Range<usize>)>,
@@ -249,16 +250,6 @@ pub(crate) fn commit_image(
     }
     out.writes.push((offset + 8, at..out.bytes.len()));
     out.release = (Header::locked(version, owner), Header::unlocked(nv));
-}
-
-impl Default for CommitImage {
-    fn default() -> Self {
-        CommitImage {
-            writes: Vec::new(),
-            bytes: Vec::new(),
-            release: (0, 0),
-        }
-    }
 }
 
 #[cfg(test)]
