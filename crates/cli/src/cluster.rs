@@ -147,9 +147,9 @@ struct NodeProc {
     eof: bool,
 }
 
-/// Files every node's `tables` (the descriptors of its `ready` event, `readies` in node
-/// order from node `first`) into the catalog of a cluster of `nodes`; a missing,
-/// malformed or refused descriptor is an error naming the node.
+/// Files every node's `tables` and `log_region` (the descriptors of its `ready` event,
+/// `readies` in node order from node `first`) into the catalog of a cluster of `nodes`;
+/// a missing, malformed or refused descriptor is an error naming the node.
 pub fn catalog_from_ready(
     readies: &[serde_json::Value],
     first: u16,
@@ -171,6 +171,17 @@ pub fn catalog_from_ready(
             cat.insert(d)
                 .map_err(|e| format!("node {n}'s table descriptor refused: {e}"))?;
         }
+        let log: ambidex_store::LogRegionDesc =
+            serde_json::from_value(r.get("log_region").cloned().unwrap_or_default())
+                .map_err(|e| format!("node {n} sent no valid log region descriptor: {e}"))?;
+        if log.region.node as usize != n {
+            return Err(format!(
+                "node {n} sent the log region of node {}",
+                log.region.node
+            ));
+        }
+        cat.insert_log(log)
+            .map_err(|e| format!("node {n}'s log region descriptor refused: {e}"))?;
     }
     Ok(cat)
 }
@@ -586,14 +597,21 @@ mod tests {
     use ambidex_transport::ClusterConfig;
     use serde_json::{json, Value};
 
-    /// The `ready` events of a 2-node cluster with one table per node.
+    /// The `ready` events of a 2-node cluster with one table and a log region per node.
     fn readies() -> Vec<Value> {
         let f = LocalFabric::new(ClusterConfig::new(2, 1)).unwrap();
         f.nodes()
             .iter()
             .map(|n| {
                 let t = Table::create_registered(&**n, 7, &TableConfig::new(64, 16)).unwrap();
-                json!({ "event": "ready", "node": n.node(), "tables": [t.desc()] })
+                let perms = ambidex_transport::Perms::READ | ambidex_transport::Perms::WRITE;
+                let log = ambidex_store::LogRegionDesc {
+                    region: n.register(64 + 1024, perms).unwrap().desc,
+                    base: 64,
+                    ring_bytes: 1024,
+                    rings: 1,
+                };
+                json!({ "event": "ready", "node": n.node(), "tables": [t.desc()], "log_region": log })
             })
             .collect()
     }
@@ -604,6 +622,20 @@ mod tests {
         let cat = catalog_from_ready(&r, 0, 2).unwrap();
         assert_eq!(cat.iter().count(), 2);
         assert_eq!(cat.get(1, 7).unwrap().region.node, 1);
+        assert_eq!(cat.log_region(1).unwrap().region.node, 1);
+        // No log region, or another node's.
+        let mut bad = r.clone();
+        bad[0].as_object_mut().unwrap().remove("log_region");
+        let e = catalog_from_ready(&bad, 0, 2).unwrap_err();
+        assert!(e.starts_with("node 0 sent no valid log region"), "{e}");
+        let mut bad = r.clone();
+        bad[1]["log_region"] = r[0]["log_region"].clone();
+        let e = catalog_from_ready(&bad, 0, 2).unwrap_err();
+        assert!(e.contains("node 1 sent the log region of node 0"), "{e}");
+        let mut bad = r.clone();
+        bad[1]["log_region"]["ring_bytes"] = 4096.into();
+        let e = catalog_from_ready(&bad, 0, 2).unwrap_err();
+        assert!(e.contains("node 1's log region descriptor refused"), "{e}");
         // No descriptors at all.
         let mut bad = r.clone();
         bad[1].as_object_mut().unwrap().remove("tables");

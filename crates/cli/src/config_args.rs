@@ -2,6 +2,7 @@
 //! FILE` and the flags every run command shares. A flag given beats the file, the file
 //! beats the command's defaults.
 
+use ambidex_workloads::config::{Commit, Execute, Lock, Log, PassiveAck, PhaseChoice, Validate};
 use ambidex_workloads::Config;
 use std::path::PathBuf;
 
@@ -28,9 +29,36 @@ pub struct ConfigArgs {
     /// per workload, see docs/workloads.md, or the simulator's tiny one).
     #[arg(long)]
     pub scale: Option<f64>,
-    /// The primitive preset; only `fasst` (RPCs for every phase) exists so far.
-    #[arg(long)]
+    /// The transaction-policy preset (DrTM+H Table 4): fasst (every phase by RPC), farm,
+    /// drtm-r or drtm-h [default: fasst]. The per-phase flags below override its choices.
+    /// The one-sided phases are being built: in this build a run fails (a node thread
+    /// panics) when a transaction reaches a phase whose choice is not rpc, and passive
+    /// ACK is accepted but not acted on yet.
+    #[arg(long, value_name = "PRESET")]
     pub mode: Option<String>,
+    /// Execute phase: READ RPCs (rpc), one-sided READs of bucket then item (onesided),
+    /// one-sided READs through the location cache (cached), or a cache hit READ and a
+    /// miss RPC (hybrid). Overrides the preset's (`txn.execute`).
+    #[arg(long, value_name = "HOW", value_parser = choice::<Execute>())]
+    pub execute: Option<Execute>,
+    /// Lock phase: LOCK RPCs (rpc) or one-sided CAS (cas). Overrides the preset's.
+    #[arg(long, value_name = "HOW", value_parser = choice::<Lock>())]
+    pub lock: Option<Lock>,
+    /// Validate phase: VALIDATE RPCs (rpc) or one-sided READs of headers (read).
+    /// Overrides the preset's.
+    #[arg(long, value_name = "HOW", value_parser = choice::<Validate>())]
+    pub validate: Option<Validate>,
+    /// Log phase: LOG RPCs (rpc) or one-sided WRITEs into log rings (write). Overrides
+    /// the preset's.
+    #[arg(long, value_name = "HOW", value_parser = choice::<Log>())]
+    pub log: Option<Log>,
+    /// Commit phase at primaries: COMMIT RPCs (rpc) or one-sided WRITEs (write).
+    /// Overrides the preset's.
+    #[arg(long, value_name = "HOW", value_parser = choice::<Commit>())]
+    pub commit: Option<Commit>,
+    /// Passive ACK of commit messages (DrTM+H §3.2): on or off. Overrides the preset's.
+    #[arg(long, value_name = "ON_OFF", value_parser = choice::<PassiveAck>())]
+    pub passive_ack: Option<PassiveAck>,
     /// RPC retransmission timeout in ms [default: 20; 1 in the simulator].
     #[arg(long)]
     pub rpc_timeout_ms: Option<f64>,
@@ -57,10 +85,36 @@ impl ConfigArgs {
             c.run.scale = self.scale;
         }
         set(&mut c.txn.mode, self.mode.clone());
+        // A flag replaces the file's key for its phase; both override the preset.
+        if self.execute.is_some() {
+            c.txn.execute = self.execute;
+        }
+        if self.lock.is_some() {
+            c.txn.lock = self.lock;
+        }
+        if self.validate.is_some() {
+            c.txn.validate = self.validate;
+        }
+        if self.log.is_some() {
+            c.txn.log = self.log;
+        }
+        if self.commit.is_some() {
+            c.txn.commit = self.commit;
+        }
+        if self.passive_ack.is_some() {
+            c.txn.passive_ack = self.passive_ack;
+        }
         set(&mut c.rpc.retransmit_timeout_ms, self.rpc_timeout_ms);
         set(&mut c.rpc.max_retries, self.rpc_retries);
         Ok(c)
     }
+}
+
+/// The parser of one phase's flag: the choice's names are its possible values (listed
+/// by `--help`, and by clap's error for any other value).
+fn choice<T: PhaseChoice>() -> impl clap::builder::TypedValueParser<Value = T> {
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(T::NAMES.iter().copied()).try_map(|s: String| T::parse(&s))
 }
 
 /// Sets `slot` to the flag's value if the flag was given.

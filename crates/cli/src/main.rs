@@ -47,7 +47,9 @@ enum Command {
     /// Run one node of a cluster described by a configuration file (docs/cluster.md), driven
     /// by JSON commands on stdin; `bench --transport shm|udp` starts one per node.
     Node {
-        /// The configuration file (TOML or JSON, docs/cluster.md).
+        /// The configuration file (TOML or JSON, docs/cluster.md). Its `[txn]` section is
+        /// the transaction policy (a node takes no policy flags: every node must run the
+        /// cluster's, which the launcher checks).
         #[arg(long)]
         config: std::path::PathBuf,
         /// Which node of the cluster this process is.

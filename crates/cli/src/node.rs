@@ -5,10 +5,13 @@
 //! node; on separate hosts an operator, or ssh, can speak the same protocol.
 //!
 //! ```text
-//! node → {"event":"ready","node":I,"pid":P,"load_seconds":S,"config":{...},"tables":[...]}
+//! node → {"event":"ready","node":I,"pid":P,"load_seconds":S,"config":{...},
+//!          "policy":{...},"tables":[...]}
 //!                                 transport open, tables registered in it and loaded;
-//!                                 `config` echoes the one it runs, `tables` are its
-//!                                 table descriptors (region id, access key, layout)
+//!                                 `config` echoes the one it runs, `policy` the
+//!                                 transaction policy its threads will run (the launcher
+//!                                 refuses one that differs from the cluster's), `tables`
+//!                                 its table descriptors (region id, access key, layout)
 //!      ← {"cmd":"catalog","catalog":{...}}   every node's descriptors (the launcher
 //!                                 files the nodes' `tables`); required before start
 //!      ← {"cmd":"start"}        workers start (warmup: nothing is counted); thread 0
@@ -165,7 +168,9 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
             "pid": std::process::id(),
             "load_seconds": loaded.load_seconds,
             "config": cfg,
+            "policy": loaded.policy(),
             "tables": loaded.table_descs(),
+            "log_region": loaded.log_region_desc(),
         }),
     );
     let mut state = Some(State::Loaded(loaded));

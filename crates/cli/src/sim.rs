@@ -4,7 +4,8 @@
 use crate::config_args::{set, ConfigArgs};
 use ambidex_sim::SimReport;
 use ambidex_workloads::config::InjectedBug;
-use ambidex_workloads::{Config, WorkloadKind};
+use ambidex_workloads::report::{one_sided_line, policy_line};
+use ambidex_workloads::{Config, PolicyReport, WorkloadKind};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -224,10 +225,12 @@ fn print_one(r: &SimReport, wall: f64) {
         r.partitions,
         r.pauses
     );
+    println!("  {}", policy_line(&r.policy));
     println!(
         "  rpc: {} issued, {} retransmits, {} duplicate requests served from the cache, {} failed",
         r.rpc.rpcs_issued, r.rpc.retransmits, r.rpc.duplicate_requests, r.rpc.rpcs_failed
     );
+    println!("  {}", one_sided_line(&r.one_sided, &r.location_cache));
     println!(
         "  history: {} transactions, serializable={}; workload check: {}",
         r.history_transactions, r.serializable, r.workload_check
@@ -313,6 +316,7 @@ fn many(a: &Args, template: &Config, seeds: std::ops::Range<u64>) -> Result<(), 
     }
     lines.sort_by_key(|l| l.seed);
     let failed: Vec<&SeedLine> = lines.iter().filter(|l| !l.passed).collect();
+    let policy = PolicyReport::from(template.policy()?);
     let committed: u64 = lines.iter().map(|l| l.committed).sum();
     if a.json {
         println!(
@@ -321,6 +325,7 @@ fn many(a: &Args, template: &Config, seeds: std::ops::Range<u64>) -> Result<(), 
                 "workload": template.run.workload.name(),
                 "faults": template.sim.faults,
                 "steps": template.sim.steps,
+                "policy": policy,
                 "seeds": lines.len(),
                 "failed": failed.len(),
                 "seconds": wall,
@@ -336,8 +341,9 @@ fn many(a: &Args, template: &Config, seeds: std::ops::Range<u64>) -> Result<(), 
             println!("  reproduce: {}", l.command);
         }
         println!(
-            "sim {} faults={}{} steps={} seeds {}..{}: {} run, {} failed; {:.1} committed per seed; {:.1} s, {:.1} seeds/s ({} jobs)",
+            "sim {} {} faults={}{} steps={} seeds {}..{}: {} run, {} failed; {:.1} committed per seed; {:.1} s, {:.1} seeds/s ({} jobs)",
             template.run.workload.name(),
+            policy_line(&policy),
             template.sim.faults,
             template
                 .txn

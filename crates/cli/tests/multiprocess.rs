@@ -65,6 +65,44 @@ fn common_checks(r: &Value, transport: &str) {
     assert_eq!(per_type, r["committed"].as_u64().unwrap());
     assert!(r["rpc"]["rpcs_completed"].as_u64().unwrap() > 0);
     assert!(r["transport_counters"]["tx_datagrams"].as_u64().unwrap() > 0);
+    policy_checks(r);
+}
+
+/// The policy, one-sided and location-cache parts of a report: every field there, and
+/// the one-sided counts summed from every node's `rpc` counters.
+fn policy_checks(r: &Value) {
+    for k in [
+        "execute",
+        "lock",
+        "validate",
+        "log",
+        "commit",
+        "passive_ack",
+    ] {
+        assert!(r["policy"][k].is_string(), "{k}: {}", r["policy"]);
+    }
+    for (k, rpc) in [
+        ("reads", "onesided_reads"),
+        ("writes", "onesided_writes"),
+        ("cas", "onesided_cas"),
+        ("faa", "onesided_faa"),
+        ("failed", "onesided_failed"),
+    ] {
+        assert_eq!(r["one_sided"][k], r["rpc"][rpc], "{k}: {}", r["one_sided"]);
+    }
+    // Every node's start-up check READ the other nodes' tables one-sided.
+    assert!(
+        r["one_sided"]["reads"].as_u64().unwrap() > 0,
+        "{}",
+        r["one_sided"]
+    );
+    for k in ["hits", "misses", "stale"] {
+        assert_eq!(
+            r["location_cache"][k], r["txn_layer"]["location_cache"][k],
+            "{k}: {}",
+            r["location_cache"]
+        );
+    }
 }
 
 /// The key paths of a report (object keys, recursively), for shape comparisons.
@@ -217,6 +255,78 @@ fn tatp_over_udp_reports_found_rates() {
     assert!(t["committed"].as_u64().unwrap() > 0, "{r}");
     assert_eq!(t["found_rate"], 1.0);
     assert_eq!(t["expected_found_rate"], 1.0);
+}
+
+/// A per-phase flag given to the launcher reaches every node process (each node's
+/// `ready` event and report say the policy it runs, and the launcher refuses one that
+/// is not the cluster's); a node started with another policy, here by a wrapper that
+/// edits node 1's copy of the configuration, is refused before anything runs. Passive
+/// ACK is the choice used because the RPC phases of this build accept it.
+#[test]
+fn per_phase_flags_reach_node_processes_and_a_mismatch_is_refused() {
+    let run = [
+        "bench",
+        "smallbank",
+        "--transport",
+        "shm",
+        "--scale",
+        "0.01",
+        "--duration",
+        "0.5",
+        "--warmup",
+        "0.1",
+    ];
+    let (r, _) = bench(&[&run[..], &["--passive-ack", "on"]].concat());
+    assert_eq!(r["invariant_ok"], true, "{}", r["check"]);
+    assert_eq!(r["policy"]["passive_ack"], "on", "{}", r["policy"]);
+    assert_eq!(r["policy"]["execute"], "rpc", "{}", r["policy"]);
+    assert!(r["policy"].get("preset").is_none(), "{}", r["policy"]);
+    assert_eq!(r["config"]["txn"]["passive_ack"], "on");
+    policy_checks(&r);
+
+    // Node 1 is given a configuration with passive ACK on; the cluster runs fasst.
+    let dir = std::env::temp_dir().join(format!("ambx-mp-policy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wrap = dir.join("wrap.sh");
+    std::fs::write(
+        &wrap,
+        "#!/bin/sh\n\
+         # wrap.sh NODE EXE node --config FILE ARGS...: node 1 gets an edited copy of FILE.\n\
+         n=\"$1\"; shift\n\
+         if [ \"$n\" = 1 ]; then\n\
+           exe=\"$1\"; cmd=\"$2\"; cfg=\"$4\"; shift 4\n\
+           sed 's/\"mode\": \"fasst\"/\"mode\": \"fasst\", \"passive_ack\": \"on\"/' \"$cfg\" > \"$cfg.node1.json\"\n\
+           exec \"$exe\" \"$cmd\" --config \"$cfg.node1.json\" \"$@\"\n\
+         fi\n\
+         exec \"$@\"\n",
+    )
+    .unwrap();
+    let wrapper = format!("sh {} {{node}}", wrap.display());
+    let t0 = Instant::now();
+    let child = Command::new(EXE)
+        .args(run)
+        .args(["--node-wrapper", &wrapper, "--json", "--no-progress"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let launcher = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("node 1 runs transaction policy no preset: execute rpc")
+            && stderr.contains("passive-ack on")
+            && stderr.contains("the cluster's is fasst"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(t0.elapsed() < Duration::from_secs(60));
+    assert!(
+        shm_dirs_of(launcher).is_empty(),
+        "the run's shm directory is left"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Kills node 1 with SIGKILL while the run is measuring: the launcher must fail with a
@@ -374,8 +484,12 @@ fn bad_cluster_files_and_commands_are_clear_errors() {
             "bank",
         ),
         (
-            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"replication\": 1, \"udp_addrs\": [\"127.0.0.1:9\"]}, \"txn\": {\"mode\": \"farm\"}}",
-            "not built yet",
+            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"replication\": 1, \"udp_addrs\": [\"127.0.0.1:9\"]}, \"txn\": {\"mode\": \"farm-ish\"}}",
+            "\"farm-ish\": no such preset",
+        ),
+        (
+            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"replication\": 1, \"udp_addrs\": [\"127.0.0.1:9\"]}, \"txn\": {\"lock\": \"mutex\"}}",
+            "txn.lock (--lock) \"mutex\": no such choice; the choices are: rpc, cas",
         ),
         (
             "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"extra\": 1}, \"run\": {\"workload\": \"smallbank\"}}",
@@ -497,6 +611,7 @@ fn catalog_of(readies: &[Value]) -> Value {
     serde_json::json!({
         "nodes": readies.len(),
         "tables": readies.iter().map(|r| r["tables"].clone()).collect::<Vec<_>>(),
+        "logs": readies.iter().map(|r| r["log_region"].clone()).collect::<Vec<_>>(),
     })
 }
 

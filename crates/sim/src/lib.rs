@@ -43,11 +43,15 @@ use ambidex_rpc::{ManualClock, RpcStats, Runtime, RuntimeConfig};
 use ambidex_transport::{EndpointAddr, NodeId, SharedNode};
 use ambidex_transport_sim::{mix, SimNet, SimNetStats, HASH_SEED};
 use ambidex_txn::runner::{start_thread, RunSpec, WorkerCtx};
+use ambidex_txn::stats::LocationCacheStats;
 use ambidex_txn::{NodeDb, Placement, TxnStats, TxnThread};
 use ambidex_workloads::common::{worker_seed, Outcome, Workload};
 use ambidex_workloads::driver::run_spec;
 use ambidex_workloads::load::{build_nodes, LoadOptions};
-use ambidex_workloads::{objstore, smallbank, tatp, tpcc, Config, WorkloadKind};
+use ambidex_workloads::report::policy_flags;
+use ambidex_workloads::{
+    objstore, smallbank, tatp, tpcc, Config, OneSidedCounts, PolicyReport, WorkloadKind,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -275,6 +279,10 @@ pub fn command(cfg: &Config) -> String {
     if cfg.rpc.max_retries != d.rpc.max_retries {
         c += &format!(" --rpc-retries {}", cfg.rpc.max_retries);
     }
+    // A bad policy fails the run before anyone reads the command.
+    if let Ok(p) = cfg.policy() {
+        c += &policy_flags(&p);
+    }
     for f in script(cfg).unwrap_or_default() {
         match f {
             Scripted::Partition { .. } => c += &format!(" --partition {}", f.arg()),
@@ -324,6 +332,8 @@ pub struct SimReport {
     pub faults: String,
     pub bug: Option<String>,
     pub command: String,
+    /// Every phase's choice the run used, and its preset's name if it equals one.
+    pub policy: PolicyReport,
     /// Steps run before the workers were stopped, and while quiescing.
     pub steps: u64,
     pub quiesce_steps: u64,
@@ -338,6 +348,10 @@ pub struct SimReport {
     pub net: SimNetStats,
     pub rpc: RpcStats,
     pub txn_layer: TxnStats,
+    /// One-sided operations posted by every runtime (from `rpc`).
+    pub one_sided: OneSidedCounts,
+    /// Location-cache lookups of every coordinator (from `txn_layer`).
+    pub location_cache: LocationCacheStats,
     /// Transactions in the recorded history, and the checker's summary line.
     pub history_transactions: u64,
     pub serializable: bool,
@@ -601,7 +615,13 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     let placement = cfg.placement()?;
     let seed = cfg.run.seed;
     let cluster = cfg.cluster_config()?;
-    let net = SimNet::new(cluster, seed, faults.net.clone()).map_err(|e| e.to_string())?;
+    // A reliable connection gives up on a one-sided operation after as long as the RPC
+    // layer gives up on a request, as a NIC's retry budget and the RPC timeouts would be
+    // set together: a partition the RPCs survive, one-sided operations survive too.
+    let mut net_faults = faults.net.clone();
+    net_faults.onesided_rto_ns = (cfg.rpc.retransmit_timeout_ms * 1e6) as u64;
+    net_faults.onesided_retries = cfg.rpc.max_retries;
+    let net = SimNet::new(cluster, seed, net_faults).map_err(|e| e.to_string())?;
     net.record_trace(cfg.sim.trace);
     // The network first: every node's tables live in regions registered on it, and the
     // nodes learn each other's descriptors directly (the catalog).
@@ -623,6 +643,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         fault: None,
         ..run_spec(cfg, coroutines, None)?
     };
+    let policy = base.txn.policy;
     let recs: Rc<RefCell<Vec<TxnRecord>>> = Rc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let types = wl.txn_types().len();
@@ -650,6 +671,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
                 ..base.clone()
             };
             let (wl, tally, running) = (wl.clone(), tally.clone(), running.clone());
+            let running_done = running.clone();
             let (rt, th) = start_thread(
                 ep,
                 clocks[n as usize].clone(),
@@ -661,10 +683,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
                 })),
                 stop.clone(),
                 move |w: WorkerCtx| {
-                    let idx = (w.node as usize * threads_per_node as usize + w.thread as usize)
-                        * coroutines
-                        + w.coroutine;
-                    let (wl, tally, running) = (wl.clone(), tally.clone(), running.clone());
+                    let (wl, tally) = (wl.clone(), tally.clone());
                     async move {
                         let mut rng = SmallRng::seed_from_u64(worker_seed(
                             seed,
@@ -690,8 +709,12 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
                             w.ctx.yield_now().await;
                         }
                         wl.finish_worker(local);
-                        running[idx].set(false);
                     }
+                },
+                move |c| {
+                    let idx =
+                        (n as usize * threads_per_node as usize + t as usize) * coroutines + c;
+                    running_done[idx].set(false);
                 },
             )?;
             threads.push(NodeThread {
@@ -872,6 +895,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         faults: faults.name.to_string(),
         bug: cfg.txn.inject_bug.map(|b| b.name().to_string()),
         command: command(cfg),
+        policy: policy.into(),
         steps,
         quiesce_steps,
         sim_time_ns: sim.now(),
@@ -887,6 +911,8 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         partitions: sim.partitions,
         pauses: sim.pauses,
         net: net.stats(),
+        one_sided: (&rpc).into(),
+        location_cache: txn_layer.location_cache,
         rpc,
         txn_layer,
         history_transactions: history.len() as u64,

@@ -20,6 +20,11 @@ fn spec(workload: WorkloadKind, seed: u64, faults: &str) -> Config {
     c
 }
 
+/// [`spec`] with the DrTM+H Table 4 preset `mode`.
+fn spec_mode(workload: WorkloadKind, mode: &str, seed: u64, faults: &str) -> Config {
+    with(spec(workload, seed, faults), |c| c.txn.mode = mode.into())
+}
+
 /// `c` changed by `f`.
 fn with(mut c: Config, f: impl FnOnce(&mut Config)) -> Config {
     f(&mut c);
@@ -28,10 +33,20 @@ fn with(mut c: Config, f: impl FnOnce(&mut Config)) -> Config {
 
 /// Runs `seeds` and fails listing every failing seed with its reproducing command.
 fn sweep(workload: WorkloadKind, faults: &str, seeds: std::ops::Range<u64>) -> Vec<SimReport> {
+    sweep_mode(workload, "fasst", faults, seeds)
+}
+
+/// [`sweep`] under the preset `mode`.
+fn sweep_mode(
+    workload: WorkloadKind,
+    mode: &str,
+    faults: &str,
+    seeds: std::ops::Range<u64>,
+) -> Vec<SimReport> {
     let t0 = Instant::now();
     let n = seeds.end - seeds.start;
     let reports: Vec<SimReport> = seeds
-        .map(|s| run(&spec(workload, s, faults)).expect("a valid spec"))
+        .map(|s| run(&spec_mode(workload, mode, s, faults)).expect("a valid spec"))
         .collect();
     let failed: Vec<String> = reports
         .iter()
@@ -48,7 +63,7 @@ fn sweep(workload: WorkloadKind, faults: &str, seeds: std::ops::Range<u64>) -> V
     let committed: u64 = reports.iter().map(|r| r.committed).sum();
     let secs = t0.elapsed().as_secs_f64();
     eprintln!(
-        "{} {faults}: {n} seeds in {secs:.2} s ({:.0} seeds/s), {:.0} committed per seed, {} partitions, {} pauses",
+        "{} {mode} {faults}: {n} seeds in {secs:.2} s ({:.0} seeds/s), {:.0} committed per seed, {} partitions, {} pauses",
         workload.name(),
         n as f64 / secs,
         committed as f64 / n as f64,
@@ -121,6 +136,66 @@ fn object_store_ci_seeds_pass_under_chaos() {
     faults_were_injected(&r);
 }
 
+/// The transactions' one-sided operations met the profile's faults: lost and
+/// retransmitted, executed twice, and every kind of operation of the preset was used.
+fn onesided_faults_hit_transactions(mode: &str, reports: &[SimReport]) {
+    let sum = |f: fn(&SimReport) -> u64| reports.iter().map(f).sum::<u64>();
+    // The start-up check's READs are not the transactions': at most one per remote
+    // table, in a calm phase.
+    let reads = sum(|r| r.rpc.onesided_reads) - sum(|r| r.remote_tables_verified);
+    assert!(reads > 0, "{mode}: no transaction READ");
+    assert!(
+        sum(|r| r.net.onesided_retransmits) > 0,
+        "{mode}: no one-sided op lost"
+    );
+    assert!(
+        sum(|r| r.net.onesided_reexecuted) > 0,
+        "{mode}: no one-sided op executed twice"
+    );
+    let p = ambidex_txn::Policy::preset(mode).unwrap();
+    if p.lock == ambidex_txn::policy::Lock::Cas {
+        assert!(sum(|r| r.rpc.onesided_cas) > 0, "{mode}: no CAS");
+    }
+    if p.commit == ambidex_txn::policy::Commit::Write || p.log == ambidex_txn::policy::Log::Write {
+        assert!(sum(|r| r.rpc.onesided_writes) > 0, "{mode}: no WRITE");
+    }
+    if p.uses_location_cache() {
+        assert!(
+            sum(|r| r.txn_layer.location_cache.hits) > 0,
+            "{mode}: the location cache never hit"
+        );
+    }
+}
+
+/// Every one-sided preset under `chaos`: the CI seeds of every workload.
+fn preset_sweeps(mode: &str) {
+    for w in [
+        WorkloadKind::SmallBank,
+        WorkloadKind::Tatp,
+        WorkloadKind::Tpcc,
+        WorkloadKind::ObjectStore,
+    ] {
+        let r = sweep_mode(w, mode, "chaos", 0..CI_SEEDS);
+        faults_were_injected(&r);
+        onesided_faults_hit_transactions(mode, &r);
+    }
+}
+
+#[test]
+fn farm_ci_seeds_pass_under_chaos() {
+    preset_sweeps("farm");
+}
+
+#[test]
+fn drtm_r_ci_seeds_pass_under_chaos() {
+    preset_sweeps("drtm-r");
+}
+
+#[test]
+fn drtm_h_ci_seeds_pass_under_chaos() {
+    preset_sweeps("drtm-h");
+}
+
 #[test]
 fn every_profile_passes_a_few_seeds_of_every_workload() {
     for w in [
@@ -161,37 +236,47 @@ fn the_same_seed_gives_the_same_run_bit_for_bit() {
 }
 
 /// With validation switched off (the test-only `skip_validation_for_tests` flag), some
-/// seed of the CI range fails, and running that seed again fails identically.
+/// seed of the CI range fails under every preset, and running that seed again fails
+/// identically.
 #[test]
 fn an_injected_protocol_bug_is_found_and_its_seed_reproduces_it() {
-    let bugged = |seed| {
-        with(spec(WorkloadKind::SmallBank, seed, "chaos"), |c| {
-            c.txn.inject_bug = Some(InjectedBug::SkipValidation)
-        })
-    };
-    let found = (0..CI_SEEDS).find_map(|s| {
-        let r = run(&bugged(s)).unwrap();
-        (!r.passed()).then_some(r)
-    });
-    let r = found.expect("no CI seed caught a protocol without validation");
-    eprintln!(
-        "injected bug caught by seed {} ({}):\n  {}",
-        r.seed,
-        r.command,
-        r.failures.join("\n  ")
-    );
-    assert!(r.command.contains("--inject-bug skip-validation"));
-    assert!(
-        !r.serializable,
-        "the serializability checker missed it: {:?}",
-        r.failures
-    );
-    let again = run(&bugged(r.seed)).unwrap();
-    assert_eq!(again.failures, r.failures);
-    assert_eq!(again.run_hash, r.run_hash);
-    // The same seed with the correct protocol passes.
-    let fixed = run(&spec(WorkloadKind::SmallBank, r.seed, "chaos")).unwrap();
-    assert!(fixed.passed(), "{:?}", fixed.failures);
+    for mode in ambidex_txn::policy::PRESETS {
+        let bugged = |seed| {
+            with(
+                spec_mode(WorkloadKind::SmallBank, mode, seed, "chaos"),
+                |c| c.txn.inject_bug = Some(InjectedBug::SkipValidation),
+            )
+        };
+        let found = (0..CI_SEEDS).find_map(|s| {
+            let r = run(&bugged(s)).unwrap();
+            (!r.passed()).then_some(r)
+        });
+        let r = found
+            .unwrap_or_else(|| panic!("{mode}: no CI seed caught a protocol without validation"));
+        eprintln!(
+            "{mode}: injected bug caught by seed {} ({}):\n  {}",
+            r.seed,
+            r.command,
+            r.failures.join("\n  ")
+        );
+        assert!(r.command.contains("--inject-bug skip-validation"));
+        assert!(
+            r.command.contains(mode) || *mode == "fasst",
+            "{}",
+            r.command
+        );
+        assert!(
+            !r.serializable,
+            "{mode}: the serializability checker missed it: {:?}",
+            r.failures
+        );
+        let again = run(&bugged(r.seed)).unwrap();
+        assert_eq!(again.failures, r.failures);
+        assert_eq!(again.run_hash, r.run_hash);
+        // The same seed with the correct protocol passes.
+        let fixed = run(&spec_mode(WorkloadKind::SmallBank, mode, r.seed, "chaos")).unwrap();
+        assert!(fixed.passed(), "{mode}: {:?}", fixed.failures);
+    }
 }
 
 #[test]
@@ -214,7 +299,10 @@ fn bad_specs_are_clear_errors() {
             "chaos",
             with(ok.clone(), |c| c.sim.faults = "meteor".into()),
         ),
-        ("farm", with(ok.clone(), |c| c.txn.mode = "farm".into())),
+        (
+            "nonsense",
+            with(ok.clone(), |c| c.txn.mode = "nonsense".into()),
+        ),
         (
             "retransmit_timeout_ms",
             with(ok.clone(), |c| c.rpc.retransmit_timeout_ms = 0.0),
@@ -277,5 +365,63 @@ fn scripted_partitions_and_pauses_happen_when_asked() {
             c.sim.partitions = vec![bad.into()]
         });
         assert!(run(&s).unwrap_err().contains("--partition"), "{bad}");
+    }
+}
+
+/// The policy a run used is in its report and in its reproducing command: a preset by
+/// `--mode`, any other policy phase by phase. (Only the RPC phases run in this build, so
+/// the run uses passive ACK, which they accept; the others are checked by command only.)
+#[test]
+fn the_policy_is_reported_and_reproduced() {
+    use ambidex_workloads::config::PassiveAck;
+    let s = with(spec(WorkloadKind::SmallBank, 2, "none"), |c| {
+        c.txn.passive_ack = Some(PassiveAck::On)
+    });
+    let r = run(&s).unwrap();
+    assert!(r.passed(), "{:?}", r.failures);
+    assert_eq!(r.policy.preset, None);
+    assert_eq!(r.policy.policy.passive_ack, PassiveAck::On);
+    assert!(
+        r.command.contains(
+            "--execute rpc --lock rpc --validate rpc --log rpc --commit rpc --passive-ack on"
+        ),
+        "{}",
+        r.command
+    );
+    let j = serde_json::to_value(&r).unwrap();
+    for k in [
+        "execute",
+        "lock",
+        "validate",
+        "log",
+        "commit",
+        "passive_ack",
+    ] {
+        assert!(j["policy"][k].is_string(), "{k}: {}", j["policy"]);
+    }
+    for k in ["reads", "writes", "cas", "faa", "failed"] {
+        assert!(j["one_sided"][k].is_u64(), "{k}: {}", j["one_sided"]);
+    }
+    for k in ["hits", "misses", "stale"] {
+        assert!(
+            j["location_cache"][k].is_u64(),
+            "{k}: {}",
+            j["location_cache"]
+        );
+    }
+    // The start-up check's one-sided READs are counted.
+    assert!(r.one_sided.reads > 0, "{:?}", r.one_sided);
+    let f = run(&spec(WorkloadKind::SmallBank, 2, "none")).unwrap();
+    assert_eq!(f.policy.preset, Some("fasst"));
+    assert!(!f.command.contains("--mode") && !f.command.contains("--execute"));
+    for p in ["farm", "drtm-r", "drtm-h"] {
+        let c = with(spec(WorkloadKind::SmallBank, 2, "none"), |c| {
+            c.txn.mode = p.into()
+        });
+        assert!(
+            command(&c).ends_with(&format!("--mode {p}")),
+            "{}",
+            command(&c)
+        );
     }
 }

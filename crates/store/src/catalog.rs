@@ -1,5 +1,7 @@
 //! Where every node's tables are: the [`TableDesc`] (region id, access key, layout) of
-//! each (node, table), learned at start-up as RDMA systems exchange rkeys out of band.
+//! each (node, table), learned at start-up as RDMA systems exchange rkeys out of band;
+//! and where every node's log rings are: its [`LogRegionDesc`] (the region that
+//! coordinators WRITE their commit records into, DrTM+H §5.4).
 //! In one process the nodes' catalogs are filled directly; across processes the
 //! launcher gathers each node's descriptors and hands every node the whole set.
 //!
@@ -11,7 +13,7 @@
 //! error and an abort, never a wrong read.
 
 use crate::layout::TableDesc;
-use ambidex_transport::{NodeId, Perms};
+use ambidex_transport::{NodeId, Perms, RegionDesc};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -35,6 +37,11 @@ pub enum CatalogError {
     MissingPerms { node: NodeId, table: u32 },
     /// A different descriptor is already filed for this (node, table).
     Conflict { node: NodeId, table: u32 },
+    /// A log region descriptor whose rings do not fit its region, are misaligned, or
+    /// whose region does not allow READ and WRITE.
+    BadLogRegion { node: NodeId, why: String },
+    /// A different log region is already filed for this node.
+    LogConflict { node: NodeId },
 }
 
 impl fmt::Display for CatalogError {
@@ -57,29 +64,100 @@ impl fmt::Display for CatalogError {
                 f,
                 "node {node} table {table}: a different descriptor is already known"
             ),
+            CatalogError::BadLogRegion { node, why } => {
+                write!(f, "node {node}: bad log region descriptor: {why}")
+            }
+            CatalogError::LogConflict { node } => write!(
+                f,
+                "node {node}: a different log region descriptor is already known"
+            ),
         }
     }
 }
 
 impl std::error::Error for CatalogError {}
 
-/// The tables of every node of one cluster, by (node, table id). Deserialized catalogs
-/// (from another process) are rebuilt through [`Catalog::insert`], so every descriptor
-/// is checked and the lists are in order whatever the bytes said.
+/// Where a node's log rings are: one ring of `ring_bytes` per coordinator (node,
+/// thread) that logs to this node, the i-th at `base + i * ring_bytes` of `region`.
+/// Which coordinator owns ring i is the transaction layer's business (it knows the
+/// placement); the catalog checks only that the rings fit the region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LogRegionDesc {
+    pub region: RegionDesc,
+    /// Offset of the first ring (the bytes before it hold the region's superblock).
+    pub base: u64,
+    pub ring_bytes: u64,
+    pub rings: u32,
+}
+
+/// Rings and records are 16-byte aligned (so a padding marker always fits the end of a
+/// ring), and a ring smaller than this holds no useful record.
+pub const LOG_RING_ALIGN: u64 = 16;
+pub const LOG_RING_MIN_BYTES: u64 = 256;
+
+impl LogRegionDesc {
+    /// Checks that the rings fit the region and are aligned, and that the region
+    /// allows READ (the start-up check) and WRITE (the records).
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.region.perms.contains(Perms::READ | Perms::WRITE) {
+            return Err("region not registered for READ and WRITE".into());
+        }
+        if !self.base.is_multiple_of(LOG_RING_ALIGN) || self.base < 32 {
+            return Err(format!(
+                "first ring at {} (misaligned or inside the superblock)",
+                self.base
+            ));
+        }
+        if self.rings > 0
+            && (!self.ring_bytes.is_multiple_of(LOG_RING_ALIGN)
+                || self.ring_bytes < LOG_RING_MIN_BYTES)
+        {
+            return Err(format!(
+                "ring of {} bytes (a multiple of {LOG_RING_ALIGN}, at least {LOG_RING_MIN_BYTES})",
+                self.ring_bytes
+            ));
+        }
+        let end = (self.rings as u64)
+            .checked_mul(self.ring_bytes)
+            .and_then(|b| b.checked_add(self.base));
+        match end {
+            Some(e) if e <= self.region.len => Ok(()),
+            _ => Err(format!(
+                "{} rings of {} bytes from {} overrun a region of {} bytes",
+                self.rings, self.ring_bytes, self.base, self.region.len
+            )),
+        }
+    }
+
+    /// Offset of ring `i` in the region, if the region has it.
+    pub fn ring_offset(&self, i: u32) -> Option<u64> {
+        (i < self.rings).then(|| self.base + i as u64 * self.ring_bytes)
+    }
+}
+
+/// The tables and log regions of every node of one cluster, by (node, table id).
+/// Deserialized catalogs (from another process) are rebuilt through [`Catalog::insert`]
+/// and [`Catalog::insert_log`], so every descriptor is checked and the lists are in
+/// order whatever the bytes said.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "CatalogWire")]
 pub struct Catalog {
     nodes: u16,
     /// `tables[node]`: that node's descriptors, sorted by table id.
     tables: Vec<Vec<TableDesc>>,
+    /// `logs[node]`: that node's log region, once filed.
+    logs: Vec<Option<LogRegionDesc>>,
 }
 
-/// A catalog as it travels: the same fields, not yet checked.
+/// A catalog as it travels: the same fields, not yet checked. `logs` may be absent (a
+/// catalog of tables only); whoever needs the log regions checks they are there.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CatalogWire {
     nodes: u16,
     tables: Vec<Vec<TableDesc>>,
+    #[serde(default)]
+    logs: Vec<Option<LogRegionDesc>>,
 }
 
 impl TryFrom<CatalogWire> for Catalog {
@@ -98,6 +176,16 @@ impl TryFrom<CatalogWire> for Catalog {
                 c.insert(d)?;
             }
         }
+        for (node, log) in w.logs.into_iter().enumerate() {
+            let Some(d) = log else { continue };
+            if d.region.node as usize != node {
+                return Err(CatalogError::UnknownNode {
+                    node: d.region.node,
+                    nodes: w.nodes,
+                });
+            }
+            c.insert_log(d)?;
+        }
         Ok(c)
     }
 }
@@ -108,6 +196,7 @@ impl Catalog {
         Catalog {
             nodes,
             tables: vec![Vec::new(); nodes as usize],
+            logs: vec![None; nodes as usize],
         }
     }
 
@@ -175,5 +264,32 @@ impl Catalog {
     /// Every descriptor, node by node.
     pub fn iter(&self) -> impl Iterator<Item = &TableDesc> {
         self.tables.iter().flatten()
+    }
+
+    /// Checks `desc` and files it as its node's log region. Filing the same one twice is
+    /// harmless; a different one is a [`CatalogError::LogConflict`].
+    pub fn insert_log(&mut self, desc: LogRegionDesc) -> Result<(), CatalogError> {
+        let node = desc.region.node;
+        if node >= self.nodes {
+            return Err(CatalogError::UnknownNode {
+                node,
+                nodes: self.nodes,
+            });
+        }
+        desc.validate()
+            .map_err(|why| CatalogError::BadLogRegion { node, why })?;
+        match &mut self.logs[node as usize] {
+            Some(d) if *d == desc => Ok(()),
+            Some(_) => Err(CatalogError::LogConflict { node }),
+            slot => {
+                *slot = Some(desc);
+                Ok(())
+            }
+        }
+    }
+
+    /// The log region of `node`, if filed.
+    pub fn log_region(&self, node: NodeId) -> Option<&LogRegionDesc> {
+        self.logs.get(node as usize)?.as_ref()
     }
 }

@@ -8,9 +8,10 @@
 //! - [`remote`]: one-sided access to a remote table from a coroutine of the RPC runtime,
 //!   async on its verbs (READ with retry on torn/locked items, CAS lock naming its owner,
 //!   WRITE-and-unlock).
-//! - [`catalog`]: every node's table descriptors (region, key, layout), exchanged at
-//!   start-up, checked before use.
-//! - [`loc_cache`]: the bounded location cache (set-associative, CLOCK per set).
+//! - [`catalog`]: every node's table descriptors (region, key, layout) and log region,
+//!   exchanged at start-up, checked before use.
+//! - [`loc_cache`]: the bounded location cache (lock-free reads of one line per lookup,
+//!   set-associative, seqlock per set, CLOCK per set).
 //! - [`btree`]: the ordered index (B+tree) for range scans.
 //! - [`bench`](mod@bench): the benchmark behind `ambidex bench store`.
 
@@ -24,7 +25,7 @@ pub mod table;
 
 pub use bench::{run_bench, StoreBenchConfig, StoreBenchReport};
 pub use btree::OrderedIndex;
-pub use catalog::{Catalog, CatalogError};
+pub use catalog::{Catalog, CatalogError, LogRegionDesc};
 pub use layout::{Header, LockOwner, OwnerRangeError, TableConfig, TableDesc, TableLayout};
 pub use loc_cache::{Loc, LocationCache};
 pub use remote::{RemoteError, RemoteGet, RemoteReader, RemoteStats};

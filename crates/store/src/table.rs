@@ -327,6 +327,16 @@ impl Table {
         }
     }
 
+    /// Like [`Table::try_get`], also giving the item's offset (0 if not found): what the
+    /// location cache and a later one-sided lock or header READ need.
+    pub fn try_get_located(&self, key: u64, out: &mut [u8]) -> (ReadOutcome, u64) {
+        match self.locate(key, Some(out)) {
+            Locate::Found { h, off } => (ReadOutcome::Found { version: h }, off),
+            Locate::NotFound => (ReadOutcome::NotFound, 0),
+            Locate::Locked { off } => (ReadOutcome::Locked, off),
+        }
+    }
+
     /// Reads `key` into `out`, waiting while its item is locked; returns the version.
     pub fn get(&self, key: u64, out: &mut [u8]) -> Option<u64> {
         let mut spins = 0u32;

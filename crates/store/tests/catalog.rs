@@ -130,3 +130,92 @@ fn a_catalog_from_another_process_is_checked_as_it_is_read() {
     v["tables"] = serde_json::json!([[], [d]]);
     assert!(serde_json::from_value::<Catalog>(v).is_err());
 }
+
+/// A log region descriptor of node `node` with `rings` rings of `ring_bytes`.
+fn log_desc(node: u16, rings: u32, ring_bytes: u64) -> ambidex_store::LogRegionDesc {
+    ambidex_store::LogRegionDesc {
+        region: ambidex_transport::RegionDesc {
+            node,
+            id: 4,
+            len: 64 + rings as u64 * ring_bytes,
+            key: 77,
+            perms: ambidex_transport::Perms::READ | ambidex_transport::Perms::WRITE,
+        },
+        base: 64,
+        ring_bytes,
+        rings,
+    }
+}
+
+#[test]
+fn log_regions_are_checked_when_filed_and_when_read() {
+    let mut cat = Catalog::new(2);
+    let good = log_desc(1, 4, 1024);
+    cat.insert_log(good).unwrap();
+    cat.insert_log(good).unwrap(); // the same twice is harmless
+    assert_eq!(cat.log_region(1), Some(&good));
+    assert_eq!(cat.log_region(0), None);
+    assert_eq!(good.ring_offset(3), Some(64 + 3 * 1024));
+    assert_eq!(good.ring_offset(4), None);
+    let mut other = good;
+    other.region.key ^= 1;
+    assert!(matches!(
+        cat.insert_log(other),
+        Err(CatalogError::LogConflict { node: 1 })
+    ));
+    // Rings that overrun the region, are misaligned or too small, or start inside the
+    // superblock; a region without WRITE; a node outside the cluster.
+    let mut bad = Vec::new();
+    let mut d = good;
+    d.region.len -= 1;
+    bad.push(d);
+    let mut d = good;
+    d.ring_bytes = 1000;
+    bad.push(d);
+    bad.push(log_desc(1, 1, 128));
+    let mut d = good;
+    d.base = 8;
+    bad.push(d);
+    let mut d = good;
+    d.rings = u32::MAX;
+    d.ring_bytes = u64::MAX - 15;
+    bad.push(d);
+    let mut d = good;
+    d.region.perms = ambidex_transport::Perms::READ;
+    bad.push(d);
+    for d in bad {
+        assert!(
+            matches!(
+                Catalog::new(2).insert_log(d),
+                Err(CatalogError::BadLogRegion { node: 1, .. })
+            ),
+            "{d:?} filed"
+        );
+    }
+    assert!(matches!(
+        Catalog::new(2).insert_log(log_desc(2, 1, 1024)),
+        Err(CatalogError::UnknownNode { .. })
+    ));
+
+    // Across processes: the log regions travel with the tables and are filed again.
+    let (_fabric, _t, desc) = setup();
+    cat.insert(desc).unwrap();
+    let wire = serde_json::to_string(&cat).unwrap();
+    let back: Catalog = serde_json::from_str(&wire).unwrap();
+    assert_eq!(back, cat);
+    assert_eq!(back.log_region(1), Some(&good));
+    let mut v: serde_json::Value = serde_json::from_str(&wire).unwrap();
+    v["logs"][1]["ring_bytes"] = 1000.into();
+    assert!(serde_json::from_value::<Catalog>(v).is_err());
+    let mut v: serde_json::Value = serde_json::from_str(&wire).unwrap();
+    v["logs"] = serde_json::json!([v["logs"][1].clone(), null]);
+    assert!(
+        serde_json::from_value::<Catalog>(v).is_err(),
+        "a log region filed under another node"
+    );
+    // A catalog of tables only still reads (without log regions).
+    let mut v: serde_json::Value = serde_json::from_str(&wire).unwrap();
+    v.as_object_mut().unwrap().remove("logs");
+    let tables_only: Catalog = serde_json::from_value(v).unwrap();
+    assert_eq!(tables_only.log_region(1), None);
+}

@@ -22,6 +22,36 @@ pub fn read(db: &NodeDb, table: u32, key: u64, out: &mut impl for<'v> Extend<&'v
     read_into(db, table, key, Some(out))
 }
 
+/// Reads `key` like [`read`], also returning where its item is and its header word
+/// (`token`: offset and unlocked store version) so that the coordinator can later lock
+/// it with a CAS, validate it with a header READ, or find it through the location cache.
+pub fn read_located(
+    db: &NodeDb,
+    table: u32,
+    key: u64,
+    out: &mut impl for<'v> Extend<&'v u8>,
+) -> Fetched {
+    with_table(db, table, |t, buf| match t.try_get_located(key, buf) {
+        (ReadOutcome::NotFound, _) => Fetched::just(Status::Absent),
+        (ReadOutcome::Locked, _) => Fetched::just(Status::Locked),
+        (ReadOutcome::Found { version: h }, offset) => {
+            let (meta, val) = split_meta(buf);
+            let mut f = Fetched::just(Status::Ok);
+            f.version = meta & !TOMBSTONE;
+            f.token = LockToken {
+                offset,
+                store_version: h,
+            };
+            if meta & TOMBSTONE != 0 {
+                f.status = Status::Absent;
+            } else {
+                out.extend(val);
+            }
+            f
+        }
+    })
+}
+
 /// The current status and transaction version of `key` (validation).
 pub fn check_version(db: &NodeDb, table: u32, key: u64) -> Fetched {
     read_into(db, table, key, None::<&mut Vec<u8>>)
@@ -167,6 +197,31 @@ pub fn check_write(db: &NodeDb, w: &WriteRec<'_>, owner: Option<LockOwner>) -> b
         }
 }
 
+/// The stored form of a write (transaction version `txn` + value; a delete's is a
+/// tombstone of zeroes) into `out`; false if the value is not of `value_size` bytes.
+pub(crate) fn stored_value(
+    txn: u64,
+    w: &WriteRec<'_>,
+    value_size: usize,
+    out: &mut Vec<u8>,
+) -> bool {
+    out.clear();
+    match w.kind {
+        WriteKind::Delete => {
+            out.extend_from_slice(&(txn | TOMBSTONE).to_le_bytes());
+            out.resize(META + value_size, 0);
+        }
+        _ => {
+            if w.value.len() != value_size {
+                return false;
+            }
+            out.extend_from_slice(&txn.to_le_bytes());
+            out.extend_from_slice(w.value);
+        }
+    }
+    true
+}
+
 /// Runs `f` on the stored form of a write (version prefix + value) built in this
 /// thread's scratch buffer; `None` if the value has the wrong size.
 fn with_stored_value<R>(
@@ -177,21 +232,7 @@ fn with_stored_value<R>(
 ) -> Option<R> {
     SCRATCH.with(|s| {
         let mut v = s.borrow_mut();
-        v.clear();
-        match w.kind {
-            WriteKind::Delete => {
-                v.extend_from_slice(&(txn | TOMBSTONE).to_le_bytes());
-                v.resize(META + value_size, 0);
-            }
-            _ => {
-                if w.value.len() != value_size {
-                    return None;
-                }
-                v.extend_from_slice(&txn.to_le_bytes());
-                v.extend_from_slice(w.value);
-            }
-        }
-        Some(f(&v))
+        stored_value(txn, w, value_size, &mut v).then(|| f(&v))
     })
 }
 

@@ -10,9 +10,12 @@
 //! graph. Deletes leave tombstones so a key's versions form one chain; tombstones are
 //! not collected yet (their number is bounded by the keys ever inserted).
 
+use crate::log_ring::{LogRegion, LogRingConfig};
 use crate::placement::Placement;
 use ambidex_store::layout::MAGIC;
-use ambidex_store::{Catalog, Header, LockOwner, Table, TableConfig, TableDesc};
+use ambidex_store::{
+    Catalog, Header, LocationCache, LockOwner, LogRegionDesc, Table, TableConfig, TableDesc,
+};
 use ambidex_transport::{NodeId, NodeTransport, Perms, Region};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -41,14 +44,20 @@ pub struct NodeDb {
     tables: Vec<Option<(TableSpec, Table)>>,
     /// Every node's table descriptors, set once at start-up ([`NodeDb::set_catalog`]).
     catalog: OnceLock<Catalog>,
-    /// A small registered region of this node: the destination of the start-up check's
-    /// READs ([`NodeDb::verify_remote_tables`]).
-    scratch: Region,
+    /// One registered region per thread of this node: the destination of its
+    /// coroutines' one-sided READs (the start-up check's and the one-sided phases').
+    scratch: Vec<Region>,
     /// The start-up check's outcome: remote tables verified, or why it failed.
     verified: Mutex<Option<Result<usize, String>>>,
     /// Requests the handlers answered with `BadRequest` (malformed, unknown table, lock
     /// not held): counted drops of untrusted input.
     pub bad_requests: AtomicU64,
+    /// Where remote items live, shared by the node's threads (DrTM+H §5.1): read and
+    /// filled by the policies that use it ([`crate::Policy::uses_location_cache`]).
+    pub location_cache: LocationCache,
+    /// The rings other coordinators WRITE their commit records into (`Log::Write`).
+    log_region: LogRegion,
+    log_ring_config: LogRingConfig,
 }
 
 /// The transaction version and value of a stored value (always `META` bytes or more:
@@ -63,19 +72,39 @@ pub(crate) fn split_meta(buf: &[u8]) -> (u64, &[u8]) {
 /// Bytes of the superblock the start-up check reads (MAGIC, table id, layout length,
 /// capacity).
 pub const SUPERBLOCK: usize = 32;
-/// Scratch bytes of the start-up check per coroutine id of thread 0.
-const SCRATCH_PER_WORKER: usize = SUPERBLOCK;
-/// The scratch region's size (room for coroutine ids up to 2047).
-const SCRATCH_BYTES: usize = 64 * 1024;
+/// Scratch bytes per coroutine for one-sided READs: one batch's READs (a TPC-C
+/// NewOrder's items and buckets take about 12 KiB); a batch that needs more queues the
+/// rest in the next round trip.
+pub const SCRATCH_PER_WORKER: usize = 16 * 1024;
+/// Coroutine ids (per thread) that get a scratch slice: the workers and the layer's own
+/// coroutines (start-up check, committer). A coroutine beyond has no one-sided READs.
+pub const SCRATCH_WORKERS: usize = 132;
+/// Bounds of the location cache's entries: enough for every remote key of a small
+/// database, at most 2^21 (about 64 MiB) per node.
+const LOCATION_CACHE_MIN: usize = 64;
+const LOCATION_CACHE_MAX: usize = 1 << 21;
 
 impl NodeDb {
     /// The database of `transport`'s node: every table in a region registered on it for
     /// READ, WRITE and atomics (with a fresh key), so other nodes can reach it
-    /// one-sided through the descriptors ([`NodeDb::table_descs`]).
+    /// one-sided through the descriptors ([`NodeDb::table_descs`]); and its log region
+    /// with rings of the default size ([`LogRingConfig`]).
     pub fn new(
         transport: &dyn NodeTransport,
         placement: Placement,
         specs: &[TableSpec],
+    ) -> Result<Arc<NodeDb>, String> {
+        Self::with_log_rings(transport, placement, specs, LogRingConfig::default())
+    }
+
+    /// [`NodeDb::new`] with log rings of `rings` (their size is the same on every node
+    /// of a cluster in practice; each coordinator uses the size its replica's
+    /// descriptor gives).
+    pub fn with_log_rings(
+        transport: &dyn NodeTransport,
+        placement: Placement,
+        specs: &[TableSpec],
+        rings: LogRingConfig,
     ) -> Result<Arc<NodeDb>, String> {
         let node = transport.node();
         if placement.nodes > LockOwner::MAX_NODES {
@@ -103,12 +132,31 @@ impl NodeDb {
             })?;
             tables[s.id as usize] = Some((s.clone(), t));
         }
-        let scratch = transport
-            .register(SCRATCH_BYTES, Perms::ALL)
-            .map_err(|e| format!("node {node}: cannot register the scratch region: {e}"))?;
+        let threads = transport.config().threads_per_node as usize;
+        let scratch = (0..threads)
+            .map(|t| {
+                transport
+                    .register(SCRATCH_PER_WORKER * SCRATCH_WORKERS, Perms::ALL)
+                    .map_err(|e| {
+                        format!(
+                            "node {node}: cannot register the scratch region of thread {t}: {e}"
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let remote_keys: usize = specs
+            .iter()
+            .map(|s| s.capacity_per_node)
+            .sum::<usize>()
+            .saturating_mul(placement.nodes.saturating_sub(1) as usize);
+        let cache_entries = remote_keys.clamp(LOCATION_CACHE_MIN, LOCATION_CACHE_MAX);
+        let log_region = LogRegion::create(transport, placement, &rings)?;
         Ok(Arc::new(NodeDb {
+            log_region,
+            log_ring_config: rings,
             node,
             placement,
+            location_cache: LocationCache::new(cache_entries),
             tables,
             catalog: OnceLock::new(),
             scratch,
@@ -126,12 +174,28 @@ impl NodeDb {
             .collect()
     }
 
+    /// The descriptor of this node's log region.
+    pub fn log_region_desc(&self) -> LogRegionDesc {
+        self.log_region.desc()
+    }
+
+    /// This node's log region (the rings it holds as a log replica).
+    pub fn log_region(&self) -> &LogRegion {
+        &self.log_region
+    }
+
+    /// The size of this node's rings and how long its coordinators wait for room.
+    pub fn log_ring_config(&self) -> LogRingConfig {
+        self.log_ring_config
+    }
+
     /// The catalog of a cluster whose every node's database is in `dbs` (in process).
     pub fn catalog_of(dbs: &[Arc<NodeDb>]) -> Result<Catalog, String> {
         let nodes = dbs.first().map_or(0, |d| d.placement.nodes);
         let mut cat = Catalog::new(nodes);
         for db in dbs {
             cat.extend(db.table_descs())
+                .and_then(|()| cat.insert_log(db.log_region_desc()))
                 .map_err(|e| format!("node {}: {e}", db.node))?;
         }
         Ok(cat)
@@ -158,7 +222,19 @@ impl NodeDb {
                 self.node
             ));
         }
+        if cat.log_region(self.node) != Some(&self.log_region_desc()) {
+            return Err(format!(
+                "node {}: the catalog does not hold this node's own log region as it is",
+                self.node
+            ));
+        }
         for n in 0..cat.nodes() {
+            if cat.log_region(n).is_none() {
+                return Err(format!(
+                    "node {}: the catalog has no log region of node {n}",
+                    self.node
+                ));
+            }
             if cat.of_node(n).len() != mine.len() {
                 return Err(format!(
                     "node {}: the catalog has {} tables of node {n}, this node {}",
@@ -188,10 +264,13 @@ impl NodeDb {
     /// The start-up check, run by one coroutine of one thread of this node once the
     /// catalog is set ([`crate::runner::start_thread`] does it on thread 0): READs the
     /// superblock of every other node's table one-sided through its descriptor and
-    /// checks MAGIC, table id and layout length. Returns the number of tables
-    /// verified; an error completion (a wrong or stale key, region, length) or a
-    /// mismatch is an error naming the node and table. Needs [`NodeDb::scratch_region`]
-    /// attached to `ctx`'s runtime.
+    /// checks MAGIC, table id and layout length; then the superblock of every other
+    /// node's log region (its magic and ring geometry), so a stale log descriptor
+    /// fails here rather than at the first commit. Returns the number of tables
+    /// verified (log regions are checked, not counted); an error completion (a wrong
+    /// or stale key, region, length) or a mismatch is an error naming the node and
+    /// table or log region. Needs [`NodeDb::scratch_region`] attached to `ctx`'s
+    /// runtime.
     pub async fn verify_remote_tables(&self, ctx: &ambidex_rpc::Ctx) -> Result<usize, String> {
         let cat = self
             .catalog()
@@ -229,7 +308,51 @@ impl NodeDb {
             }
             verified += 1;
         }
+        for n in (0..cat.nodes()).filter(|&n| n != self.node) {
+            let what = format!("node {n}'s log region");
+            let d = cat
+                .log_region(n)
+                .ok_or_else(|| self.log_check_error(&what, "not in the catalog"))?;
+            let words = self
+                .read_superblock(ctx, d.region.at(0))
+                .await
+                .map_err(|e| self.log_check_error(&what, &e))?;
+            let want = LogRegion::superblock_of(d);
+            if words != want {
+                return Err(self.log_check_error(
+                    &what,
+                    &format!(
+                        "superblock (magic, base, ring bytes, rings) = {words:#x?} but the \
+                         descriptor says {want:#x?}"
+                    ),
+                ));
+            }
+        }
         Ok(verified)
+    }
+
+    /// READs the 4 words at `at` (one signaled READ, flushed alone).
+    async fn read_superblock(
+        &self,
+        ctx: &ambidex_rpc::Ctx,
+        at: ambidex_transport::RemoteAddr,
+    ) -> Result<[u64; 4], String> {
+        let h = ctx
+            .queue_read(at, SUPERBLOCK as u32, true)
+            .map_err(|e| e.to_string())?;
+        ctx.flush().await.map_err(|e| e.to_string())?;
+        ctx.read_result(h, |b| {
+            std::array::from_fn(|i| {
+                b.get(8 * i..8 * i + 8)
+                    .and_then(|w| w.try_into().ok())
+                    .map_or(0, u64::from_le_bytes)
+            })
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    fn log_check_error(&self, what: &str, why: &str) -> String {
+        format!("node {}: start-up check of {what} failed: {why}", self.node)
     }
 
     fn check_error(&self, d: &TableDesc, why: &str) -> String {
@@ -239,9 +362,12 @@ impl NodeDb {
         )
     }
 
-    /// The region the start-up check READs into, and the bytes per coroutine id.
-    pub fn scratch_region(&self) -> (Region, usize) {
-        (self.scratch.clone(), SCRATCH_PER_WORKER)
+    /// The region thread `thread`'s coroutines READ into, and the bytes per coroutine id
+    /// (attach it with `Runtime::attach_scratch`). `None` for a thread this node does
+    /// not have.
+    pub fn scratch_region(&self, thread: u16) -> Option<(Region, usize)> {
+        let r = self.scratch.get(thread as usize)?;
+        Some((r.clone(), SCRATCH_PER_WORKER))
     }
 
     /// Records the start-up check's outcome (the first one counts).

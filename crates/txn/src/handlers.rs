@@ -13,7 +13,8 @@ use crate::db::NodeDb;
 use crate::log::LogReplica;
 use crate::messages::{
     rtype, Ack, CommitBackupReq, CommitPrimaryReq, LockReq, LockResp, LogReq, ReadReq, ReadResp,
-    RespBuf, Status, TruncateReq, UnlockReq, ValidateReq, ValidateResp,
+    RespBuf, RingTruncateReq, RingTruncateResp, Status, TruncateReq, UnlockReq, ValidateReq,
+    ValidateResp,
 };
 use ambidex_rpc::{RequestInfo, Runtime};
 use ambidex_store::LockOwner;
@@ -28,6 +29,10 @@ pub fn register(rt: &mut Runtime, db: Arc<NodeDb>, log: Rc<RefCell<LogReplica>>)
     let d = db.clone();
     rt.register(rtype::READ, move |_, req, resp| read(&d, req, resp));
     let d = db.clone();
+    rt.register(rtype::READ_LOC, move |_, req, resp| {
+        read_located(&d, req, resp)
+    });
+    let d = db.clone();
     rt.register(rtype::LOCK, move |i: &RequestInfo, req, resp| {
         lock(&d, i.src, req, resp)
     });
@@ -41,9 +46,13 @@ pub fn register(rt: &mut Runtime, db: Arc<NodeDb>, log: Rc<RefCell<LogReplica>>)
     rt.register(rtype::LOG, move |i: &RequestInfo, req, resp| {
         append_log(&d, &mut l.borrow_mut(), i.src, req, resp)
     });
-    let (d, l) = (db.clone(), log);
+    let (d, l) = (db.clone(), log.clone());
     rt.register(rtype::TRUNCATE, move |_, req, resp| {
         truncate(&d, &mut l.borrow_mut(), req, resp)
+    });
+    let d = db.clone();
+    rt.register(rtype::RING_TRUNCATE, move |i: &RequestInfo, req, resp| {
+        truncate_ring(&d, &mut log.borrow_mut(), i.src, req, resp)
     });
     let d = db.clone();
     rt.register(rtype::COMMIT_BACKUP, move |_, req, resp| {
@@ -84,6 +93,15 @@ pub fn read<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
         return refuse(db, resp);
     };
     ReadResp::encode_with(resp, |out| actions::read(db, r.table, r.key, out));
+}
+
+/// READ_LOC: a READ answered in the LOCK response's form, the token naming where the
+/// item is and its (unlocked) header word.
+pub fn read_located<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
+    let Ok(r) = ReadReq::decode(req) else {
+        return refuse(db, resp);
+    };
+    LockResp::encode_with(resp, |out| actions::read_located(db, r.table, r.key, out));
 }
 
 pub fn lock<R: RespBuf>(db: &NodeDb, src: EndpointAddr, req: &[u8], resp: &mut R) {
@@ -149,6 +167,40 @@ pub fn truncate<R: RespBuf>(db: &NodeDb, log: &mut LogReplica, req: &[u8], resp:
         log.truncate(id);
     }
     ack(db, true, resp);
+}
+
+/// Releases the sender's log ring up to the position asked (its own ring only: the
+/// ring is found from the sender's node and thread). Every record on the way is checked
+/// and counted (malformed ones are skipped, never applied); the head stops early at a
+/// torn or missing slot, and the response says where it is.
+pub fn truncate_ring<R: RespBuf>(
+    db: &NodeDb,
+    log: &mut LogReplica,
+    src: EndpointAddr,
+    req: &[u8],
+    resp: &mut R,
+) {
+    let Ok(r) = RingTruncateReq::decode(req) else {
+        return refuse(db, resp);
+    };
+    let region = db.log_region();
+    let Some(scan) = region
+        .ring_of(src.node, src.thread)
+        .and_then(|ring| region.truncate(ring, r.head))
+    else {
+        return refuse(db, resp);
+    };
+    let st = &mut log.ring;
+    st.replica_records += scan.valid;
+    st.replica_voids += scan.voids;
+    st.replica_malformed += scan.malformed;
+    st.replica_torn += scan.torn() as u64;
+    log.truncated += scan.valid;
+    RingTruncateResp {
+        status: Status::Ok,
+        head: scan.head.pos,
+    }
+    .encode(resp);
 }
 
 /// Applies a transaction's writes at a backup; the whole request is checked first.

@@ -1,10 +1,10 @@
 //! # ambidex-txn: serializable distributed transactions
 //!
 //! Optimistic concurrency control with two-phase commit over a coordinator log and
-//! primary-backup replication: FaSST's protocol (FaSST §5, Figure 6), itself FaRM's
-//! with RPCs instead of one-sided writes. Every phase issues its work through a
-//! [`Policy`]; only the two-sided RPC choices (the `fasst` preset) are built, the
-//! one-sided variants of DrTM+H Table 4 are a later issue.
+//! primary-backup replication (FaSST §5, Figure 6; FaRM §4). Every phase issues its
+//! work through a [`Policy`]: two-sided RPCs or one-sided verbs, every choice of DrTM+H
+//! Table 4, with the presets `fasst`, `farm`, `drtm-r` and `drtm-h`
+//! (`docs/transactions.md` has the design).
 //!
 //! - [`placement`]: a key's primary is a hash of (table, key) over the nodes; its backups
 //!   are the next R−1 nodes.
@@ -18,21 +18,32 @@
 //! - [`handlers`]: the primaries', backups' and log replicas' request handlers.
 //! - [`log`]: in-memory log replicas (memory is assumed battery-backed, as in the
 //!   papers), truncated once a transaction is installed everywhere.
+//! - [`log_ring`]: the one-sided log (`Log::Write`): rings in registered memory that
+//!   coordinators WRITE their records into, truncated lazily by RPC.
+//! - `onesided`: what the one-sided phases need of remote tables (descriptors, item
+//!   shapes, bucket walks, install images).
+//! - `committer`: passive ACK's committer coroutines.
 //!
 //! Locks carry their owner in the store's lock word (`ambidex_store::LockOwner`: the
 //! coordinator's node, thread and transaction slot); a primary takes the node and thread
 //! from the request's sender, so a coordinator can name only its own locks.
 //!
-//! Setting up a node thread: create the node's [`NodeDb`] once, then on each thread
-//! `let th = TxnThread::install(&mut runtime, db.clone(), TxnConfig::default());` and
-//! spawn workers that run `Txn::begin(&ctx, &th)`.
+//! Setting up a node thread: create the node's [`NodeDb`] once (and give every node the
+//! cluster's catalog, which the one-sided phases need), then on each thread
+//! `let th = TxnThread::install(&mut runtime, db.clone(), TxnConfig::default());`,
+//! attach the node's scratch region for one-sided READs, spawn workers that run
+//! `Txn::begin(&ctx, &th)` and, with passive ACK, committers
+//! ([`TxnThread::spawn_committers`]); `runner::start_thread` does all of it.
 
 pub mod actions;
+mod committer;
 pub mod db;
 pub mod handlers;
 pub mod history;
 pub mod log;
+pub mod log_ring;
 pub mod messages;
+mod onesided;
 pub mod phases;
 pub mod placement;
 pub mod policy;
@@ -49,7 +60,7 @@ pub use policy::{Policy, PolicyError};
 pub use stats::{AbortReason, Phase, TxnStats};
 pub use txn::{Committed, ItemId, Txn};
 
-use ambidex_rpc::Runtime;
+use ambidex_rpc::{Ctx, Runtime};
 use ambidex_transport::{NodeId, ThreadId};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -108,6 +119,8 @@ pub struct TxnThread {
     seq: Cell<u64>,
     pub stats: RefCell<TxnStats>,
     pub log: Rc<RefCell<log::LogReplica>>,
+    /// This thread's rings at its remote log replicas (`Log::Write`).
+    pub(crate) rings: RefCell<log_ring::RingWriters>,
     /// Per node: ids of this thread's transactions installed everywhere, to piggyback on
     /// the next LOG request to that log replica.
     truncations: RefCell<Vec<Vec<u64>>>,
@@ -121,7 +134,19 @@ pub struct TxnThread {
     /// Remote locks of transactions dropped without commit or abort, released by the
     /// thread's next round trip ([`phases::lock`]).
     pub(crate) orphans: RefCell<Vec<phases::lock::Orphan>>,
+    /// Other nodes' tables, for the one-sided phases.
+    pub(crate) remote: RefCell<onesided::RemoteTables>,
+    /// A stored value (transaction version + value) being read or built one-sided.
+    pub(crate) stored: RefCell<Vec<u8>>,
+    /// The WRITEs of a one-sided install being built.
+    pub(crate) commit_image: RefCell<onesided::CommitImage>,
+    /// Installations handed to the committer (passive ACK).
+    pub(crate) committer: RefCell<committer::CommitQueue>,
 }
+
+/// The lock slot transactions share when no slot of their own is free (the last slot
+/// of a lock owner; never handed out as a transaction's own).
+const SHARED_SLOT: u16 = LockOwner::MAX_SLOTS - 1;
 
 /// Transaction ids: bit 62 set (so no id collides with the load version 1), then node,
 /// thread and a per-thread sequence number.
@@ -151,28 +176,36 @@ impl TxnThread {
             seq: Cell::new(0),
             stats: RefCell::new(TxnStats::default()),
             log,
+            rings: RefCell::new(log_ring::RingWriters::default()),
             history: RefCell::new(None),
             bufs: RefCell::new(Vec::new()),
             free_slots: RefCell::new(Vec::new()),
             next_slot: Cell::new(0),
             orphans: RefCell::new(Vec::new()),
+            remote: RefCell::new(onesided::RemoteTables::default()),
+            stored: RefCell::new(Vec::new()),
+            commit_image: RefCell::new(onesided::CommitImage::default()),
+            committer: RefCell::new(committer::CommitQueue::default()),
         })
     }
 
-    /// A lock owner for a new transaction: a free slot of this thread. Past
-    /// `LockOwner::MAX_SLOTS` live transactions on one thread, slots are shared (locks
-    /// still exclude each other; only a recovery's attribution is coarser).
-    /// The second value is false for a shared slot, which is not given back.
+    /// A lock owner for a new transaction: a free slot of this thread. When none is free
+    /// (more than `SHARED_SLOT` live transactions on one thread, or slots retired),
+    /// transactions share the one slot `SHARED_SLOT`, which no transaction ever owns:
+    /// its locks still exclude each other (taken by RPC: a CAS lock recognises its own
+    /// lock by the owner in the word, which a shared owner cannot), and no owner of its
+    /// own can mistake one of them for its own. Only a recovery's attribution is
+    /// coarser. The second value is false for the shared slot, which is not given back.
     fn take_slot(&self) -> (LockOwner, bool) {
         let (slot, own) = match self.free_slots.borrow_mut().pop() {
             Some(s) => (s, true),
             None => {
                 let s = self.next_slot.get();
-                if s < LockOwner::MAX_SLOTS {
+                if s < SHARED_SLOT {
                     self.next_slot.set(s + 1);
                     (s, true)
                 } else {
-                    ((self.seq.get() % LockOwner::MAX_SLOTS as u64) as u16, false)
+                    (SHARED_SLOT, false)
                 }
             }
         };
@@ -185,8 +218,77 @@ impl TxnThread {
     }
 
     /// Gives a transaction's own slot back (its locks are released or orphaned).
-    fn give_slot(&self, o: LockOwner) {
+    pub(crate) fn give_slot(&self, o: LockOwner) {
         self.free_slots.borrow_mut().push(o.slot);
+    }
+
+    /// Spawns `n` committers on `rt` (one per worker) if the policy has passive ACK:
+    /// then a transaction returns once its log is complete and a committer installs its
+    /// writes. Without them, passive ACK degrades to waiting for the installation.
+    /// Every worker spawned must call [`TxnThread::worker_started`] and, when it ends,
+    /// await [`TxnThread::worker_finished`] (the committers end once every worker has
+    /// and every installation is done; `runner::start_thread` does this).
+    pub fn spawn_committers(th: &Rc<TxnThread>, rt: &mut Runtime, n: usize) {
+        if th.cfg.policy.passive_ack != policy::PassiveAck::On {
+            return;
+        }
+        for _ in 0..n.max(1) {
+            th.committer.borrow_mut().running += 1;
+            let th = th.clone();
+            rt.spawn(move |ctx| committer::run(ctx, th));
+        }
+    }
+
+    /// A worker of this thread starts (see [`TxnThread::spawn_committers`]).
+    pub fn worker_started(&self) {
+        self.committer.borrow_mut().live_workers += 1;
+    }
+
+    /// A worker of this thread is done: resolves once every installation its
+    /// transactions handed to the committer is finished.
+    pub async fn worker_finished(&self, ctx: &Ctx) {
+        {
+            let mut q = self.committer.borrow_mut();
+            q.live_workers = q.live_workers.saturating_sub(1);
+            if q.live_workers == 0 {
+                q.wake_all();
+            }
+        }
+        while self.committer.borrow().running > 0 && self.committer.borrow().pending() > 0 {
+            ctx.yield_now().await;
+        }
+    }
+
+    /// Whether a committer can take a job at once (see `CommitQueue::has_idle`).
+    pub(crate) fn committer_idle(&self) -> bool {
+        self.committer.borrow().has_idle()
+    }
+
+    pub(crate) fn defer_commit(&self, job: phases::commit::CommitJob) {
+        self.committer.borrow_mut().push(job);
+    }
+
+    /// Installations not finished yet (passive ACK; tests, reports).
+    pub fn commits_pending(&self) -> usize {
+        self.committer.borrow().pending()
+    }
+
+    /// Takes a finished transaction's buffers (and items, emptied) for the thread's
+    /// next transactions.
+    pub(crate) fn recycle(&self, mut bufs: txn::TxnBufs, mut items: Vec<txn::Item>) {
+        for it in items.drain(..) {
+            for mut v in std::iter::once(it.value).chain(it.new_value) {
+                if bufs.bytes.len() < txn::SPARE_BYTES && v.capacity() > 0 {
+                    v.clear();
+                    bufs.bytes.push(v);
+                }
+            }
+        }
+        bufs.items = items;
+        let mut pool = self.bufs.borrow_mut();
+        if pool.len() < txn::POOLED_TXNS {
+            pool.push(bufs);
+        }
     }
 
     /// Remote locks of dropped transactions not yet released (tests, reports).
@@ -213,8 +315,12 @@ impl TxnThread {
             | (s & ((1 << SEQ_BITS) - 1))
     }
 
-    fn truncate_later(&self, id: u64) {
+    pub(crate) fn truncate_later(&self, id: u64) {
         self.log.borrow_mut().truncate(id);
+        if self.cfg.policy.log == policy::Log::Write {
+            self.rings.borrow_mut().installed(id);
+            return;
+        }
         let mut t = self.truncations.borrow_mut();
         for r in self.db.placement.log_replicas(self.node).skip(1) {
             t[r as usize].push(id);
@@ -253,7 +359,10 @@ impl TxnThread {
         let log = self.log.borrow();
         s.log_appended = log.appended;
         s.log_truncated = log.truncated;
-        s.log_records_held = log.len() as u64;
+        let rings = self.rings.borrow();
+        s.log_records_held = log.len() as u64 + rings.held() as u64;
+        s.log_ring = rings.stats;
+        s.log_ring.merge(&log.ring);
         s
     }
 }

@@ -9,7 +9,12 @@
 //!
 //! Replicas are per thread: with peer threads, coordinator thread t always logs to thread
 //! t of a replica node, so no lock is needed.
+//!
+//! This is the log of `Log::Rpc` and of every coordinator's own node; with `Log::Write`
+//! remote replicas hold the records in rings of registered memory instead
+//! ([`crate::log_ring`]), and this replica only counts the rings' truncations.
 
+use crate::stats::LogRingStats;
 use ambidex_transport::NodeId;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -50,6 +55,8 @@ pub struct LogReplica {
     bytes: usize,
     pub appended: u64,
     pub truncated: u64,
+    /// What the truncations of log rings this thread served found (`replica_*`).
+    pub ring: LogRingStats,
 }
 
 impl LogReplica {

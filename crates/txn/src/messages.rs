@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! READ            req [table u32][key u64]                 resp [status][version u64][value]
+//! READ_LOC        req [table][key]                         resp [status][version][offset u64][store_version u64][value]
 //! LOCK            req [table][key][kind u8][slot u16]      resp [status][version][offset u64][store_version u64][value]
 //! VALIDATE        req [table][key]                         resp [status][version]
 //! UNLOCK          req [table][key][slot][offset][store_version]      resp [status]
@@ -13,6 +14,7 @@
 //! COMMIT_BACKUP   req [txn][n][n writes]                   resp [status]
 //! COMMIT_PRIMARY  req [txn][slot][n][n writes]             resp [status]
 //! TRUNCATE        req [m u16][m txn ids]                   resp [status]
+//! RING_TRUNCATE   req [head u64]                           resp [status][head u64]
 //! write           [table][key][kind][prev_version u64][offset][store_version][len u32][value]
 //! ```
 //!
@@ -32,6 +34,10 @@ pub mod rtype {
     pub const COMMIT_BACKUP: u8 = 37;
     pub const COMMIT_PRIMARY: u8 = 38;
     pub const TRUNCATE: u8 = 39;
+    /// READ that also returns where the item is and its header version (a hybrid
+    /// execute's miss, or any policy that locks, validates or commits one-sided).
+    pub const READ_LOC: u8 = 40;
+    pub const RING_TRUNCATE: u8 = 41;
 }
 
 /// Status byte of every response.
@@ -650,6 +656,66 @@ impl<'a> TruncateReq<'a> {
     }
 }
 
+// ---- The one-sided log's truncation (`Log::Write`, `crate::log_ring`) ----
+
+/// RING_TRUNCATE request: the sender's ring at this log replica may be released up to
+/// ring position `head` (the replica checks every record on the way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingTruncateReq {
+    pub head: u64,
+}
+
+impl RingTruncateReq {
+    pub fn encode(&self, b: &mut Vec<u8>) {
+        put_u64(b, self.head);
+    }
+    /// The encoding without a buffer (it has a fixed size).
+    pub fn to_bytes(&self) -> [u8; 8] {
+        self.head.to_le_bytes()
+    }
+    pub fn decode(b: &[u8]) -> Result<RingTruncateReq, DecodeError> {
+        let mut r = Reader::new(b);
+        let head = r.u64()?;
+        r.end()?;
+        Ok(RingTruncateReq { head })
+    }
+}
+
+/// RING_TRUNCATE response: the ring's head after the truncation (short of the one asked
+/// for if a record on the way was torn or missing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingTruncateResp {
+    pub status: Status,
+    pub head: u64,
+}
+
+impl RingTruncateResp {
+    pub fn encode<R: RespBuf>(&self, out: &mut R) {
+        out.put_u8(self.status as u8);
+        out.put(&self.head.to_le_bytes());
+    }
+    pub fn decode(b: &[u8]) -> Result<RingTruncateResp, DecodeError> {
+        let mut r = Reader::new(b);
+        let status = head(&mut r)?;
+        if status == Status::BadRequest && b.len() == 1 {
+            return Ok(RingTruncateResp { status, head: 0 });
+        }
+        let head = r.u64()?;
+        r.end()?;
+        Ok(RingTruncateResp { status, head })
+    }
+    /// The head of an `Ok` response, if `b` is one.
+    pub fn ok_head(b: &[u8]) -> Option<u64> {
+        match RingTruncateResp::decode(b) {
+            Ok(RingTruncateResp {
+                status: Status::Ok,
+                head,
+            }) => Some(head),
+            _ => None,
+        }
+    }
+}
+
 /// COMMIT_BACKUP request: writes a backup applies.
 #[derive(Clone, Copy, Debug)]
 pub struct CommitBackupReq<'a> {
@@ -1000,5 +1066,48 @@ mod tests {
         assert_eq!(ReadResp::decode(&[0, 1]), Err(DecodeError::Truncated));
         assert!(!Ack::is_ok(&[0, 0]));
         assert!(Ack::is_ok(&[0]));
+    }
+
+    #[test]
+    fn ring_truncations_round_trip_and_reject_every_cut_and_extra_byte() {
+        let mut b = Vec::new();
+        RingTruncateReq { head: 4096 }.encode(&mut b);
+        assert_eq!(
+            RingTruncateReq::decode(&b),
+            Ok(RingTruncateReq { head: 4096 })
+        );
+        for cut in 0..b.len() {
+            assert_eq!(
+                RingTruncateReq::decode(&b[..cut]),
+                Err(DecodeError::Truncated)
+            );
+        }
+        b.push(0);
+        assert_eq!(RingTruncateReq::decode(&b), Err(DecodeError::TrailingBytes));
+        let mut r = Vec::new();
+        RingTruncateResp {
+            status: Status::Ok,
+            head: 640,
+        }
+        .encode(&mut r);
+        assert_eq!(RingTruncateResp::ok_head(&r), Some(640));
+        for cut in 1..r.len() {
+            assert_eq!(
+                RingTruncateResp::decode(&r[..cut]),
+                Err(DecodeError::Truncated)
+            );
+        }
+        r.push(1);
+        assert_eq!(RingTruncateResp::ok_head(&r), None);
+        let bare = [Status::BadRequest as u8];
+        assert_eq!(
+            RingTruncateResp::decode(&bare).unwrap().status,
+            Status::BadRequest
+        );
+        assert_eq!(RingTruncateResp::ok_head(&bare), None);
+        assert_eq!(
+            RingTruncateResp::decode(&[9]),
+            Err(DecodeError::BadStatus(9))
+        );
     }
 }

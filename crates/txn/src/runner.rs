@@ -227,12 +227,9 @@ pub fn spawn_node(
                             db,
                             history,
                             crew.stop.clone(),
-                            move |w| {
-                                let (f, live) = (worker(w), live.clone());
-                                async move {
-                                    f.await;
-                                    live.fetch_sub(1, Ordering::SeqCst);
-                                }
+                            move |w| worker(w),
+                            move |_| {
+                                live.fetch_sub(1, Ordering::SeqCst);
                             },
                         )
                     });
@@ -267,8 +264,11 @@ pub fn spawn_node(
 /// Builds one (node, thread): the runtime on `ep` (through the fault injector if
 /// `spec.fault`), reading `clock`; the transaction layer on it with `db`; the history
 /// sink; and `spec.coroutines` workers, coroutine c running `worker(WorkerCtx { .. c })`.
+/// `done(c)` runs once coroutine c's worker returned and every installation its
+/// transactions left to the committer (passive ACK) is finished.
 /// `spec.duration` and `spec.history` are the caller's business.
-pub fn start_thread<F, Fut>(
+#[allow(clippy::too_many_arguments)]
+pub fn start_thread<F, Fut, D>(
     ep: Box<dyn Endpoint>,
     clock: Arc<dyn Clock>,
     spec: &RunSpec,
@@ -276,10 +276,12 @@ pub fn start_thread<F, Fut>(
     history: Option<Box<dyn HistorySink>>,
     stop: Arc<AtomicBool>,
     worker: F,
+    done: D,
 ) -> Result<(Runtime, Rc<TxnThread>), String>
 where
     F: Fn(WorkerCtx) -> Fut + 'static,
     Fut: Future<Output = ()> + 'static,
+    D: Fn(usize) + 'static,
 {
     let addr = ep.addr();
     let ep = match &spec.fault {
@@ -298,19 +300,22 @@ where
     // thread 0, by a coroutine spawned after the workers (their ids stay 0..coroutines);
     // the workers wait for it.
     let verify = addr.thread == 0 && db.catalog().is_some();
-    if verify {
-        let (scratch, per_worker) = db.scratch_region();
-        rt.attach_scratch(scratch, per_worker)
-            .map_err(|e| format!("scratch of thread {}.{}: {e}", addr.node, addr.thread))?;
-    }
-    let worker = Rc::new(worker);
+    let (scratch, per_worker) = db
+        .scratch_region(addr.thread)
+        .ok_or_else(|| format!("node {} has no thread {}", addr.node, addr.thread))?;
+    rt.attach_scratch(scratch, per_worker)
+        .map_err(|e| format!("scratch of thread {}.{}: {e}", addr.node, addr.thread))?;
+    let (worker, done) = (Rc::new(worker), Rc::new(done));
     // With a catalog, every thread's workers start once the node's start-up check has
     // passed; if it failed they start with `stop` set (they return at once, and the run
     // reports the error).
     let gated = db.catalog().is_some();
     for c in 0..spec.coroutines {
         let (th, worker, stop, db) = (th.clone(), worker.clone(), stop.clone(), db.clone());
+        let done = done.clone();
+        th.worker_started();
         rt.spawn(move |ctx| async move {
+            let (done_ctx, done_th) = (ctx.clone(), th.clone());
             while gated && !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 match db.verification() {
                     None => ctx.yield_now().await,
@@ -326,7 +331,11 @@ where
                 coroutine: c,
                 stop,
             })
-            .await
+            .await;
+            // With passive ACK, the worker's installations finish before it counts
+            // as done (the run's end checks replicas and invariants).
+            done_th.worker_finished(&done_ctx).await;
+            done(c);
         });
     }
     if verify {
@@ -335,6 +344,8 @@ where
             db.record_verification(r);
         });
     }
+    // After the start-up check's coroutine, whose id must stay within the scratch.
+    TxnThread::spawn_committers(&th, &mut rt, spec.coroutines);
     Ok((rt, th))
 }
 

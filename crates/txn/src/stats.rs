@@ -1,6 +1,6 @@
 //! What the transaction layer counts: outcomes, abort reasons, and time per phase.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Why a transaction aborted. Every abort is counted under its reason.
@@ -13,6 +13,9 @@ pub enum AbortReason {
     MissingKey,
     /// Insert of a key that exists.
     InsertExists,
+    /// A write-set key was locked by another transaction at the lock phase (a lock
+    /// taken after execute: a CAS, or a LOCK RPC after a one-sided execute).
+    LockedAtLock,
     /// A read-set key was locked at validation.
     LockedAtValidate,
     /// A read-set key's version changed between execute and validation.
@@ -25,20 +28,53 @@ pub enum AbortReason {
     BadResponse,
     /// The application aborted (for example SmallBank's insufficient funds).
     User,
+    /// A one-sided phase needed a table of another node that the cluster's catalog
+    /// does not have (started without a catalog, or an unknown table).
+    NoRemoteTable,
+    /// A log replica's ring stayed full (records not yet truncated) for the whole wait.
+    LogFull,
+    /// The commit record is larger than half a log ring.
+    LogRecordTooLarge,
+    /// A log replica's ring is not known (no catalog, or its descriptor has no ring for
+    /// this coordinator).
+    LogRingUnknown,
 }
 
 impl AbortReason {
+    /// Every reason, so reports can parse names back (`name` of each is distinct).
+    pub const ALL: [AbortReason; 14] = [
+        AbortReason::LockedAtExecute,
+        AbortReason::MissingKey,
+        AbortReason::InsertExists,
+        AbortReason::LockedAtLock,
+        AbortReason::LockedAtValidate,
+        AbortReason::VersionChanged,
+        AbortReason::TableFull,
+        AbortReason::Timeout,
+        AbortReason::BadResponse,
+        AbortReason::User,
+        AbortReason::NoRemoteTable,
+        AbortReason::LogFull,
+        AbortReason::LogRecordTooLarge,
+        AbortReason::LogRingUnknown,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             AbortReason::LockedAtExecute => "locked_at_execute",
             AbortReason::MissingKey => "missing_key",
             AbortReason::InsertExists => "insert_exists",
+            AbortReason::LockedAtLock => "locked_at_lock",
             AbortReason::LockedAtValidate => "locked_at_validate",
             AbortReason::VersionChanged => "version_changed",
             AbortReason::TableFull => "table_full",
             AbortReason::Timeout => "timeout",
             AbortReason::BadResponse => "bad_response",
             AbortReason::User => "user",
+            AbortReason::NoRemoteTable => "no_remote_table",
+            AbortReason::LogFull => "log_full",
+            AbortReason::LogRecordTooLarge => "log_record_too_large",
+            AbortReason::LogRingUnknown => "log_ring_unknown",
         }
     }
 }
@@ -137,10 +173,88 @@ pub struct TxnStats {
     /// Nanoseconds spent in each phase by committed transactions, and how many entered it.
     pub phase_ns: PhaseMap<u64>,
     pub phase_count: PhaseMap<u64>,
-    /// Log records appended and truncated at this thread's log replica.
+    /// Log records appended and truncated at this thread's log replica, and still held
+    /// (with `Log::Write`, remote appends are one-sided, so the replica counts a ring's
+    /// records when it truncates them, and `log_records_held` adds this thread's
+    /// records in remote rings not yet released).
     pub log_appended: u64,
     pub log_truncated: u64,
     pub log_records_held: u64,
+    /// The one-sided log (`Log::Write`): this thread's rings as a coordinator, and the
+    /// rings it truncated as a replica.
+    pub log_ring: LogRingStats,
+    /// Location-cache lookups of this thread's coordinators.
+    pub location_cache: LocationCacheStats,
+    /// Failed unsignaled one-sided operations reported to this thread's workers (each
+    /// also decided its phase's outcome where it mattered; counted so that none goes
+    /// unnoticed).
+    pub onesided_unsignaled_failures: u64,
+}
+
+/// How the location cache served one thread's coordinators (DrTM+H §5.1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocationCacheStats {
+    /// Lookups that found an address, whose item READ then held the key.
+    pub hits: u64,
+    /// Lookups that found nothing.
+    pub misses: u64,
+    /// Lookups that found an address whose item no longer held the key (the entry was
+    /// dropped and the key fetched another way).
+    pub stale: u64,
+}
+
+/// What the one-sided log did (DrTM+H §5.4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogRingStats {
+    /// Coordinator: records WRITTEN to remote rings (one per replica), their bytes,
+    /// and pads to a ring's end.
+    pub records_written: u64,
+    pub bytes_written: u64,
+    pub pads: u64,
+    /// Coordinator: appends that failed at a replica (their slots voided), and void
+    /// repairs landed.
+    pub write_failures: u64,
+    pub repairs: u64,
+    /// Coordinator: transactions that found a ring full and waited.
+    pub full_waits: u64,
+    /// Coordinator: truncations sent (piggybacked or, with a full ring, alone) and
+    /// acknowledged with released space.
+    pub truncations_sent: u64,
+    pub truncations_acked: u64,
+    /// Replica: records passed by truncations (valid), voids skipped, malformed
+    /// records (framed but undecodable: skipped, never applied) and truncations that
+    /// stopped early at a torn or garbage slot.
+    pub replica_records: u64,
+    pub replica_voids: u64,
+    pub replica_malformed: u64,
+    pub replica_torn: u64,
+}
+
+impl LogRingStats {
+    pub fn merge(&mut self, o: &LogRingStats) {
+        self.records_written += o.records_written;
+        self.bytes_written += o.bytes_written;
+        self.pads += o.pads;
+        self.write_failures += o.write_failures;
+        self.repairs += o.repairs;
+        self.full_waits += o.full_waits;
+        self.truncations_sent += o.truncations_sent;
+        self.truncations_acked += o.truncations_acked;
+        self.replica_records += o.replica_records;
+        self.replica_voids += o.replica_voids;
+        self.replica_malformed += o.replica_malformed;
+        self.replica_torn += o.replica_torn;
+    }
+}
+
+impl LocationCacheStats {
+    pub fn merge(&mut self, o: &LocationCacheStats) {
+        self.hits += o.hits;
+        self.misses += o.misses;
+        self.stale += o.stale;
+    }
 }
 
 impl TxnStats {
@@ -164,6 +278,9 @@ impl TxnStats {
         self.log_appended += o.log_appended;
         self.log_truncated += o.log_truncated;
         self.log_records_held += o.log_records_held;
+        self.location_cache.merge(&o.location_cache);
+        self.onesided_unsignaled_failures += o.onesided_unsignaled_failures;
+        self.log_ring.merge(&o.log_ring);
     }
 
     /// Mean microseconds per phase of committed transactions that ran the phase.
@@ -185,6 +302,34 @@ impl TxnStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_abort_reason_is_listed_once_with_its_own_name() {
+        let mut names: Vec<&str> = AbortReason::ALL.iter().map(|r| r.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), AbortReason::ALL.len());
+        // A new reason must be added to ALL: this match stops compiling without it.
+        for r in AbortReason::ALL {
+            let listed = match r {
+                AbortReason::LockedAtExecute
+                | AbortReason::MissingKey
+                | AbortReason::InsertExists
+                | AbortReason::LockedAtLock
+                | AbortReason::LockedAtValidate
+                | AbortReason::VersionChanged
+                | AbortReason::TableFull
+                | AbortReason::Timeout
+                | AbortReason::BadResponse
+                | AbortReason::User
+                | AbortReason::NoRemoteTable
+                | AbortReason::LogFull
+                | AbortReason::LogRecordTooLarge
+                | AbortReason::LogRingUnknown => true,
+            };
+            assert!(listed);
+        }
+    }
 
     #[test]
     fn phase_names_follow_the_enum() {

@@ -11,6 +11,8 @@
 //! every other access is an RPC queued without I/O and sent with one doorbell per phase.
 
 use crate::messages::{LockToken, WriteKind, WriteRec};
+use crate::phases::commit::CommitJob;
+use crate::policy::PassiveAck;
 use crate::stats::{AbortReason, Phase, PhaseMap};
 use crate::TxnThread;
 use ambidex_rpc::{Ctx, ReqHandle};
@@ -36,6 +38,13 @@ pub(crate) struct Item {
     /// The value to commit (insert / update).
     pub(crate) new_value: Option<Vec<u8>>,
     pub(crate) pending: Option<ReqHandle>,
+    /// A remote key fetched with its location: the item's offset in its home's table
+    /// region and its header word then (for a CAS lock, a header READ, a one-sided
+    /// commit, the location cache).
+    pub(crate) loc: Option<u64>,
+    pub(crate) hdr: u64,
+    /// A one-sided fetch of the key in progress ([`crate::phases::execute`]).
+    pub(crate) fetch: Option<crate::phases::execute::Fetch>,
 }
 
 /// The outcome of a committed transaction.
@@ -51,19 +60,26 @@ pub struct Committed {
 #[derive(Default)]
 pub(crate) struct TxnBufs {
     /// Empty while pooled.
-    items: Vec<Item>,
+    pub(crate) items: Vec<Item>,
     /// Spare value buffers (cleared).
     pub(crate) bytes: Vec<Vec<u8>>,
     pub(crate) req: Vec<u8>,
     pub(crate) body: Vec<u8>,
     pub(crate) handles: Vec<ReqHandle>,
     pub(crate) targets: Vec<NodeId>,
+    pub(crate) ops: Vec<crate::phases::commit::CommitOp>,
+    /// Header READs of the validate phase: (item, READ).
+    pub(crate) reads: Vec<(usize, ambidex_rpc::OpHandle)>,
+    /// Locks of the lock phase awaiting their answer.
+    pub(crate) locking: Vec<crate::phases::lock::Locking>,
+    /// Bucket walks of the execute phase in progress.
+    pub(crate) walks: Vec<crate::onesided::Walk>,
 }
 
 /// Spare buffers kept per pooled transaction, and pooled transactions per thread: enough
 /// for every coroutine's transaction, bounded so one huge transaction pins little memory.
-const SPARE_BYTES: usize = 64;
-const POOLED_TXNS: usize = 256;
+pub(crate) const SPARE_BYTES: usize = 64;
+pub(crate) const POOLED_TXNS: usize = 256;
 
 impl TxnBufs {
     fn spare(&mut self) -> Vec<u8> {
@@ -83,8 +99,11 @@ pub struct Txn<'c> {
     pub(crate) id: u64,
     /// Who holds this transaction's locks (its slot is its own while it lives).
     pub(crate) owner: LockOwner,
-    /// False if the slot is shared (more live transactions than slots).
-    own_slot: bool,
+    /// False if the slot is shared (more live transactions than slots), or retired: a
+    /// lock naming it may outlive the transaction (a release whose outcome is unknown,
+    /// an incomplete install, orphaned locks), so it must never name another
+    /// transaction's locks — a CAS lock recognises its own by the owner in the word.
+    pub(crate) own_slot: bool,
     pub(crate) items: Vec<Item>,
     pub(crate) bufs: TxnBufs,
     aborted: Option<AbortReason>,
@@ -94,6 +113,10 @@ pub struct Txn<'c> {
     /// value, so its size costs copies).
     ran: u8,
     done: bool,
+    /// Its items and buffers went to the committer (passive ACK).
+    deferred: bool,
+    /// Its commit record is in every log replica: it is committed.
+    logged: bool,
 }
 
 impl<'c> Txn<'c> {
@@ -117,6 +140,8 @@ impl<'c> Txn<'c> {
             phase_ns: PhaseMap::default(),
             ran: 0,
             done: false,
+            deferred: false,
+            logged: false,
         }
     }
 
@@ -157,6 +182,9 @@ impl<'c> Txn<'c> {
             lock: None,
             new_value: None,
             pending: None,
+            loc: None,
+            hdr: 0,
+            fetch: None,
         });
         self.items.len() - 1
     }
@@ -275,6 +303,21 @@ impl<'c> Txn<'c> {
         }
         self.default_new_values();
         let read_only = self.items.iter().all(|it| it.write.is_none());
+        // Policies that do not lock at execute lock the write set now (DrTM+H §5.2).
+        if !self.th.cfg.policy.lock_at_execute()
+            && self
+                .items
+                .iter()
+                .any(|it| it.write.is_some() && it.lock.is_none())
+        {
+            let t0 = self.ctx.step_ns();
+            let r = self.lock_phase().await;
+            self.timed(Phase::Lock, t0);
+            if let Err(r) = r {
+                self.fail(r).await;
+                return Err(r);
+            }
+        }
         // Single-key read-only transactions skip validation (FaSST §5).
         if !(read_only && self.items.len() <= 1) {
             let t0 = self.ctx.step_ns();
@@ -300,15 +343,24 @@ impl<'c> Txn<'c> {
             return Err(r);
         }
         // From here the transaction is committed: its record is in every log replica.
-        let t0 = self.ctx.step_ns();
-        let backups_ok = self.commit_phase(false).await;
-        self.timed(Phase::CommitBackup, t0);
-        let t1 = self.ctx.step_ns();
-        let primaries_ok = self.commit_phase(true).await;
-        self.timed(Phase::CommitPrimary, t1);
-        let complete = backups_ok && primaries_ok;
+        self.logged = true;
+        if self.th.cfg.policy.passive_ack == PassiveAck::On && self.th.committer_idle() {
+            // Passive ACK: the installation goes on off this transaction's path.
+            self.finish_commit(false, false);
+            let job = self.take_job();
+            self.deferred = true;
+            self.th.defer_commit(job);
+            return Ok(Committed {
+                id: self.id,
+                read_only: false,
+            });
+        }
+        let complete = self.commit_inline().await;
         if complete {
             self.th.truncate_later(self.id);
+        } else {
+            // Some lock may stay held until recovery: the slot is retired.
+            self.own_slot = false;
         }
         self.finish_commit(false, !complete);
         Ok(Committed {
@@ -372,24 +424,59 @@ impl<'c> Txn<'c> {
         &'a self,
         filter: impl Fn(&Item) -> bool + 'a,
     ) -> impl Iterator<Item = WriteRec<'a>> + 'a {
-        self.items
-            .iter()
-            .filter(move |it| it.write.is_some() && filter(it))
-            .filter_map(|it| {
-                Some(WriteRec {
-                    table: it.table,
-                    key: it.key,
-                    kind: it.write?,
-                    prev_version: it.version,
-                    token: it.lock.unwrap_or_default(),
-                    value: it.new_value.as_deref().unwrap_or(&[]),
-                })
-            })
+        writes_of(&self.items, filter)
     }
+
+    /// Moves the transaction's items and buffers into its installation job.
+    pub(crate) fn take_job(&mut self) -> CommitJob {
+        CommitJob {
+            id: self.id,
+            owner: self.owner,
+            own_slot: self.own_slot,
+            items: std::mem::take(&mut self.items),
+            bufs: std::mem::take(&mut self.bufs),
+            ok: true,
+        }
+    }
+
+    /// Adds `ns` to phase `p`'s time.
+    pub(crate) fn add_phase_time(&mut self, p: Phase, ns: u64) {
+        self.phase_ns[p] += ns;
+        self.ran |= 1 << p as u8;
+    }
+}
+
+/// The write-set keys of `items` selected by `filter`, as commit-record entries
+/// (primary: with lock tokens).
+pub(crate) fn writes_of<'a>(
+    items: &'a [Item],
+    filter: impl Fn(&Item) -> bool + 'a,
+) -> impl Iterator<Item = WriteRec<'a>> + 'a {
+    items
+        .iter()
+        .filter(move |it| it.write.is_some() && filter(it))
+        .filter_map(|it| {
+            Some(WriteRec {
+                table: it.table,
+                key: it.key,
+                kind: it.write?,
+                prev_version: it.version,
+                token: it.lock.unwrap_or_default(),
+                value: it.new_value.as_deref().unwrap_or(&[]),
+            })
+        })
 }
 
 impl Drop for Txn<'_> {
     fn drop(&mut self) {
+        if !self.done && self.logged {
+            // Dropped while installing a committed transaction: its locks must not be
+            // released as an abort's would be (a release could overtake the install).
+            // They stay held, with its log record, for recovery; the slot is retired.
+            self.th.stats.borrow_mut().committed_incomplete += 1;
+            self.own_slot = false;
+            self.done = true;
+        }
         if !self.done {
             // Dropped without commit or abort: release every lock (and count it, so the
             // application bug cannot go unnoticed).
@@ -401,23 +488,27 @@ impl Drop for Txn<'_> {
             // let a later transaction of the thread share its owner.
             self.own_slot &= !unknown;
         }
+        if self.deferred {
+            // Its locks are held until the committer installs its writes: the
+            // committer gives the slot and the buffers back.
+            return;
+        }
         if self.own_slot {
             self.th.give_slot(self.owner);
         }
-        // Hand the buffers to the thread's next transaction.
-        let mut bufs = std::mem::take(&mut self.bufs);
-        for it in self.items.drain(..) {
-            for mut v in std::iter::once(it.value).chain(it.new_value) {
-                if bufs.bytes.len() < SPARE_BYTES && v.capacity() > 0 {
-                    v.clear();
-                    bufs.bytes.push(v);
-                }
-            }
-        }
-        bufs.items = std::mem::take(&mut self.items);
-        let mut pool = self.th.bufs.borrow_mut();
-        if pool.len() < POOLED_TXNS {
-            pool.push(bufs);
-        }
+        self.th.recycle(
+            std::mem::take(&mut self.bufs),
+            std::mem::take(&mut self.items),
+        );
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// Items are moved and scanned by every phase: keep them small.
+    #[test]
+    fn item_stays_small() {
+        let n = std::mem::size_of::<super::Item>();
+        assert!(n <= 144, "Item is {n} bytes");
     }
 }

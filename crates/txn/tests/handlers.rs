@@ -379,3 +379,71 @@ fn a_commit_naming_a_key_twice_is_refused_and_changes_nothing() {
     let req = commit_primary_req(1 << 62 | 9, 4, &[write(1, r.token, &v)]);
     assert_eq!(commit_primary(&db, ME, &req), Status::Ok);
 }
+
+/// RING_TRUNCATE: a malformed request, or one from a coordinator that does not log to
+/// this node, is refused and counted; a good one moves the sender's ring head past the
+/// records it checked (a malformed record on the way is counted, never applied).
+#[test]
+fn ring_truncations_are_checked_and_move_only_the_senders_ring() {
+    use ambidex_txn::log_ring::format;
+    use ambidex_txn::messages::{RingTruncateReq, RingTruncateResp};
+    let fabric =
+        ambidex_transport::local::LocalFabric::new(ambidex_transport::ClusterConfig::new(2, 2))
+            .unwrap();
+    let db = NodeDb::new(&*fabric.nodes()[1], Placement::new(2, 2).unwrap(), &[]).unwrap();
+    let region = db.log_region();
+    let coord = EndpointAddr::new(0, 1);
+    let ring = region.ring_of(coord.node, coord.thread).unwrap();
+    let off = region.desc().ring_offset(ring).unwrap();
+    let owner = LockOwner::new(0, 1, 3).unwrap();
+    let mut recs = Vec::new();
+    for seq in 1..=3u64 {
+        let mut r = Vec::new();
+        format::encode_record(&mut r, seq, 100 + seq, owner, 0, &[]);
+        recs.push(r);
+    }
+    // Record 3 claims a write it does not hold: malformed.
+    recs[2][30] = 1;
+    let mut pos = 0u64;
+    for r in &recs {
+        assert!(region.memory().write(off + pos, r));
+        pos += r.len() as u64;
+    }
+    let mut log = LogReplica::default();
+    let truncate = |log: &mut LogReplica, src, req: &[u8]| {
+        let mut resp = Vec::new();
+        handlers::truncate_ring(&db, log, src, req, &mut resp);
+        resp
+    };
+    // Malformed, or from a node that does not log here (node 1 itself), or from a
+    // thread beyond the cluster's.
+    let good = RingTruncateReq { head: pos }.to_bytes();
+    for (src, req) in [
+        (coord, &good[..7]),
+        (EndpointAddr::new(1, 0), &good[..]),
+        (EndpointAddr::new(0, 9), &good[..]),
+    ] {
+        let resp = truncate(&mut log, src, req);
+        assert_eq!(resp, [Status::BadRequest as u8], "{src:?}");
+    }
+    assert_eq!(db.bad_requests.load(Ordering::Relaxed), 3);
+    assert_eq!(region.head(ring).unwrap().pos, 0);
+    // The other thread's ring is untouched by this one's truncation.
+    let other = region.ring_of(0, 0).unwrap();
+    let resp = truncate(&mut log, coord, &good);
+    assert_eq!(RingTruncateResp::ok_head(&resp), Some(pos));
+    assert_eq!(region.head(ring).unwrap().pos, pos);
+    assert_eq!(region.head(other).unwrap().pos, 0);
+    assert_eq!(
+        (
+            log.ring.replica_records,
+            log.ring.replica_malformed,
+            log.truncated
+        ),
+        (2, 1, 2)
+    );
+    // Asking again (a retransmission) or for less changes nothing.
+    let resp = truncate(&mut log, coord, &RingTruncateReq { head: 16 }.to_bytes());
+    assert_eq!(RingTruncateResp::ok_head(&resp), Some(pos));
+    assert_eq!(log.ring.replica_records, 2);
+}

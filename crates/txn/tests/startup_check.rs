@@ -85,6 +85,9 @@ fn a_stale_key_fails_the_start_up_check_with_bad_key() {
         }
         stale.insert(d).unwrap();
     }
+    for n in 0..3 {
+        stale.insert_log(*good.log_region(n).unwrap()).unwrap();
+    }
     c.dbs[0].set_catalog(stale).unwrap();
     let e = run(&c)
         .err()
@@ -96,6 +99,47 @@ fn a_stale_key_fails_the_start_up_check_with_bad_key() {
     // The target counted the refused access and nothing was read or changed.
     let v = c.nodes[1].counters().get("remote_access_violations");
     assert!(v > 0, "{:?}", c.nodes[1].counters());
+}
+
+#[test]
+fn a_stale_log_region_key_fails_the_start_up_check() {
+    let c = TestCluster::new(Backend::Local, 3, 1, 3, &specs());
+    let good = NodeDb::catalog_of(&c.dbs).unwrap();
+    // Node 0 gets a catalog in which node 2's log region has a stale key.
+    let mut stale = Catalog::new(3);
+    for d in good.iter() {
+        stale.insert(*d).unwrap();
+    }
+    for n in 0..3 {
+        let mut l = *good.log_region(n).unwrap();
+        if n == 2 {
+            l.region.key ^= 0x77;
+        }
+        stale.insert_log(l).unwrap();
+    }
+    c.dbs[0].set_catalog(stale).unwrap();
+    let e = run(&c)
+        .err()
+        .expect("a stale log region passed the start-up check");
+    assert!(e.contains("node 2's log region"), "{e}");
+    assert!(e.contains("bad_key"), "{e}");
+    assert!(e.starts_with("node 0:"), "{e}");
+}
+
+#[test]
+fn a_catalog_without_log_regions_is_refused() {
+    let c = TestCluster::new(Backend::Local, 2, 1, 2, &specs());
+    let good = NodeDb::catalog_of(&c.dbs).unwrap();
+    let mut tables_only = Catalog::new(2);
+    tables_only.extend(good.iter().copied()).unwrap();
+    let e = c.dbs[0].set_catalog(tables_only.clone()).unwrap_err();
+    assert!(e.contains("own log region"), "{e}");
+    // Its own, but not the other node's.
+    tables_only
+        .insert_log(*good.log_region(0).unwrap())
+        .unwrap();
+    let e = c.dbs[0].set_catalog(tables_only).unwrap_err();
+    assert!(e.contains("no log region of node 1"), "{e}");
 }
 
 #[test]

@@ -8,13 +8,14 @@ use crate::config::Config;
 use crate::driver::{
     assemble_report, dispatch, BenchReport, ReportParts, Tally, TypeReport, WorkloadVisitor,
 };
+use crate::report::PolicyReport;
 use ambidex_rpc::RpcStats;
 use ambidex_transport::CounterSnapshot;
-use ambidex_txn::stats::PhaseMap;
-use ambidex_txn::{AbortReason, NodeDb, Phase, Placement, TxnStats};
+use ambidex_txn::stats::{LocationCacheStats, LogRingStats, PhaseMap};
+use ambidex_txn::{AbortReason, NodeDb, Phase, Placement, Policy, TxnStats};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// What one node process reports after a run (the `report` message of the control
 /// protocol, docs/cluster.md). Everything is additive over nodes except `max_rss_bytes`
@@ -23,6 +24,9 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct NodeReport {
     pub node: u16,
+    /// The transaction policy this node's threads ran (required: the launcher refuses a
+    /// report without it, or with another policy than the cluster's).
+    pub policy: Policy,
     pub load_seconds: f64,
     /// Wall time of this node's measured window (between `measure` and `stop`).
     pub measured_s: f64,
@@ -143,6 +147,49 @@ impl NodeReport {
     }
 }
 
+/// A node whose transaction policy is not the cluster's: its transactions would follow
+/// another protocol than their participants expect (a CAS lock that an RPC commit never
+/// releases, a log written where nobody reads it), so the run is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NodePolicyError {
+    #[error("node {node} did not say which transaction policy it runs: {why}")]
+    Unreadable { node: u16, why: String },
+    #[error(
+        "node {node} runs transaction policy {ran}, the cluster's is {expected}: every node \
+         must run the same policy (does its configuration differ from the launcher's?)"
+    )]
+    Mismatch {
+        node: u16,
+        ran: PolicyReport,
+        expected: PolicyReport,
+    },
+}
+
+/// The policy node `node` says it runs (the `policy` of its `ready` event or report).
+pub fn node_policy(node: u16, said: Option<&serde_json::Value>) -> Result<Policy, NodePolicyError> {
+    let v = said.ok_or_else(|| NodePolicyError::Unreadable {
+        node,
+        why: "no \"policy\" field".into(),
+    })?;
+    Policy::deserialize(v).map_err(|e| NodePolicyError::Unreadable {
+        node,
+        why: e.to_string(),
+    })
+}
+
+/// Refuses a node that runs `ran` in a cluster that runs `expected`.
+pub fn same_policy(node: u16, ran: Policy, expected: Policy) -> Result<(), NodePolicyError> {
+    if ran == expected {
+        Ok(())
+    } else {
+        Err(NodePolicyError::Mismatch {
+            node,
+            ran: ran.into(),
+            expected: expected.into(),
+        })
+    }
+}
+
 /// Merges the reports of every node (one per node, any order) into the run's report.
 /// `elapsed` is the measured window as the launcher timed it.
 pub fn combine_node_reports(
@@ -196,6 +243,7 @@ fn combine<W: Workload>(
             cfg.cluster.nodes
         ));
     }
+    let policy = cfg.policy()?;
     let types = wl.txn_types().len();
     let mut tally = Tally::new(types);
     let (mut txn, mut rpc) = (TxnStats::default(), RpcStats::default());
@@ -206,6 +254,7 @@ fn combine<W: Workload>(
     for r in &reports {
         let n = r.node;
         plausible(r).map_err(|e| format!("node {n}'s report: {e}"))?;
+        same_policy(n, r.policy, policy).map_err(|e| e.to_string())?;
         if r.per_type.len() != types {
             return Err(format!(
                 "node {n} reported {} transaction types, the workload has {types}",
@@ -264,6 +313,7 @@ fn combine<W: Workload>(
         wl,
         ReportParts {
             transport,
+            policy,
             coroutines: cfg.coroutines(),
             tally,
             elapsed,
@@ -399,35 +449,14 @@ fn rpc_stats_from_json(v: &serde_json::Value) -> Result<RpcStats, String> {
     RpcStats::deserialize(v).map_err(|e| format!("RPC counters: {e}"))
 }
 
-const ABORT_REASONS: [AbortReason; 9] = [
-    AbortReason::LockedAtExecute,
-    AbortReason::MissingKey,
-    AbortReason::InsertExists,
-    AbortReason::LockedAtValidate,
-    AbortReason::VersionChanged,
-    AbortReason::TableFull,
-    AbortReason::Timeout,
-    AbortReason::BadResponse,
-    AbortReason::User,
-];
-
-/// The `&'static str` `TxnStats::aborts` keys by: a known reason's name, or (a reason
-/// added since) a leaked copy, at most 64 of them per process.
+/// The `&'static str` `TxnStats::aborts` keys by: a known reason's name (every node
+/// runs the same build, so any other name is an error).
 fn intern_reason(name: &str) -> Result<&'static str, String> {
-    if let Some(r) = ABORT_REASONS.iter().find(|r| r.name() == name) {
-        return Ok(r.name());
-    }
-    static EXTRA: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-    let mut extra = EXTRA.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(s) = extra.iter().find(|s| **s == name) {
-        return Ok(s);
-    }
-    if extra.len() >= 64 || name.len() > 64 {
-        return Err(format!("unknown abort reason {name:?}"));
-    }
-    let s: &'static str = Box::leak(name.to_string().into_boxed_str());
-    extra.push(s);
-    Ok(s)
+    AbortReason::ALL
+        .iter()
+        .find(|r| r.name() == name)
+        .map(|r| r.name())
+        .ok_or_else(|| format!("unknown abort reason {name:?}"))
 }
 
 #[allow(clippy::needless_update)]
@@ -461,6 +490,8 @@ fn txn_stats_from_json(v: &serde_json::Value) -> Result<TxnStats, String> {
             aborts.insert(intern_reason(k)?, n);
         }
     }
+    let location_cache = nested::<LocationCacheStats>(v, "location_cache")?;
+    let log_ring = nested::<LogRingStats>(v, "log_ring")?;
     Ok(TxnStats {
         committed: g("committed")?,
         aborted: g("aborted")?,
@@ -472,8 +503,22 @@ fn txn_stats_from_json(v: &serde_json::Value) -> Result<TxnStats, String> {
         log_appended: g("log_appended")?,
         log_truncated: g("log_truncated")?,
         log_records_held: g("log_records_held")?,
+        location_cache,
+        log_ring,
+        onesided_unsignaled_failures: g("onesided_unsignaled_failures")?,
         ..Default::default()
     })
+}
+
+/// A nested counter object of the transaction-layer stats (absent: zeroes).
+fn nested<T: Default + for<'de> Deserialize<'de>>(
+    v: &serde_json::Value,
+    name: &str,
+) -> Result<T, String> {
+    match v.get(name) {
+        None => Ok(T::default()),
+        Some(x) => T::deserialize(x).map_err(|e| format!("{name:?}: {e}")),
+    }
 }
 
 #[cfg(test)]
@@ -492,7 +537,7 @@ mod tests {
         assert_eq!(back, v);
 
         let mut t = TxnStats::default();
-        for (i, r) in ABORT_REASONS.iter().enumerate() {
+        for (i, r) in AbortReason::ALL.iter().enumerate() {
             t.aborts.insert(r.name(), i as u64 + 1);
         }
         let mut v = serde_json::to_value(&t).unwrap();
@@ -502,6 +547,11 @@ mod tests {
                 "phase_ns" | "phase_count" => {
                     *x = serde_json::json!([i, i + 1, i + 2, i + 3, i + 4, i + 5]);
                 }
+                "location_cache" | "log_ring" => {
+                    for (j, (_, c)) in x.as_object_mut().unwrap().iter_mut().enumerate() {
+                        *c = (i as u64 * 10 + j as u64 + 1).into();
+                    }
+                }
                 _ => *x = (i as u64 + 100).into(),
             }
         }
@@ -509,6 +559,8 @@ mod tests {
         assert_eq!(back, v);
         // Malformed input is an error, not a panic.
         assert!(txn_stats_from_json(&serde_json::json!({"phase_ns": [1]})).is_err());
+        assert!(txn_stats_from_json(&serde_json::json!({"location_cache": 3})).is_err());
+        assert!(txn_stats_from_json(&serde_json::json!({"location_cache": {"hits": -1}})).is_err());
         assert!(rpc_stats_from_json(&serde_json::json!({"retransmits": -1})).is_err());
         assert!(rpc_stats_from_json(&serde_json::json!([])).is_err());
     }
@@ -537,6 +589,91 @@ mod tests {
         // A missing node, or one twice.
         assert!(combine_node_reports(&cfg, "udp", 1.0, vec![good(0), good(1)]).is_err());
         assert!(combine_node_reports(&cfg, "udp", 1.0, vec![good(0), good(1), good(1)]).is_err());
+    }
+
+    /// A node that ran another policy than the cluster's is refused by name, and a
+    /// report or `ready` event that does not say its policy is refused too.
+    #[test]
+    fn a_node_with_another_policy_is_refused() {
+        let mut cfg = Config::default();
+        cfg.run.scale = Some(0.001);
+        let good = |node| NodeReport {
+            node,
+            per_type: vec![TypeReport::default(); 6],
+            txn_layer: serde_json::to_value(TxnStats::default()).unwrap(),
+            rpc: serde_json::to_value(RpcStats::default()).unwrap(),
+            ..Default::default()
+        };
+        combine_node_reports(&cfg, "udp", 1.0, vec![good(0), good(1), good(2)]).unwrap();
+        let mut odd = good(2);
+        odd.policy.passive_ack = ambidex_txn::policy::PassiveAck::On;
+        let e = combine_node_reports(&cfg, "udp", 1.0, vec![good(0), good(1), odd.clone()])
+            .unwrap_err();
+        assert!(
+            e.contains("node 2 runs transaction policy no preset:")
+                && e.contains("passive-ack on")
+                && e.contains("the cluster's is fasst"),
+            "{e}"
+        );
+        // The same policy given by overrides is the same policy.
+        cfg.txn.passive_ack = Some(ambidex_txn::policy::PassiveAck::On);
+        let mut all = vec![odd.clone(), odd.clone(), odd];
+        for (n, r) in all.iter_mut().enumerate() {
+            r.node = n as u16;
+        }
+        let r = combine_node_reports(&cfg, "udp", 1.0, all).unwrap();
+        assert_eq!(r.policy.preset, None);
+        assert_eq!(
+            r.policy.policy.passive_ack,
+            ambidex_txn::policy::PassiveAck::On
+        );
+
+        let mut v = serde_json::to_value(good(0)).unwrap();
+        assert_eq!(node_policy(0, v.get("policy")), Ok(Policy::fasst()));
+        v.as_object_mut().unwrap().remove("policy");
+        assert!(serde_json::from_value::<NodeReport>(v.clone()).is_err());
+        assert!(matches!(
+            node_policy(0, v.get("policy")),
+            Err(NodePolicyError::Unreadable { node: 0, .. })
+        ));
+        let bad = serde_json::json!({"execute": "magic"});
+        assert!(node_policy(1, Some(&bad)).is_err());
+        assert_eq!(
+            same_policy(1, Policy::farm(), Policy::fasst()),
+            Err(NodePolicyError::Mismatch {
+                node: 1,
+                ran: Policy::farm().into(),
+                expected: Policy::fasst().into()
+            })
+        );
+    }
+
+    #[test]
+    fn location_cache_counters_are_summed_over_nodes() {
+        let mut cfg = Config::default();
+        cfg.run.scale = Some(0.001);
+        let node = |node: u16, hits: u64| {
+            let mut t = TxnStats::default();
+            t.location_cache.hits = hits;
+            t.location_cache.stale = 1;
+            let rpc = RpcStats {
+                onesided_reads: 10 + hits,
+                onesided_failed: 1,
+                ..Default::default()
+            };
+            NodeReport {
+                node,
+                per_type: vec![TypeReport::default(); 6],
+                txn_layer: serde_json::to_value(t).unwrap(),
+                rpc: serde_json::to_value(rpc).unwrap(),
+                ..Default::default()
+            }
+        };
+        let r = combine_node_reports(&cfg, "shm", 1.0, vec![node(0, 1), node(1, 2), node(2, 3)])
+            .unwrap();
+        assert_eq!((r.location_cache.hits, r.location_cache.stale), (6, 3));
+        assert_eq!((r.one_sided.reads, r.one_sided.failed), (36, 3));
+        assert_eq!(r.policy.preset, Some("fasst"));
     }
 
     #[test]

@@ -17,12 +17,14 @@
 use crate::common::{worker_seed, Outcome, Workload};
 use crate::config::{Config, WorkloadKind};
 use crate::load::build_and_load;
+use crate::report::{OneSidedCounts, PolicyReport};
 use crate::transports::InProcess;
 use crate::{objstore, smallbank, tatp, tpcc};
 use ambidex_rpc::RpcStats;
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
 use ambidex_txn::runner::{self, RunSpec, Worker, WorkerCtx};
-use ambidex_txn::{NodeDb, Placement, TxnStats};
+use ambidex_txn::stats::LocationCacheStats;
+use ambidex_txn::{NodeDb, Placement, Policy, TxnStats};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -61,7 +63,10 @@ pub struct TypeReport {
 pub struct BenchReport {
     pub workload: String,
     pub transport: String,
+    /// The configuration's preset name (`txn.mode`); `policy` is what ran.
     pub mode: String,
+    /// Every phase's choice the run used, and its preset's name if it equals one.
+    pub policy: PolicyReport,
     pub nodes: u16,
     pub threads_per_node: u16,
     pub coroutines: usize,
@@ -91,6 +96,11 @@ pub struct BenchReport {
     /// The transaction layer's counters (whole run, warmup included).
     pub txn_layer: TxnStats,
     pub rpc: ambidex_rpc::RpcStats,
+    /// One-sided operations posted by every thread of every node (from `rpc`), whole
+    /// run, warmup and start-up check included.
+    pub one_sided: OneSidedCounts,
+    /// Location-cache lookups of every coordinator (from `txn_layer`), whole run.
+    pub location_cache: LocationCacheStats,
     pub transport_counters: CounterSnapshot,
     pub max_rss_bytes: u64,
     pub stuck_workers: usize,
@@ -386,6 +396,7 @@ fn run_once<W: Workload>(
         history,
         ..run_spec(cfg, coroutines, None)?
     };
+    let policy = spec.txn.policy;
     let res = runner::run(nodes, dbs, &spec, worker);
     if let Some(rec) = &recorder {
         rec.flush()
@@ -406,6 +417,7 @@ fn run_once<W: Workload>(
         &**wl,
         ReportParts {
             transport: cfg.cluster.transport.name(),
+            policy,
             coroutines,
             tally,
             elapsed,
@@ -425,6 +437,8 @@ fn run_once<W: Workload>(
 /// What a finished run measured, before it becomes a [`BenchReport`].
 pub struct ReportParts<'a> {
     pub transport: &'a str,
+    /// The policy every node ran.
+    pub policy: Policy,
     pub coroutines: usize,
     pub tally: Tally,
     /// Measured window (s).
@@ -443,6 +457,7 @@ pub struct ReportParts<'a> {
 pub fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) -> BenchReport {
     let ReportParts {
         transport,
+        policy,
         coroutines,
         tally,
         elapsed,
@@ -498,6 +513,7 @@ pub fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) ->
         workload: cfg.run.workload.name().to_string(),
         transport: transport.to_string(),
         mode: cfg.txn.mode.clone(),
+        policy: policy.into(),
         nodes: cfg.cluster.nodes,
         threads_per_node: cfg.cluster.threads,
         coroutines,
@@ -533,7 +549,9 @@ pub fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) ->
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
+        location_cache: txn.location_cache,
         txn_layer: txn,
+        one_sided: (&rpc).into(),
         rpc,
         transport_counters,
         max_rss_bytes,

@@ -13,7 +13,8 @@
 //!   processes, simulator); [`transports`] opens a configured cluster's nodes.
 //! - [`driver`]: [`Config`] → [`run_bench`] → [`BenchReport`]; [`sweep_coroutines`]
 //!   for the throughput–latency curve (FaSST Figure 10); [`plot`] draws it, or the
-//!   per-phase breakdown, as SVG.
+//!   per-phase breakdown, as SVG; [`report`] holds the report's policy, one-sided and
+//!   location-cache parts, shared with the simulator.
 //!
 //! [`run_bench`] runs every node in one process (local fabric, or shm with every node
 //! opened here); [`node`] runs one node of a cluster whose nodes are separate processes
@@ -35,6 +36,7 @@ pub mod load;
 pub mod node;
 pub mod objstore;
 pub mod plot;
+pub mod report;
 pub mod smallbank;
 pub mod tatp;
 pub mod tpcc;
@@ -45,3 +47,4 @@ pub use common::{Outcome, Workload};
 pub use config::{Config, ConfigError, ObjStoreParams, Transport, WorkloadKind};
 pub use driver::{run_bench, sweep_coroutines, BenchReport, LatencyUs, SweepPoint, TypeReport};
 pub use load::build_and_load;
+pub use report::{OneSidedCounts, PolicyReport};

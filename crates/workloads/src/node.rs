@@ -17,10 +17,10 @@ use crate::driver::{
 };
 use crate::load::build_and_load_node;
 use ambidex_rpc::RpcStats;
-use ambidex_store::{Catalog, TableDesc};
+use ambidex_store::{Catalog, LogRegionDesc, TableDesc};
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
 use ambidex_txn::runner::{spawn_node, Crew, RunSpec, Serve, Worker};
-use ambidex_txn::{NodeDb, Placement, TxnStats};
+use ambidex_txn::{NodeDb, Placement, Policy, TxnStats};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -112,6 +112,7 @@ pub fn load_node(cfg: &Config, transport: SharedNode) -> Result<LoadedNode, Stri
 /// A node whose threads are running (from `start` until `finish`).
 pub struct RunningNode {
     node: NodeId,
+    policy: Policy,
     db: Arc<NodeDb>,
     load_seconds: f64,
     check: Check,
@@ -129,9 +130,20 @@ pub struct RunningNode {
 }
 
 impl LoadedNode {
+    /// The transaction policy this node's threads will run (what its `ready` event
+    /// carries, for the launcher to check against the cluster's).
+    pub fn policy(&self) -> Policy {
+        self.spec.txn.policy
+    }
+
     /// The descriptors of this node's tables (what its `ready` event carries).
     pub fn table_descs(&self) -> Vec<TableDesc> {
         self.db.table_descs()
+    }
+
+    /// The descriptor of this node's log region (its `ready` event carries it too).
+    pub fn log_region_desc(&self) -> LogRegionDesc {
+        self.db.log_region_desc()
     }
 
     /// The cluster's catalog (every node's descriptors, from the launcher), once.
@@ -178,6 +190,7 @@ impl LoadedNode {
         );
         Ok(RunningNode {
             node: self.node,
+            policy: spec.txn.policy,
             db: self.db,
             load_seconds: self.load_seconds,
             check: self.check,
@@ -252,6 +265,7 @@ impl RunningNode {
         let mut r = NodeReport::new(
             self.node, tally, &txn, &rpc, counters, stuck, check, digests,
         );
+        r.policy = self.policy;
         r.load_seconds = self.load_seconds;
         r.remote_tables_verified = self.db.remote_tables_verified()? as u64;
         r.cpu_seconds = self.measured.0;

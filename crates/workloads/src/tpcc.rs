@@ -504,10 +504,20 @@ impl Tpcc {
         // history still serializable since the scan is outside the transaction). Entered
         // early, the entry's row is locked or absent until the commit, and a Delivery
         // that picks it aborts on that row.
+        //
+        // The entry is entered only if absent: under a policy that locks after execute
+        // (DrTM+H §5.2), two NewOrders of a district can both read the same D_NEXT_O_ID
+        // before either locks it; the second must not overwrite the first's entry (its
+        // abort would then remove the entry of an order that commits, found by
+        // `ambidex sim --workload tpcc --seed 36 --faults none --mode drtm-r`). The
+        // second's commit would fail on the order's rows anyway.
         let ix = &self.idx[w.node as usize];
         let k = k_order(wid, d, o_id);
         let token = ix.next_token.fetch_add(1, Ordering::Relaxed) + 1;
-        ix.new_order.insert(k, token);
+        if !ix.new_order.insert_new(k, token) {
+            t.abort().await;
+            return Outcome::Aborted(AbortReason::LockedAtExecute);
+        }
         match t.commit().await {
             Ok(_) => {
                 ix.cust_order.insert(k_cust_order(wid, d, c, o_id), ());

@@ -7,8 +7,10 @@
 
 use crate::cluster::{Launch, NodeProcesses};
 use crate::config_args::{set, ConfigArgs};
+use ambidex_workloads::combine::{node_policy, same_policy};
 use ambidex_workloads::config::{ClusterSection, FaultSection, RunSection};
 use ambidex_workloads::plot::{plot, Plot};
+use ambidex_workloads::report::{one_sided_line, policy_line};
 use ambidex_workloads::{
     combine_node_reports, run_bench, sweep_coroutines, transports, BenchReport, Config, NodeReport,
     SweepPoint, Transport, WorkloadKind,
@@ -217,16 +219,10 @@ pub fn print(a: &Args, o: &Outcome) {
 
 fn print_one(a: &Args, r: &BenchReport) {
     println!(
-        "ambidex {}: {} transport, {} nodes x {} threads x {} coroutines, R={}, mode {}, scale {}",
-        r.workload,
-        r.transport,
-        r.nodes,
-        r.threads_per_node,
-        r.coroutines,
-        r.replication,
-        r.mode,
-        r.scale
+        "ambidex {}: {} transport, {} nodes x {} threads x {} coroutines, R={}, scale {}",
+        r.workload, r.transport, r.nodes, r.threads_per_node, r.coroutines, r.replication, r.scale
     );
+    println!("  {}", policy_line(&r.policy));
     println!(
         "  committed {:>10}   {:>10.0}/s   {:>10.0} per CPU-second ({:.2} CPU-s over {:.1} s)",
         r.committed, r.committed_per_s, r.committed_per_cpu_s, r.cpu_seconds, r.duration_s
@@ -290,6 +286,7 @@ fn print_one(a: &Args, r: &BenchReport) {
         },
         r.rpc.retransmits
     );
+    println!("  {}", one_sided_line(&r.one_sided, &r.location_cache));
     println!(
         "  peak RSS {:.0} MiB",
         r.max_rss_bytes as f64 / (1 << 20) as f64
@@ -374,6 +371,15 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
     let t0 = Instant::now();
     let readies = procs.wait_all("ready", Duration::from_secs_f64(a.node_timeout))?;
     let load_seconds = t0.elapsed().as_secs_f64();
+    // Every node runs the cluster's policy, or nothing runs: a node on another policy
+    // (a stale or edited config file) would speak another protocol to its peers.
+    let policy = cfg.policy()?;
+    for (n, ready) in readies.iter().enumerate() {
+        let n = n as u16;
+        node_policy(n, ready.get("policy"))
+            .and_then(|ran| same_policy(n, ran, policy))
+            .map_err(|e| e.to_string())?;
+    }
     eprintln!("ambidex: every node loaded its share ({load_seconds:.1} s); running");
     // Every node learns every node's table descriptors before it starts.
     let catalog = crate::cluster::catalog_from_ready(&readies, 0, nodes)?;

@@ -1,27 +1,86 @@
-//! Commit (FaSST §5 steps 4–5): COMMIT_BACKUP to every backup of a written key (waiting
-//! for every ACK), then COMMIT_PRIMARY to every primary, which installs the value with
-//! the transaction's version and releases the lock. Local copies are applied in place
-//! through the item actions.
+//! Commit (FaSST §5 steps 4–5, DrTM+H §5.3): every backup of a written key applies the
+//! writes (COMMIT_BACKUP, every acknowledgement awaited), then every primary installs
+//! them and releases the locks: by COMMIT_PRIMARY RPC, or with [`policy::Commit::Write`]
+//! by one-sided WRITEs of the value followed on the same queue by the header's release
+//! (a CAS from the locked word; see [`crate::onesided::commit_image`]). Local copies are
+//! applied in place through the item actions.
+//!
+//! Why backups always by RPC, and first: a primary's release lets the next writer of
+//! the key in, whose backup writes must not overtake this one's, so backups must hold
+//! the writes before any primary releases. The papers' one-sided systems update backups
+//! from the log by the backup's CPU (FaRM, DrTM+H); a one-sided WRITE into a backup's
+//! copy would need that copy's address and version, which coordinators do not have.
+//!
+//! The work is a [`CommitJob`]: the transaction's items, moved out of it. Without
+//! passive ACK the transaction runs the job itself and returns once every primary
+//! acknowledged. With passive ACK (DrTM+H §3.2) it returns once its log is complete and
+//! hands the job to one of its thread's committers ([`crate::committer`]), which runs
+//! the same steps and checks every acknowledgement off the critical path: a failed one
+//! is counted (`committed_incomplete`) and its log record kept for recovery, never
+//! dropped.
 
 use crate::actions;
 use crate::messages::{rtype, Ack, CommitBackupReq, CommitPrimaryReq};
+use crate::onesided::commit_image;
 use crate::policy;
-use crate::txn::{Item, Txn};
+use crate::stats::{Phase, PhaseMap};
+use crate::txn::{writes_of, Item, Txn, TxnBufs};
+use crate::TxnThread;
+use ambidex_rpc::{Ctx, OneSidedError, OpHandle};
+use ambidex_store::LockOwner;
+use ambidex_transport::NodeId;
 
-impl Txn<'_> {
-    /// Sends each node the writes it must apply: backups, or (`primaries`) primaries.
-    /// Returns false if some node did not acknowledge.
-    pub(crate) async fn commit_phase(&mut self, primaries: bool) -> bool {
-        match self.th.cfg.policy.commit {
-            policy::Commit::Rpc => self.commit_rpc(primaries).await,
+/// A committed transaction's installation.
+pub(crate) struct CommitJob {
+    pub id: u64,
+    pub owner: LockOwner,
+    /// The slot is the transaction's own (given back when the job is done).
+    pub own_slot: bool,
+    pub items: Vec<Item>,
+    pub bufs: TxnBufs,
+    /// Every step so far was acknowledged.
+    pub ok: bool,
+}
+
+/// The installation's state as the steps see it: owned by a [`CommitJob`], or
+/// borrowed from the transaction when it installs its writes itself.
+pub(crate) struct CommitWork<'a> {
+    pub id: u64,
+    pub owner: LockOwner,
+    pub items: &'a mut [Item],
+    pub bufs: &'a mut TxnBufs,
+    pub ok: &'a mut bool,
+}
+
+impl CommitJob {
+    pub fn work(&mut self) -> CommitWork<'_> {
+        CommitWork {
+            id: self.id,
+            owner: self.owner,
+            items: &mut self.items,
+            bufs: &mut self.bufs,
+            ok: &mut self.ok,
         }
     }
+}
 
-    async fn commit_rpc(&mut self, primaries: bool) -> bool {
-        let db = self.th.db.clone();
+/// A one-sided operation of a commit step, with the old word its CAS must return if
+/// signaled.
+#[derive(Clone, Copy)]
+pub(crate) struct CommitOp {
+    op: OpHandle,
+    expect: Option<u64>,
+}
+
+impl CommitWork<'_> {
+    /// Queues the step's work (backups, or `primaries`) and applies the local part in
+    /// place. Returns whether anything was queued.
+    pub fn queue_step(&mut self, ctx: &Ctx, th: &TxnThread, primaries: bool) -> bool {
+        let db = th.db.clone();
         let placement = db.placement;
         let me = db.node;
         let owner = self.owner;
+        let by_write = primaries && th.cfg.policy.commit == policy::Commit::Write;
         let mut targets = std::mem::take(&mut self.bufs.targets);
         targets.clear();
         for it in self.items.iter().filter(|it| it.write.is_some()) {
@@ -33,10 +92,10 @@ impl Txn<'_> {
         }
         targets.sort_unstable();
         targets.dedup();
-        let mut ok = true;
-        let mut handles = std::mem::take(&mut self.bufs.handles);
-        handles.clear();
+        self.bufs.handles.clear();
+        self.bufs.ops.clear();
         let mut req = std::mem::take(&mut self.bufs.req);
+        let mut any = false;
         for &node in &targets {
             let holds = |it: &Item| {
                 if primaries {
@@ -46,13 +105,17 @@ impl Txn<'_> {
                 }
             };
             if node == me {
-                for w in self.writes(holds) {
-                    ok &= if primaries {
+                for w in writes_of(self.items, holds) {
+                    *self.ok &= if primaries {
                         actions::install(&db, self.id, &w, owner)
                     } else {
                         actions::apply_backup(&db, self.id, &w)
                     };
                 }
+                continue;
+            }
+            if by_write {
+                any |= self.queue_writes(ctx, th, node);
                 continue;
             }
             req.clear();
@@ -61,7 +124,7 @@ impl Txn<'_> {
             } else {
                 CommitBackupReq::begin(&mut req, self.id)
             };
-            for w in self.writes(holds) {
+            for w in writes_of(self.items, holds) {
                 enc.push(&mut req, &w);
             }
             enc.finish(&mut req);
@@ -70,25 +133,145 @@ impl Txn<'_> {
             } else {
                 rtype::COMMIT_BACKUP
             };
-            match self.ctx.queue(node, rt, &req) {
-                Ok(h) => handles.push(h),
-                Err(_) => ok = false,
+            match ctx.queue(node, rt, &req) {
+                Ok(h) => {
+                    self.bufs.handles.push(h);
+                    any = true;
+                }
+                Err(_) => *self.ok = false,
             }
         }
         self.bufs.req = req;
         self.bufs.targets = targets;
-        if !handles.is_empty() {
-            let flushed = self.ctx.flush().await;
-            ok &= flushed.is_ok();
-            for &h in &handles {
-                ok &= self.ctx.response(h, Ack::is_ok).unwrap_or(false);
+        any
+    }
+
+    /// Queues the one-sided install of every write whose primary is `node`: its data
+    /// WRITEs unsignaled, confirmed by the signaled release CAS behind them on the same
+    /// queue (passive ACK), whose old word shows the lock was still held.
+    fn queue_writes(&mut self, ctx: &Ctx, th: &TxnThread, node: NodeId) -> bool {
+        let mut img = th.commit_image.borrow_mut();
+        let mut stored = th.stored.borrow_mut();
+        let mut any = false;
+        for i in 0..self.items.len() {
+            let it = &self.items[i];
+            if it.write.is_none() || it.home != node {
+                continue;
+            }
+            let (Some(token), Some(w)) = (it.lock, writes_of(&self.items[i..=i], |_| true).next())
+            else {
+                *self.ok = false;
+                continue;
+            };
+            let t = match crate::onesided::RemoteTables::get(&th.remote, &th.db, node, it.table) {
+                Some(t) => t,
+                None => {
+                    *self.ok = false;
+                    continue;
+                }
+            };
+            let size = t.shape.value_size.checked_sub(crate::db::META);
+            if !size.is_some_and(|n| actions::stored_value(self.id, &w, n, &mut stored)) {
+                *self.ok = false;
+                continue;
+            }
+            commit_image(
+                &t,
+                token.offset,
+                it.key,
+                token.store_version,
+                self.owner,
+                &stored,
+                &mut img,
+            );
+            let mut queued = Ok(());
+            for (at, r) in &img.writes {
+                match ctx.queue_write(t.at(*at), &img.bytes[r.clone()], false) {
+                    Ok(op) => self.bufs.ops.push(CommitOp { op, expect: None }),
+                    Err(e) => queued = Err(e),
+                }
+            }
+            let (held, free) = img.release;
+            if queued.is_ok() {
+                match ctx.queue_cas(t.at(token.offset), held, free, true) {
+                    Ok(op) => self.bufs.ops.push(CommitOp {
+                        op,
+                        expect: Some(held),
+                    }),
+                    Err(e) => queued = Err(e),
+                }
+            }
+            // A WRITE queued without its release would leave the item locked: the job
+            // is incomplete either way, and recovery finishes it from the log.
+            match queued {
+                Ok(()) => any = true,
+                Err(_) => *self.ok = false,
             }
         }
-        self.bufs.handles = handles;
+        any
+    }
+
+    /// After the step's flush: whether every node acknowledged (RPCs answered `Ok`,
+    /// one-sided operations completed, signaled releases found the lock held).
+    pub fn check_step(&mut self, ctx: &Ctx, flushed: bool, primaries: bool) {
+        *self.ok &= flushed;
+        for &h in &self.bufs.handles {
+            *self.ok &= ctx.response(h, Ack::is_ok).unwrap_or(false);
+        }
+        for c in &self.bufs.ops {
+            *self.ok &= match c.expect {
+                Some(held) => ctx.atomic_result(c.op) == Ok(held),
+                // Unsignaled: confirmed by the node's signaled operation behind it.
+                None => matches!(ctx.op_result(c.op), Ok(()) | Err(OneSidedError::NoValue)),
+            };
+        }
         if primaries {
-            for it in &mut self.items {
+            for it in self.items.iter_mut() {
                 it.lock = None;
             }
+        }
+    }
+}
+
+impl Txn<'_> {
+    /// Installs the transaction's writes (backups, then primaries) and waits for every
+    /// acknowledgement; returns whether all came.
+    pub(crate) async fn commit_inline(&mut self) -> bool {
+        let mut ok = true;
+        let mut times = PhaseMap::<u64>::default();
+        for (primaries, phase) in [(false, Phase::CommitBackup), (true, Phase::CommitPrimary)] {
+            if primaries && !ok {
+                // A backup may not hold the writes: the primaries keep their locks (so
+                // no later writer's backup write can overtake this one), for recovery.
+                break;
+            }
+            let t0 = self.ctx.step_ns();
+            let mut work = CommitWork {
+                id: self.id,
+                owner: self.owner,
+                items: &mut self.items,
+                bufs: &mut self.bufs,
+                ok: &mut ok,
+            };
+            let queued = work.queue_step(self.ctx, &self.th, primaries);
+            if queued {
+                let r = self.ctx.flush().await;
+                let flushed = self.flushed(r);
+                let mut work = CommitWork {
+                    id: self.id,
+                    owner: self.owner,
+                    items: &mut self.items,
+                    bufs: &mut self.bufs,
+                    ok: &mut ok,
+                };
+                work.check_step(self.ctx, flushed, primaries);
+            } else if primaries {
+                work.check_step(self.ctx, true, primaries);
+            }
+            times[phase] = self.ctx.step_ns().saturating_sub(t0);
+        }
+        for p in [Phase::CommitBackup, Phase::CommitPrimary] {
+            self.add_phase_time(p, times[p]);
         }
         ok
     }

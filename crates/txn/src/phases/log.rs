@@ -1,17 +1,135 @@
-//! Log (FaSST §5 step 3): the commit record (every write) to each of the coordinator's
-//! log replicas; the coordinator's own node is always one and appends in place. Records
-//! of transactions installed everywhere are truncated by piggybacking their ids on the
-//! next LOG to that replica.
+//! Log (FaSST §5 step 3, DrTM+H §5.4): the commit record (every write) to each of the
+//! coordinator's log replicas; the coordinator's own node is always one and appends in
+//! place.
+//!
+//! - `Log::Rpc`: a LOG RPC per remote replica. Records of transactions installed
+//!   everywhere are truncated by piggybacking their ids on the next LOG to that replica.
+//! - `Log::Write`: one-sided WRITEs of the record into this thread's ring at each remote
+//!   replica ([`crate::log_ring`]), all replicas' WRITEs with one doorbell, the last
+//!   WRITE per replica signaled (its completion confirms the others on its queue, passive
+//!   ACK). Truncations go as RING_TRUNCATE RPCs in the same flush when due, so they cost
+//!   no round trip; a full ring makes the coordinator send one alone and wait (yielding)
+//!   for the replica's acknowledgement, up to `LogRingConfig::full_wait`, then abort
+//!   with `log_full`. It never writes over records the replica has not released. A
+//!   WRITE that fails (error completion, or never posted) aborts the transaction with
+//!   `timeout`, as a failed LOG RPC does: its own node's record is removed and its slot
+//!   at the failed replicas is voided by the ring's next flush.
 
-use crate::messages::{rtype, Ack, LogReq};
+use crate::log_ring::format;
+use crate::log_ring::writer::{Repair, Reservation};
+use crate::messages::{rtype, Ack, LogReq, RingTruncateReq, RingTruncateResp};
 use crate::policy;
 use crate::stats::AbortReason;
 use crate::txn::Txn;
+use crate::TxnThread;
+use ambidex_rpc::{Ctx, OpHandle, ReqHandle, RpcError};
+use ambidex_transport::NodeId;
+
+/// A one-sided operation of a log flush: for replica `at` (index into the targets), a
+/// part of its record, or a repair of an earlier failed append.
+pub(crate) struct Op {
+    at: usize,
+    h: OpHandle,
+    repair: Option<Repair>,
+}
+
+/// The lists of one append, kept by the thread between transactions (taken while a
+/// coroutine's append is out, so concurrent appends each have their own).
+#[derive(Default)]
+pub(crate) struct Scratch {
+    res: Vec<Reservation>,
+    ops: Vec<Op>,
+    /// Truncations sent: (target index, request, head asked).
+    truncs: Vec<(usize, ReqHandle, u64)>,
+}
+
+impl Scratch {
+    fn take(th: &TxnThread) -> Scratch {
+        let mut s = th.rings.borrow_mut().scratch.pop().unwrap_or_default();
+        s.res.clear();
+        s.ops.clear();
+        s.truncs.clear();
+        s
+    }
+
+    fn give_back(self, th: &TxnThread) {
+        let mut rings = th.rings.borrow_mut();
+        if rings.scratch.len() < SPARE_SCRATCH {
+            rings.scratch.push(self);
+        }
+    }
+}
+
+/// Scratch lists kept per thread (one per coroutine appending at once, bounded).
+const SPARE_SCRATCH: usize = 64;
+
+/// What an append (or a reclaim) leaves unresolved while its flush is out. If its
+/// future is dropped there (a worker dropped mid-transaction), the drop resolves it as
+/// a failure: the transaction's slots are voided and its own record removed (it never
+/// committed), and the repairs it took are given back, so a dropped append never blocks
+/// its rings. Defused once the flush returned.
+struct Unresolved<'a> {
+    th: &'a TxnThread,
+    txn: Option<u64>,
+    targets: &'a [NodeId],
+    res: &'a [Reservation],
+    ops: &'a [Op],
+}
+
+impl Unresolved<'_> {
+    fn defuse(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Unresolved<'_> {
+    fn drop(&mut self) {
+        let Ok(mut rings) = self.th.rings.try_borrow_mut() else {
+            return;
+        };
+        if let Some(txn) = self.txn {
+            for (&r, res) in self.targets.iter().zip(self.res) {
+                if let Some(w) = rings.at(r) {
+                    w.failed(txn, res);
+                }
+            }
+            if let Ok(mut log) = self.th.log.try_borrow_mut() {
+                log.truncate(txn);
+            }
+        }
+        for o in self.ops {
+            if let (Some(rep), Some(&r)) = (o.repair, self.targets.get(o.at)) {
+                if let Some(w) = rings.at(r) {
+                    w.repair_failed(rep);
+                }
+            }
+        }
+    }
+}
+
+/// Flushes `ctx`'s batch. Unsignaled failures of the worker's earlier batches that the
+/// flush reports are not this phase's: they are given back to the worker (as
+/// `ambidex_store::remote` does). The phase then reads each of its operations' results:
+/// a flush that failed for another reason (a truncation RPC timed out, say) may still
+/// have completed every WRITE, and then the record is logged.
+async fn flush(ctx: &Ctx, own: &[Op]) {
+    if let Err(RpcError::UnsignaledFailed(mut reported)) = ctx.flush().await {
+        for o in own {
+            if let Err(e) = ctx.op_result(o.h) {
+                if let Some(i) = reported.iter().position(|r| *r == e) {
+                    reported.swap_remove(i);
+                }
+            }
+        }
+        ctx.requeue_unsignaled_failures(reported);
+    }
+}
 
 impl Txn<'_> {
     pub(crate) async fn log_phase(&mut self) -> Result<(), AbortReason> {
         match self.th.cfg.policy.log {
             policy::Log::Rpc => self.log_rpc().await,
+            policy::Log::Write => self.log_write().await,
         }
     }
 
@@ -64,5 +182,324 @@ impl Txn<'_> {
         }
         self.bufs.handles = handles;
         result
+    }
+
+    async fn log_write(&mut self) -> Result<(), AbortReason> {
+        let me = self.th.db.node;
+        let mut body = std::mem::take(&mut self.bufs.body);
+        body.clear();
+        let mut n = 0usize;
+        for w in self.writes(|_| true) {
+            w.encode(&mut body);
+            n += 1;
+        }
+        // The record's count is 16 bits (and so many writes never fit half a ring).
+        let Ok(n) = u16::try_from(n) else {
+            self.bufs.body = body;
+            return Err(AbortReason::LogRecordTooLarge);
+        };
+        self.th.log.borrow_mut().append(self.id, me, &body);
+        let mut rec = std::mem::take(&mut self.bufs.req);
+        rec.clear();
+        format::encode_record(&mut rec, 0, self.id, self.owner, n, &body);
+        self.bufs.body = body;
+        let mut targets = std::mem::take(&mut self.bufs.targets);
+        targets.clear();
+        targets.extend(self.th.db.placement.log_replicas(me).skip(1));
+        let r = if targets.is_empty() {
+            Ok(())
+        } else {
+            self.append_to_rings(&targets, &mut rec).await
+        };
+        self.bufs.targets = targets;
+        self.bufs.req = rec;
+        if r.is_err() {
+            // As with LOG RPCs: a record at only some replicas is resolved as aborted.
+            self.th.log.borrow_mut().truncate(self.id);
+        }
+        r
+    }
+
+    /// Appends the record `rec` (its number set per ring) to this thread's ring at every
+    /// replica of `targets`, with one flush.
+    async fn append_to_rings(
+        &mut self,
+        targets: &[NodeId],
+        rec: &mut [u8],
+    ) -> Result<(), AbortReason> {
+        let th = self.th.clone();
+        let len = rec.len() as u64;
+        {
+            let mut rings = th.rings.borrow_mut();
+            for &r in targets {
+                let w = rings
+                    .get(&th.db, th.node, th.thread, r)
+                    .ok_or(AbortReason::LogRingUnknown)?;
+                if len > w.max_record() {
+                    return Err(AbortReason::LogRecordTooLarge);
+                }
+            }
+        }
+        let mut scratch = Scratch::take(&th);
+        let r = self.append_reserved(&th, targets, rec, &mut scratch).await;
+        scratch.give_back(&th);
+        r
+    }
+
+    /// [`Txn::append_to_rings`] once the rings are known and the record fits them.
+    async fn append_reserved(
+        &mut self,
+        th: &TxnThread,
+        targets: &[NodeId],
+        rec: &mut [u8],
+        scratch: &mut Scratch,
+    ) -> Result<(), AbortReason> {
+        let len = rec.len() as u64;
+        let Scratch { res, ops, truncs } = scratch;
+        self.reserve_everywhere(th, targets, len, res).await?;
+
+        let ctx = self.ctx;
+        let now = ctx.now_ns();
+        let max = ctx.cluster().max_onesided.max(8);
+        // Bit i: the append at targets[i] failed (replicas are fewer than 64 nodes).
+        let mut failed = 0u64;
+        {
+            let mut rings = th.rings.borrow_mut();
+            for (i, (&r, res)) in targets.iter().zip(res.iter()).enumerate() {
+                let Some(w) = rings.at(r) else {
+                    failed |= 1 << i;
+                    continue;
+                };
+                // Repairs first: the record's signaled WRITE confirms them.
+                for rep in w.take_repairs() {
+                    match ctx.queue_write(w.addr(rep.pos), rep.bytes(), false) {
+                        Ok(h) => ops.push(Op {
+                            at: i,
+                            h,
+                            repair: Some(rep),
+                        }),
+                        Err(_) => w.repair_failed(rep),
+                    }
+                }
+                if let Some((pos, seq)) = res.pad {
+                    let pad = format::pad(w.ring_bytes() - pos % w.ring_bytes(), seq);
+                    match ctx.queue_write(w.addr(pos), &pad, false) {
+                        Ok(h) => ops.push(Op {
+                            at: i,
+                            h,
+                            repair: None,
+                        }),
+                        Err(_) => failed |= 1 << i,
+                    }
+                }
+                format::set_seq(rec, res.seq);
+                let mut off = 0;
+                while off < rec.len() && failed & (1 << i) == 0 {
+                    let end = (off + max).min(rec.len());
+                    let at = w.addr(res.pos + off as u64);
+                    match ctx.queue_write(at, &rec[off..end], end == rec.len()) {
+                        Ok(h) => ops.push(Op {
+                            at: i,
+                            h,
+                            repair: None,
+                        }),
+                        Err(_) => failed |= 1 << i,
+                    }
+                    off = end;
+                }
+                if let Some(to) = w.truncation_due(false, now) {
+                    let req = RingTruncateReq { head: to }.to_bytes();
+                    if let Ok(h) = ctx.queue(r, rtype::RING_TRUNCATE, &req) {
+                        w.truncation_sent(now);
+                        truncs.push((i, h, to));
+                    }
+                }
+            }
+            rings.stats.truncations_sent += truncs.len() as u64;
+        }
+        let unresolved = Unresolved {
+            th,
+            txn: Some(self.id),
+            targets,
+            res,
+            ops,
+        };
+        flush(ctx, ops).await;
+        unresolved.defuse();
+        let mut rings = th.rings.borrow_mut();
+        for o in ops.iter() {
+            let ok = ctx.op_result(o.h).is_ok();
+            let Some(w) = rings.at(targets[o.at]) else {
+                continue;
+            };
+            match o.repair {
+                Some(rep) if !ok => w.repair_failed(rep),
+                Some(_) => rings.stats.repairs += 1,
+                None if !ok => failed |= 1 << o.at,
+                None => {}
+            }
+        }
+        for &(i, h, to) in truncs.iter() {
+            let head = ctx.response(h, RingTruncateResp::ok_head).ok().flatten();
+            if rings
+                .at(targets[i])
+                .is_some_and(|w| w.truncation_acked(to, head))
+            {
+                rings.stats.truncations_acked += 1;
+            }
+        }
+        for (i, (&r, res)) in targets.iter().zip(res.iter()).enumerate() {
+            let Some(w) = rings.at(r) else { continue };
+            if failed & (1 << i) != 0 {
+                w.failed(self.id, res);
+            } else if failed != 0 {
+                // Landed, but the transaction aborts: nothing of it is installed, so
+                // the record may be reclaimed.
+                w.installed(self.id);
+            } else {
+                w.logged(self.id);
+            }
+        }
+        let st = &mut rings.stats;
+        let written = targets.len() as u64 - failed.count_ones() as u64;
+        st.records_written += written;
+        st.bytes_written += written * len;
+        st.pads += res.iter().filter(|r| r.pad.is_some()).count() as u64;
+        st.write_failures += failed.count_ones() as u64;
+        // Only complete WRITEs count: a failed flush whose WRITEs all completed (a
+        // truncation timed out, say) still logged the record everywhere.
+        if failed != 0 {
+            return Err(AbortReason::Timeout);
+        }
+        Ok(())
+    }
+
+    /// Reserves `len` bytes in every target's ring (all or none), waiting while one is
+    /// full: truncations are sent for full rings (with any repairs that block them) and
+    /// their acknowledgements awaited; otherwise the coroutine yields. Gives up with
+    /// `LogFull` after `LogRingConfig::full_wait`.
+    async fn reserve_everywhere(
+        &self,
+        th: &TxnThread,
+        targets: &[NodeId],
+        len: u64,
+        out: &mut Vec<Reservation>,
+    ) -> Result<(), AbortReason> {
+        let ctx = self.ctx;
+        let mut deadline = None;
+        loop {
+            {
+                let mut rings = th.rings.borrow_mut();
+                let all_fit = targets
+                    .iter()
+                    .all(|&r| rings.at(r).is_some_and(|w| w.fits(len)));
+                if all_fit {
+                    out.clear();
+                    for &r in targets {
+                        out.extend(rings.at(r).and_then(|w| w.reserve(self.id, len)));
+                    }
+                    return if out.len() == targets.len() {
+                        Ok(())
+                    } else {
+                        Err(AbortReason::LogRingUnknown)
+                    };
+                }
+            }
+            let now = ctx.now_ns();
+            let deadline = *deadline.get_or_insert_with(|| {
+                th.rings.borrow_mut().stats.full_waits += 1;
+                now + th.db.log_ring_config().full_wait.as_nanos() as u64
+            });
+            if now >= deadline {
+                return Err(AbortReason::LogFull);
+            }
+            if !self.reclaim(th, targets, len).await {
+                // Nothing freed: let the thread's other coroutines go on (their
+                // transactions, and the truncations they send) before looking again.
+                ctx.yield_now().await;
+            }
+        }
+    }
+
+    /// For every target ring where `len` bytes do not fit: a truncation of what is
+    /// reclaimable (if none is out) and the repairs that may block it, in one flush.
+    /// Returns whether space was released or a repair landed.
+    async fn reclaim(&self, th: &TxnThread, targets: &[NodeId], len: u64) -> bool {
+        let mut scratch = Scratch::take(th);
+        let progress = self.reclaim_with(th, targets, len, &mut scratch).await;
+        scratch.give_back(th);
+        progress
+    }
+
+    async fn reclaim_with(
+        &self,
+        th: &TxnThread,
+        targets: &[NodeId],
+        len: u64,
+        scratch: &mut Scratch,
+    ) -> bool {
+        let ctx = self.ctx;
+        let now = ctx.now_ns();
+        let Scratch { ops, truncs, .. } = scratch;
+        {
+            let mut rings = th.rings.borrow_mut();
+            for (i, &r) in targets.iter().enumerate() {
+                let Some(w) = rings.at(r) else { continue };
+                if w.fits(len) {
+                    continue;
+                }
+                for rep in w.take_repairs() {
+                    match ctx.queue_write(w.addr(rep.pos), rep.bytes(), true) {
+                        Ok(h) => ops.push(Op {
+                            at: i,
+                            h,
+                            repair: Some(rep),
+                        }),
+                        Err(_) => w.repair_failed(rep),
+                    }
+                }
+                if let Some(to) = w.truncation_due(true, now) {
+                    let req = RingTruncateReq { head: to }.to_bytes();
+                    if let Ok(h) = ctx.queue(r, rtype::RING_TRUNCATE, &req) {
+                        w.truncation_sent(now);
+                        truncs.push((i, h, to));
+                    }
+                }
+            }
+            rings.stats.truncations_sent += truncs.len() as u64;
+        }
+        if ops.is_empty() && truncs.is_empty() {
+            return false;
+        }
+        let unresolved = Unresolved {
+            th,
+            txn: None,
+            targets,
+            res: &[],
+            ops,
+        };
+        flush(ctx, ops).await;
+        unresolved.defuse();
+        let mut rings = th.rings.borrow_mut();
+        for o in ops.iter() {
+            let ok = ctx.op_result(o.h).is_ok();
+            if let (Some(w), Some(rep)) = (rings.at(targets[o.at]), o.repair) {
+                if ok {
+                    rings.stats.repairs += 1;
+                } else {
+                    w.repair_failed(rep);
+                }
+            }
+        }
+        for &(i, h, to) in truncs.iter() {
+            let head = ctx.response(h, RingTruncateResp::ok_head).ok().flatten();
+            if rings
+                .at(targets[i])
+                .is_some_and(|w| w.truncation_acked(to, head))
+            {
+                rings.stats.truncations_acked += 1;
+            }
+        }
+        true
     }
 }

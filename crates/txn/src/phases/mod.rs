@@ -1,13 +1,17 @@
 //! The protocol's phases, one module each, as methods of [`crate::Txn`]; each issues
-//! its work through the thread's [`crate::Policy`] (only the RPC choices are built).
+//! its work through the thread's [`crate::Policy`] (`docs/transactions.md`).
 //!
-//! - [`execute`]: read-set values and versions (READ), with the write-set keys' locks
-//!   ([`lock`]) in the same round trip.
-//! - [`lock`]: LOCK (read under the lock) and UNLOCK; locks of transactions dropped
-//!   without commit or abort ("orphans") are released by the thread's next round trip.
-//! - [`validate`]: read-only keys' versions again (VALIDATE).
-//! - [`log`]: the commit record to the coordinator's log replicas (LOG).
-//! - [`commit`]: COMMIT_BACKUP to every backup, then COMMIT_PRIMARY to every primary.
+//! - [`execute`]: values and versions (READ RPC, one-sided READs, the location cache),
+//!   with the write-set keys' locks ([`lock`]) in the same round trip when the policy
+//!   folds them in.
+//! - [`lock`]: LOCK RPC or CAS with a header READ, after execute unless folded into it;
+//!   releases; locks of transactions dropped without commit or abort ("orphans") are
+//!   released by the thread's next round trip.
+//! - [`validate`]: read-only keys' versions again (VALIDATE RPC or a header READ).
+//! - [`log`]: the commit record to the coordinator's log replicas (LOG RPCs, or WRITEs
+//!   into log rings with `Log::Write`, see [`crate::log_ring`]).
+//! - [`commit`]: COMMIT_BACKUP to every backup, then COMMIT_PRIMARY (or one-sided
+//!   WRITEs and a releasing CAS) to every primary; inline, or by a committer.
 //!
 //! Keys whose primary (or backup) is this node go through [`crate::actions`] directly.
 

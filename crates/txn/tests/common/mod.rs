@@ -5,6 +5,7 @@
 
 use ambidex_transport::local::LocalFabric;
 use ambidex_transport::{ClusterConfig, SharedNode};
+use ambidex_txn::log_ring::LogRingConfig;
 use ambidex_txn::{NodeDb, Placement, TableSpec};
 use std::sync::Arc;
 
@@ -30,6 +31,25 @@ impl TestCluster {
         replication: u16,
         tables: &[TableSpec],
     ) -> TestCluster {
+        Self::with_log_rings(
+            backend,
+            nodes,
+            threads,
+            replication,
+            tables,
+            LogRingConfig::default(),
+        )
+    }
+
+    /// [`TestCluster::new`] with log rings of `rings`.
+    pub fn with_log_rings(
+        backend: Backend,
+        nodes: u16,
+        threads: u16,
+        replication: u16,
+        tables: &[TableSpec],
+        rings: LogRingConfig,
+    ) -> TestCluster {
         let config = ClusterConfig::new(nodes, threads);
         let placement = Placement::new(nodes, replication).unwrap();
         let (node_handles, fabric, shm_dir) = match backend {
@@ -52,7 +72,7 @@ impl TestCluster {
         };
         let dbs = node_handles
             .iter()
-            .map(|n| NodeDb::new(&**n, placement, tables).unwrap())
+            .map(|n| NodeDb::with_log_rings(&**n, placement, tables, rings).unwrap())
             .collect();
         TestCluster {
             nodes: node_handles,
@@ -60,6 +80,14 @@ impl TestCluster {
             placement,
             shm_dir,
             _fabric: fabric,
+        }
+    }
+
+    /// Gives every node the cluster's catalog (tables and log regions).
+    pub fn set_catalogs(&self) {
+        let cat = NodeDb::catalog_of(&self.dbs).unwrap();
+        for db in &self.dbs {
+            db.set_catalog(cat.clone()).unwrap();
         }
     }
 

@@ -182,22 +182,21 @@ impl RpcSection {
 }
 
 impl TxnSection {
-    /// Checks `mode` against the presets that exist.
+    /// Checks `mode` against the presets.
     pub fn check_mode(mode: &str) -> Result<(), ConfigError> {
-        Self::policy(mode).map(|_| ())
+        Policy::preset(mode)
+            .map(|_| ())
+            .map_err(|_| ConfigError::UnknownMode {
+                mode: mode.to_string(),
+            })
     }
 
-    /// The transaction layer's policy of preset `mode`.
-    fn policy(mode: &str) -> Result<Policy, ConfigError> {
-        Policy::preset(mode).map_err(|_| ConfigError::UnknownMode {
-            mode: mode.to_string(),
-        })
-    }
-
-    /// The transaction layer's settings: the one place a preset becomes a `TxnConfig`.
+    /// The transaction layer's settings: the one place the preset and the per-phase
+    /// overrides become the run's `Policy` (every path, and every report, takes it from
+    /// here).
     pub fn txn_config(&self) -> Result<TxnConfig, ConfigError> {
         Ok(TxnConfig {
-            policy: Self::policy(&self.mode)?,
+            policy: self.resolve_policy()?,
             skip_validation_for_tests: self.inject_bug == Some(InjectedBug::SkipValidation),
         })
     }

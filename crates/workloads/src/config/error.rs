@@ -2,7 +2,7 @@
 //! the file or the field.
 
 use super::file::MAX_FILE_BYTES;
-use super::{NOT_BUILT, PRESETS};
+use super::PRESETS;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -23,8 +23,17 @@ pub enum ConfigError {
         name: String,
         known: &'static str,
     },
-    /// A transaction-policy preset that does not exist (or is not built yet).
+    /// A transaction-policy preset that does not exist.
     UnknownMode { mode: String },
+    /// A per-phase policy choice that does not exist (`txn.execute = "magic"`).
+    UnknownChoice {
+        /// The configuration field, `txn.execute`.
+        field: &'static str,
+        /// Its command-line flag, `--execute`.
+        flag: &'static str,
+        value: String,
+        allowed: &'static [&'static str],
+    },
     /// A value out of its range, or settings that contradict each other.
     Invalid { field: &'static str, why: String },
 }
@@ -51,20 +60,21 @@ impl fmt::Display for ConfigError {
             ConfigError::UnknownName { what, name, known } => {
                 write!(f, "unknown {what} {name:?} ({known})")
             }
-            ConfigError::UnknownMode { mode } => {
-                let not_built = NOT_BUILT.contains(&mode.as_str());
-                write!(
-                    f,
-                    "txn.mode (--mode) {mode:?}: {}; the presets are: {} (farm, drtm-r and \
-                     drtm-h need one-sided phases, not built yet)",
-                    if not_built {
-                        "this preset is not built yet"
-                    } else {
-                        "no such preset"
-                    },
-                    PRESETS.join(", ")
-                )
-            }
+            ConfigError::UnknownMode { mode } => write!(
+                f,
+                "txn.mode (--mode) {mode:?}: no such preset; the presets are: {}",
+                PRESETS.join(", ")
+            ),
+            ConfigError::UnknownChoice {
+                field,
+                flag,
+                value,
+                allowed,
+            } => write!(
+                f,
+                "{field} ({flag}) {value:?}: no such choice; the choices are: {}",
+                allowed.join(", ")
+            ),
             ConfigError::Invalid { field, why } => write!(f, "{field}: {why}"),
         }
     }

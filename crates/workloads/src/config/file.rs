@@ -57,6 +57,8 @@ impl Config {
                 })
             }
         };
+        // A bad per-phase choice is named with its field before serde sees it.
+        super::policy::check_file(&value)?;
         Config::over(base, value).map_err(parse)
     }
 

@@ -10,21 +10,23 @@
 //! depend on this crate.
 //!
 //! Sections: `cluster` (transport and shape), `rpc` (the runtime's user-facing settings),
-//! `txn` (the transaction-policy preset), `fault` (the transport's fault injector, node
+//! `txn` (the transaction-policy preset and per-phase overrides), `fault` (the transport's fault injector, node
 //! and in-process runs), `run` (workload and its parameters) and `sim` (knobs only the
 //! simulator reads).
 //!
 //! Files: the types and their defaults here; [`ConfigError`] in `error`; reading a file
 //! over a path's defaults in `file`; checking and converting to the layers' settings in
-//! `check`.
+//! `check`; the per-phase policy keys and their names in `policy`.
 
 mod check;
 mod error;
 mod file;
+mod policy;
 #[cfg(test)]
 mod tests;
 
 pub use error::ConfigError;
+pub use policy::{describe as describe_policy, phases as policy_phases, PhaseChoice};
 
 use ambidex_rpc::RuntimeConfig;
 use ambidex_transport::{ClusterConfig, NodeId};
@@ -34,9 +36,10 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// Transaction-policy presets that exist, and those of the papers not built yet (named
-/// in the error for them): the transaction layer's own lists.
-pub use ambidex_txn::policy::{PRESETS, PRESETS_NOT_BUILT as NOT_BUILT};
+/// The transaction-policy presets (DrTM+H Table 4): the transaction layer's own list.
+pub use ambidex_txn::policy::PRESETS;
+/// The per-phase choices a `[txn]` section may override.
+pub use ambidex_txn::policy::{Commit, Execute, Lock, Log, PassiveAck, Validate};
 
 /// Everything a run is configured by. Defaults are `ambidex bench`'s.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -197,12 +200,32 @@ impl std::str::FromStr for InjectedBug {
     }
 }
 
-/// The transaction layer: which preset, and (tests only) a broken protocol.
+/// The transaction layer: the policy (a preset, then per-phase overrides) and (tests
+/// only) a broken protocol. [`TxnSection::txn_config`] is the one place they become the
+/// run's `Policy`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TxnSection {
-    /// The primitive preset (DrTM+H Table 4); only `fasst` exists so far.
+    /// The preset (DrTM+H Table 4): `fasst`, `farm`, `drtm-r` or `drtm-h`.
     pub mode: String,
+    /// Overrides the preset's execute: `rpc`, `onesided`, `cached`, `hybrid`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub execute: Option<Execute>,
+    /// Overrides the preset's lock: `rpc`, `cas`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock: Option<Lock>,
+    /// Overrides the preset's validate: `rpc`, `read`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub validate: Option<Validate>,
+    /// Overrides the preset's log: `rpc`, `write`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<Log>,
+    /// Overrides the preset's commit: `rpc`, `write`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<Commit>,
+    /// Overrides the preset's passive ACK: `on`, `off`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub passive_ack: Option<PassiveAck>,
     /// TEST ONLY: run a deliberately broken protocol.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inject_bug: Option<InjectedBug>,
@@ -212,6 +235,12 @@ impl Default for TxnSection {
     fn default() -> Self {
         TxnSection {
             mode: "fasst".into(),
+            execute: None,
+            lock: None,
+            validate: None,
+            log: None,
+            commit: None,
+            passive_ack: None,
             inject_bug: None,
         }
     }
@@ -458,5 +487,10 @@ impl Config {
     /// The transport's cluster settings.
     pub fn cluster_config(&self) -> Result<ClusterConfig, ConfigError> {
         self.cluster.cluster_config()
+    }
+
+    /// The run's transaction policy, as [`TxnSection::txn_config`] makes it.
+    pub fn policy(&self) -> Result<ambidex_txn::Policy, ConfigError> {
+        Ok(self.txn.txn_config()?.policy)
     }
 }

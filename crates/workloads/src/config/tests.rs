@@ -162,17 +162,30 @@ fn bad_values_are_typed_errors() {
 }
 
 #[test]
-fn only_the_fasst_preset_exists_and_others_are_named() {
+fn every_preset_exists_and_unknown_ones_are_named() {
     let mut c = Config::default();
-    for mode in ["farm", "drtm-h", "nonsense"] {
-        c.txn.mode = mode.into();
-        let e = c.validate().unwrap_err();
-        assert_eq!(e, ConfigError::UnknownMode { mode: mode.into() });
-        let s = e.to_string();
-        for name in ["fasst", "farm", "drtm-r", "drtm-h"] {
-            assert!(s.contains(name), "{s}");
-        }
+    assert_eq!(c.policy().unwrap(), ambidex_txn::Policy::fasst());
+    for mode in PRESETS {
+        c.txn.mode = mode.to_string();
+        c.validate().unwrap();
+        let p = c.txn.txn_config().unwrap().policy;
+        assert_eq!(p, ambidex_txn::Policy::preset(mode).unwrap());
+        assert_eq!(p.preset_name(), Some(*mode));
     }
+    c.txn.mode = "nonsense".into();
+    let e = c.validate().unwrap_err();
+    assert_eq!(
+        e,
+        ConfigError::UnknownMode {
+            mode: "nonsense".into()
+        }
+    );
+    let s = e.to_string();
+    assert!(s.contains("txn.mode") && s.contains("\"nonsense\""), "{s}");
+    for name in ["fasst", "farm", "drtm-r", "drtm-h"] {
+        assert!(s.contains(name), "{s}");
+    }
+    assert!(!s.contains("not built"), "{s}");
     c.txn.mode = "fasst".into();
     c.txn.inject_bug = Some(InjectedBug::SkipValidation);
     assert!(c.txn.txn_config().unwrap().skip_validation_for_tests);
@@ -180,4 +193,130 @@ fn only_the_fasst_preset_exists_and_others_are_named() {
         "skip".parse::<InjectedBug>(),
         Err(ConfigError::UnknownName { .. })
     ));
+}
+
+#[test]
+fn per_phase_keys_override_the_preset() {
+    use ambidex_txn::Policy;
+    // A key left out keeps the preset's choice; a key given replaces it.
+    let f = file(
+        "p.toml",
+        "[txn]\nmode = \"drtm-h\"\npassive_ack = \"off\"\nexecute = \"cached\"\n",
+    );
+    let c = Config::read(&f, &Config::default()).unwrap();
+    c.validate().unwrap();
+    let p = c.policy().unwrap();
+    assert_eq!(
+        p,
+        Policy {
+            execute: Execute::Cached,
+            passive_ack: PassiveAck::Off,
+            ..Policy::drtm_h()
+        }
+    );
+    // ...which is DrTM+R's policy, so it is reported as that preset.
+    assert_eq!(p.preset_name(), Some("drtm-r"));
+    // The same in JSON, every key, every name.
+    let j = file(
+        "p.json",
+        r#"{"txn": {"mode": "fasst", "execute": "onesided", "lock": "cas",
+            "validate": "read", "log": "write", "commit": "write", "passive_ack": "on"}}"#,
+    );
+    let c = Config::read(&j, &Config::default()).unwrap();
+    assert_eq!(
+        c.policy().unwrap(),
+        Policy {
+            execute: Execute::OneSided,
+            lock: Lock::Cas,
+            validate: Validate::Read,
+            log: Log::Write,
+            commit: Commit::Write,
+            passive_ack: PassiveAck::On,
+        }
+    );
+    assert_eq!(c.policy().unwrap().preset_name(), None);
+    for (key, names) in [
+        ("execute", Execute::NAMES),
+        ("lock", Lock::NAMES),
+        ("validate", Validate::NAMES),
+        ("log", Log::NAMES),
+        ("commit", Commit::NAMES),
+        ("passive_ack", PassiveAck::NAMES),
+    ] {
+        for n in names {
+            let v = serde_json::json!({ "txn": { key: n } });
+            let c = Config::over(&Config::default(), v).unwrap();
+            let got = serde_json::to_value(c.policy().unwrap()).unwrap();
+            assert_eq!(got[key], *n, "{key} = {n}");
+        }
+    }
+    // Overrides are written for node processes and read back the same; absent ones are
+    // not written at all.
+    let w = file("pw.json", "");
+    c.write(&w).unwrap();
+    assert_eq!(Config::read(&w, &Config::default()).unwrap(), c);
+    let text = serde_json::to_string(&Config::default()).unwrap();
+    assert!(!text.contains("passive_ack"), "{text}");
+}
+
+#[test]
+fn bad_per_phase_values_name_the_field_and_the_choices() {
+    let base = Config::default();
+    for (name, text, field, allowed) in [
+        (
+            "b1.toml",
+            "[txn]\nexecute = \"magic\"\n",
+            "txn.execute",
+            "rpc, onesided, cached, hybrid",
+        ),
+        ("b2.toml", "[txn]\nlock = \"RPC\"\n", "txn.lock", "rpc, cas"),
+        (
+            "b3.json",
+            r#"{"txn": {"validate": "write"}}"#,
+            "txn.validate",
+            "rpc, read",
+        ),
+        ("b4.toml", "[txn]\nlog = \"\"\n", "txn.log", "rpc, write"),
+        (
+            "b5.toml",
+            "[txn]\ncommit = \"cas\"\n",
+            "txn.commit",
+            "rpc, write",
+        ),
+        (
+            "b6.toml",
+            "[txn]\npassive_ack = \"yes\"\n",
+            "txn.passive_ack",
+            "on, off",
+        ),
+    ] {
+        let e = Config::read(&file(name, text), &base).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::UnknownChoice { field: f, .. } if *f == field),
+            "{name}: {e:?}"
+        );
+        let s = e.to_string();
+        assert!(s.contains(field) && s.contains(allowed), "{name}: {s}");
+    }
+    // A value of the wrong type, and an unknown key, are serde's errors (naming them).
+    for (name, text, want) in [
+        ("b7.toml", "[txn]\npassive_ack = true\n", "boolean"),
+        ("b8.toml", "[txn]\nexecution = \"rpc\"\n", "execution"),
+        ("b9.json", r#"{"txn": {"Lock": "cas"}}"#, "Lock"),
+    ] {
+        match Config::read(&file(name, text), &base) {
+            Err(e @ ConfigError::Parse { .. }) => {
+                assert!(e.to_string().contains(want), "{name}: {e}")
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        Execute::parse("hybrid "),
+        Err(ConfigError::UnknownChoice {
+            flag: "--execute",
+            ..
+        })
+    ));
+    assert_eq!(PassiveAck::parse("on"), Ok(PassiveAck::On));
 }

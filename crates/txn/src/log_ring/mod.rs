@@ -1,0 +1,83 @@
+//! The one-sided log (`Log::Write`, DrTM+H §5.4, FaRM §2 and §3.4): each coordinator
+//! thread owns a ring in each of its remote log replicas' registered memory and appends
+//! its commit records with one-sided WRITEs; the replica's CPU is not involved until
+//! the coordinator, lazily and off the critical path, sends a truncation RPC (DrTM+H:
+//! "two-sided primitive to reclaim the log ... lazily"), piggybacked on the flush of a
+//! later append so it costs no round trip of its own.
+//!
+//! - [`format`]: the bytes of a ring (records with header and trailer, pads, voids)
+//!   and their checked decoding.
+//! - [`region`]: a node's log region (the replica side): its rings, their heads,
+//!   truncation, and reading a ring for recovery ([`LogRegion::scan`]).
+//! - [`writer`]: a coordinator's state per remote ring (tail, acknowledged head,
+//!   records not yet reclaimed).
+//!
+//! The phase itself is `crate::phases::log`; the truncation handler is in
+//! `crate::handlers`.
+
+pub mod format;
+pub mod region;
+pub mod writer;
+
+pub use format::{End, LoggedTxn, LoggedWrite, RecordError};
+pub use region::{
+    ring_index, scan_ring, LogRegion, LogRingConfig, RingHead, RingRef, RingScan, ScanMode,
+};
+pub use writer::RingWriter;
+
+use crate::db::NodeDb;
+use crate::stats::LogRingStats;
+use ambidex_transport::{NodeId, ThreadId};
+
+/// One coordinator thread's rings, by replica node (made on first use from the
+/// catalog), and its counters.
+#[derive(Default)]
+pub struct RingWriters {
+    rings: Vec<Option<RingWriter>>,
+    pub stats: LogRingStats,
+    /// Lists of the log phase, reused by the thread's next appends.
+    pub(crate) scratch: Vec<crate::phases::log::Scratch>,
+}
+
+impl RingWriters {
+    /// The ring of coordinator (`node`, `thread`) at `replica`, made from the catalog's
+    /// descriptor of the replica's log region on first use; `None` if there is no
+    /// catalog, no descriptor, or the descriptor has no ring for this coordinator.
+    pub fn get(
+        &mut self,
+        db: &NodeDb,
+        node: NodeId,
+        thread: ThreadId,
+        replica: NodeId,
+    ) -> Option<&mut RingWriter> {
+        let i = replica as usize;
+        if self.rings.len() <= i {
+            self.rings.resize_with(i + 1, || None);
+        }
+        if self.rings[i].is_none() {
+            let desc = *db.catalog()?.log_region(replica)?;
+            let threads = db.log_region().threads();
+            let idx = ring_index(db.placement, threads, replica, node, thread)?;
+            let off = desc.ring_offset(idx)?;
+            self.rings[i] = Some(RingWriter::new(desc, off));
+        }
+        self.rings[i].as_mut()
+    }
+
+    /// The ring at `replica`, if made.
+    pub fn at(&mut self, replica: NodeId) -> Option<&mut RingWriter> {
+        self.rings.get_mut(replica as usize)?.as_mut()
+    }
+
+    /// `txn` is installed everywhere: its records may be reclaimed.
+    pub fn installed(&mut self, txn: u64) {
+        for w in self.rings.iter_mut().flatten() {
+            w.installed(txn);
+        }
+    }
+
+    /// Records written and not yet released, over every ring.
+    pub fn held(&self) -> usize {
+        self.rings.iter().flatten().map(|w| w.held()).sum()
+    }
+}
