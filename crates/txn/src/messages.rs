@@ -219,13 +219,13 @@ impl RespBuf for Reply<'_> {
     }
 }
 
-fn put_u16(b: &mut Vec<u8>, v: u16) {
+pub(crate) fn put_u16(b: &mut Vec<u8>, v: u16) {
     b.extend_from_slice(&v.to_le_bytes());
 }
-fn put_u32(b: &mut Vec<u8>, v: u32) {
+pub(crate) fn put_u32(b: &mut Vec<u8>, v: u32) {
     b.extend_from_slice(&v.to_le_bytes());
 }
-fn put_u64(b: &mut Vec<u8>, v: u64) {
+pub(crate) fn put_u64(b: &mut Vec<u8>, v: u64) {
     b.extend_from_slice(&v.to_le_bytes());
 }
 

@@ -121,19 +121,7 @@ fn spec(coroutines: usize) -> RunSpec {
 }
 
 fn assert_money_conserved(c: &TestCluster) {
-    let mut total = 0i64;
-    for k in 0..N_ACCOUNTS {
-        let p = c.placement.primary(ACCOUNTS, k);
-        let mut v = Vec::new();
-        ambidex_txn::actions::read(&c.dbs[p as usize], ACCOUNTS, k, &mut v);
-        total += i64::from_le_bytes(v.try_into().unwrap());
-    }
-    assert_eq!(
-        total,
-        INITIAL * N_ACCOUNTS as i64,
-        "money created or destroyed"
-    );
-    assert_eq!(c.assert_replicas_consistent(ACCOUNTS), N_ACCOUNTS as usize);
+    c.assert_money_conserved(ACCOUNTS, N_ACCOUNTS, INITIAL);
 }
 
 /// Every ring of every node: its records (checked against what committed) and counts.

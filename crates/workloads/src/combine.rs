@@ -565,17 +565,22 @@ mod tests {
         assert!(rpc_stats_from_json(&serde_json::json!([])).is_err());
     }
 
-    #[test]
-    fn implausible_node_reports_are_errors_not_panics() {
-        let mut cfg = Config::default();
-        cfg.run.scale = Some(0.001);
-        let good = |node| NodeReport {
+    /// A well-formed report of `node` with nothing in it.
+    fn plain_report(node: u16) -> NodeReport {
+        NodeReport {
             node,
             per_type: vec![TypeReport::default(); 6],
             txn_layer: serde_json::to_value(TxnStats::default()).unwrap(),
             rpc: serde_json::to_value(RpcStats::default()).unwrap(),
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn implausible_node_reports_are_errors_not_panics() {
+        let mut cfg = Config::default();
+        cfg.run.scale = Some(0.001);
+        let good = plain_report;
         let mut bad = good(1);
         bad.per_type[0].committed = u64::MAX;
         let e = combine_node_reports(&cfg, "udp", 1.0, vec![good(0), bad, good(2)]);
@@ -597,13 +602,7 @@ mod tests {
     fn a_node_with_another_policy_is_refused() {
         let mut cfg = Config::default();
         cfg.run.scale = Some(0.001);
-        let good = |node| NodeReport {
-            node,
-            per_type: vec![TypeReport::default(); 6],
-            txn_layer: serde_json::to_value(TxnStats::default()).unwrap(),
-            rpc: serde_json::to_value(RpcStats::default()).unwrap(),
-            ..Default::default()
-        };
+        let good = plain_report;
         combine_node_reports(&cfg, "udp", 1.0, vec![good(0), good(1), good(2)]).unwrap();
         let mut odd = good(2);
         odd.policy.passive_ack = ambidex_txn::policy::PassiveAck::On;

@@ -28,7 +28,9 @@
 //! looks past it for the next intact slot with a higher number, since a coordinator's
 //! concurrent appends may land in any order (`region::ScanMode`).
 
-use crate::messages::{DecodeError, LockToken, Reader, WriteKind, WriteRec};
+use crate::messages::{
+    put_u16, put_u32, put_u64, DecodeError, LockToken, Reader, WriteKind, WriteRec,
+};
 use ambidex_store::LockOwner;
 use ambidex_transport::{NodeId, ThreadId};
 
@@ -46,16 +48,6 @@ pub const PAD: u32 = 0x4441_5050; // "PPAD"
 /// Bytes of a record whose writes encode to `body` bytes.
 pub fn record_len(body: usize) -> u64 {
     ((HEADER + body + TRAILER) as u64).next_multiple_of(ALIGN)
-}
-
-fn put_u16(b: &mut Vec<u8>, v: u16) {
-    b.extend_from_slice(&v.to_le_bytes());
-}
-fn put_u32(b: &mut Vec<u8>, v: u32) {
-    b.extend_from_slice(&v.to_le_bytes());
-}
-fn put_u64(b: &mut Vec<u8>, v: u64) {
-    b.extend_from_slice(&v.to_le_bytes());
 }
 
 /// Appends a record of `n` writes encoded in `body` to `out` with sequence number

@@ -16,7 +16,7 @@
 //!   at the failed replicas is voided by the ring's next flush.
 
 use crate::log_ring::format;
-use crate::log_ring::writer::{Repair, Reservation};
+use crate::log_ring::writer::{Repair, Reservation, RingWriter};
 use crate::messages::{rtype, Ack, LogReq, RingTruncateReq, RingTruncateResp};
 use crate::policy;
 use crate::stats::AbortReason;
@@ -122,6 +122,21 @@ async fn flush(ctx: &Ctx, own: &[Op]) {
             }
         }
         ctx.requeue_unsignaled_failures(reported);
+    }
+}
+
+/// Queues the repairs waiting at ring `w` (target `i`): a repair that cannot be queued
+/// waits for the next flush.
+fn queue_repairs(ctx: &Ctx, w: &mut RingWriter, i: usize, signaled: bool, ops: &mut Vec<Op>) {
+    for rep in w.take_repairs() {
+        match ctx.queue_write(w.addr(rep.pos), rep.bytes(), signaled) {
+            Ok(h) => ops.push(Op {
+                at: i,
+                h,
+                repair: Some(rep),
+            }),
+            Err(_) => w.repair_failed(rep),
+        }
     }
 }
 
@@ -271,16 +286,7 @@ impl Txn<'_> {
                     continue;
                 };
                 // Repairs first: the record's signaled WRITE confirms them.
-                for rep in w.take_repairs() {
-                    match ctx.queue_write(w.addr(rep.pos), rep.bytes(), false) {
-                        Ok(h) => ops.push(Op {
-                            at: i,
-                            h,
-                            repair: Some(rep),
-                        }),
-                        Err(_) => w.repair_failed(rep),
-                    }
-                }
+                queue_repairs(ctx, w, i, false, ops);
                 if let Some((pos, seq)) = res.pad {
                     let pad = format::pad(w.ring_bytes() - pos % w.ring_bytes(), seq);
                     match ctx.queue_write(w.addr(pos), &pad, false) {
@@ -448,16 +454,7 @@ impl Txn<'_> {
                 if w.fits(len) {
                     continue;
                 }
-                for rep in w.take_repairs() {
-                    match ctx.queue_write(w.addr(rep.pos), rep.bytes(), true) {
-                        Ok(h) => ops.push(Op {
-                            at: i,
-                            h,
-                            repair: Some(rep),
-                        }),
-                        Err(_) => w.repair_failed(rep),
-                    }
-                }
+                queue_repairs(ctx, w, i, true, ops);
                 if let Some(to) = w.truncation_due(true, now) {
                     let req = RingTruncateReq { head: to }.to_bytes();
                     if let Ok(h) = ctx.queue(r, rtype::RING_TRUNCATE, &req) {
