@@ -2,7 +2,7 @@
 //! shape, without scheduler noise: two nodes' runtimes stepped alternately in this one
 //! thread, 20 coroutines per node each queueing `batch` operations per flush. Node 0's
 //! coroutines READ 32 B of node 1's registered region; the RPC phase echoes 32 B.
-//! `cargo run --release -p ambidex-rpc --example onesided_stepped [batch] [rounds]`
+//! `cargo run --release -p ambidex-rpc --example onesided_stepped [batch] [rounds] [rpc|read]`
 //! (for `valgrind --tool=callgrind`, divide the inclusive cost of `poll_once` under
 //! `run` by the operations counted.)
 
@@ -58,6 +58,9 @@ fn run(batch: u64, rounds: u64, one_sided: bool) -> f64 {
             rt.poll_once();
         }
     }
+    if std::env::var_os("COUNT").is_some() {
+        eprintln!("{} operations", count.get());
+    }
     count.get() as f64 / (thread_cpu_seconds() - c0)
 }
 
@@ -69,8 +72,18 @@ fn main() {
             .unwrap_or(d)
     };
     let (batch, rounds) = (arg(1, 4), arg(2, 200_000));
-    let rpc = run(batch, rounds, false);
-    let reads = run(batch, rounds, true);
+    // Third argument `rpc` or `read`: that phase only (for callgrind).
+    let only = std::env::args().nth(3);
+    let rpc = if only.as_deref() == Some("read") {
+        f64::NAN
+    } else {
+        run(batch, rounds, false)
+    };
+    let reads = if only.as_deref() == Some("rpc") {
+        f64::NAN
+    } else {
+        run(batch, rounds, true)
+    };
     println!(
         "batch {batch}: {:.2} M RPCs/CPU-s, {:.2} M one-sided READs/CPU-s ({:.2}x)",
         rpc / 1e6,
