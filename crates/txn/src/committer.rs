@@ -39,10 +39,18 @@ pub(crate) struct CommitQueue {
     pub live_workers: usize,
     /// Committers spawned on this thread.
     pub running: usize,
+    /// Per coroutine: its jobs queued or being installed, and its waker while it waits
+    /// for them ([`own_jobs_done`]).
+    of_worker: Vec<(u32, Option<Waker>)>,
 }
 
 impl CommitQueue {
     pub fn push(&mut self, job: CommitJob) {
+        let w = job.worker as usize;
+        if self.of_worker.len() <= w {
+            self.of_worker.resize_with(w + 1, Default::default);
+        }
+        self.of_worker[w].0 += 1;
         self.jobs.push_back(job);
         if let Some(w) = self.waiting.pop() {
             w.wake();
@@ -92,6 +100,30 @@ impl Future for NextJob<'_> {
     }
 }
 
+/// Resolves once every job of coroutine `worker` is finished.
+pub(crate) fn own_jobs_done(th: &TxnThread, worker: u16) -> OwnJobsDone<'_> {
+    OwnJobsDone { th, worker }
+}
+
+pub(crate) struct OwnJobsDone<'a> {
+    th: &'a TxnThread,
+    worker: u16,
+}
+
+impl Future for OwnJobsDone<'_> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut q = self.th.committer.borrow_mut();
+        match q.of_worker.get_mut(self.worker as usize) {
+            Some((n, waker)) if *n > 0 => {
+                *waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            _ => Poll::Ready(()),
+        }
+    }
+}
+
 /// A committer coroutine of `th`'s thread.
 pub(crate) async fn run(ctx: Ctx, th: Rc<TxnThread>) {
     while let Some(mut job) = (NextJob {
@@ -137,6 +169,17 @@ fn finish(th: &TxnThread, job: CommitJob) {
     if job.own_slot && job.ok {
         th.give_slot(job.owner);
     }
-    th.committer.borrow_mut().in_flight -= 1;
+    {
+        let mut q = th.committer.borrow_mut();
+        q.in_flight -= 1;
+        if let Some((n, waker)) = q.of_worker.get_mut(job.worker as usize) {
+            *n -= 1;
+            if *n == 0 {
+                if let Some(w) = waker.take() {
+                    w.wake();
+                }
+            }
+        }
+    }
     th.recycle(job.bufs, job.items);
 }

@@ -240,6 +240,13 @@ impl<'c> Txn<'c> {
         if let Some(r) = self.aborted {
             return Err(r);
         }
+        // With passive ACK, this coroutine's previous transaction may still be being
+        // installed, holding its locks, which its next transaction would likely meet
+        // (a coroutine's transactions often touch the same hot rows) and abort on. It
+        // waits for that installation first; its caller had the answer already.
+        if self.th.cfg.policy.passive_ack == PassiveAck::On {
+            crate::committer::own_jobs_done(&self.th, self.ctx.id()).await;
+        }
         let t0 = self.ctx.step_ns();
         let r = self.execute_phase().await;
         self.timed(Phase::Execute, t0);
@@ -436,6 +443,7 @@ impl<'c> Txn<'c> {
             items: std::mem::take(&mut self.items),
             bufs: std::mem::take(&mut self.bufs),
             ok: true,
+            worker: self.ctx.id(),
         }
     }
 

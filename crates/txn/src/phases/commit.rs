@@ -40,6 +40,8 @@ pub(crate) struct CommitJob {
     pub bufs: TxnBufs,
     /// Every step so far was acknowledged.
     pub ok: bool,
+    /// The coroutine whose transaction it is.
+    pub worker: u16,
 }
 
 /// The installation's state as the steps see it: owned by a [`CommitJob`], or
