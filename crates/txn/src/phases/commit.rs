@@ -238,6 +238,17 @@ impl CommitWork<'_> {
 impl Txn<'_> {
     /// Installs the transaction's writes (backups, then primaries) and waits for every
     /// acknowledgement; returns whether all came.
+    /// The installation's state borrowed from the transaction (see [`CommitWork`]).
+    fn work<'a>(&'a mut self, ok: &'a mut bool) -> CommitWork<'a> {
+        CommitWork {
+            id: self.id,
+            owner: self.owner,
+            items: &mut self.items,
+            bufs: &mut self.bufs,
+            ok,
+        }
+    }
+
     pub(crate) async fn commit_inline(&mut self) -> bool {
         let mut ok = true;
         let mut times = PhaseMap::<u64>::default();
@@ -248,27 +259,13 @@ impl Txn<'_> {
                 break;
             }
             let t0 = self.ctx.step_ns();
-            let mut work = CommitWork {
-                id: self.id,
-                owner: self.owner,
-                items: &mut self.items,
-                bufs: &mut self.bufs,
-                ok: &mut ok,
-            };
-            let queued = work.queue_step(self.ctx, &self.th, primaries);
-            if queued {
-                let r = self.ctx.flush().await;
+            let (ctx, th) = (self.ctx, self.th.clone());
+            if self.work(&mut ok).queue_step(ctx, &th, primaries) {
+                let r = ctx.flush().await;
                 let flushed = self.flushed(r);
-                let mut work = CommitWork {
-                    id: self.id,
-                    owner: self.owner,
-                    items: &mut self.items,
-                    bufs: &mut self.bufs,
-                    ok: &mut ok,
-                };
-                work.check_step(self.ctx, flushed, primaries);
+                self.work(&mut ok).check_step(ctx, flushed, primaries);
             } else if primaries {
-                work.check_step(self.ctx, true, primaries);
+                self.work(&mut ok).check_step(ctx, true, primaries);
             }
             times[phase] = self.ctx.step_ns().saturating_sub(t0);
         }

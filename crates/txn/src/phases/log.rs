@@ -140,6 +140,26 @@ fn queue_repairs(ctx: &Ctx, w: &mut RingWriter, i: usize, signaled: bool, ops: &
     }
 }
 
+/// Queues a truncation of ring `w` at replica `r` (target `i`) if one is due at `now`
+/// (`urgent`: the ring is full), noting it in `truncs` as (target, handle, head asked).
+fn queue_truncation(
+    ctx: &Ctx,
+    w: &mut RingWriter,
+    r: NodeId,
+    i: usize,
+    urgent: bool,
+    now: u64,
+    truncs: &mut Vec<(usize, ReqHandle, u64)>,
+) {
+    if let Some(to) = w.truncation_due(urgent, now) {
+        let req = RingTruncateReq { head: to }.to_bytes();
+        if let Ok(h) = ctx.queue(r, rtype::RING_TRUNCATE, &req) {
+            w.truncation_sent(now);
+            truncs.push((i, h, to));
+        }
+    }
+}
+
 impl Txn<'_> {
     pub(crate) async fn log_phase(&mut self) -> Result<(), AbortReason> {
         match self.th.cfg.policy.log {
@@ -313,13 +333,7 @@ impl Txn<'_> {
                     }
                     off = end;
                 }
-                if let Some(to) = w.truncation_due(false, now) {
-                    let req = RingTruncateReq { head: to }.to_bytes();
-                    if let Ok(h) = ctx.queue(r, rtype::RING_TRUNCATE, &req) {
-                        w.truncation_sent(now);
-                        truncs.push((i, h, to));
-                    }
-                }
+                queue_truncation(ctx, w, r, i, false, now, truncs);
             }
             rings.stats.truncations_sent += truncs.len() as u64;
         }
@@ -455,13 +469,7 @@ impl Txn<'_> {
                     continue;
                 }
                 queue_repairs(ctx, w, i, true, ops);
-                if let Some(to) = w.truncation_due(true, now) {
-                    let req = RingTruncateReq { head: to }.to_bytes();
-                    if let Ok(h) = ctx.queue(r, rtype::RING_TRUNCATE, &req) {
-                        w.truncation_sent(now);
-                        truncs.push((i, h, to));
-                    }
-                }
+                queue_truncation(ctx, w, r, i, true, now, truncs);
             }
             rings.stats.truncations_sent += truncs.len() as u64;
         }
