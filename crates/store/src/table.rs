@@ -561,6 +561,41 @@ impl Table {
         Ok(self.unlock(lk, true))
     }
 
+    /// Applies a replicated write at a backup: `key`'s copy here takes `val` at
+    /// `version` (its primary's version after the write) unless it is already at
+    /// `version` or later, since writes of one key may reach a backup out of commit
+    /// order (from different coordinators' logs, FaRM §3.4's version check). An absent
+    /// key is inserted at `version`. Returns whether the write was applied; a version
+    /// that is not a present item's (odd, within the mask) is refused as `NotFound`.
+    /// Versions are compared as numbers: a key's primary version only grows (its item
+    /// is never freed once committed) and wraps only after 2^47 writes.
+    pub fn apply_versioned(&self, key: u64, val: &[u8], version: u64) -> Result<bool, StoreError> {
+        self.check_value(val)?;
+        if version & !VERSION_MASK != 0 || version & 1 != 1 {
+            return Err(StoreError::NotFound);
+        }
+        loop {
+            match self.lock(key, LockOwner::STORE) {
+                Ok(lk) => {
+                    if Header::version_of(lk.version) >= version {
+                        self.unlock(lk, false);
+                        return Ok(false);
+                    }
+                    self.write_data(lk.offset, None, val);
+                    self.publish(lk.offset, version);
+                    return Ok(true);
+                }
+                Err(StoreError::NotFound) => match self.insert_with(key, val, Some(version)) {
+                    Ok(_) => return Ok(true),
+                    // Inserted meanwhile by another thread: compare with it.
+                    Err(StoreError::Exists) => continue,
+                    Err(e) => return Err(e),
+                },
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     fn lock_bucket(&self, b: u64) {
         let w = self.w(b);
         let mut spins = 0;
@@ -665,13 +700,18 @@ impl Table {
 
     /// Inserts a new key; returns its version.
     pub fn insert(&self, key: u64, val: &[u8]) -> Result<u64, StoreError> {
+        self.insert_with(key, val, None)
+    }
+
+    /// [`Table::insert`], at `version` if given (else the item's next version).
+    fn insert_with(&self, key: u64, val: &[u8], version: Option<u64>) -> Result<u64, StoreError> {
         self.check_value(val)?;
         let l = &self.desc.layout;
         let h = hash(key, l.seed);
         let tag = tag_of(h);
         let main = l.main_bucket_off(h);
         self.lock_bucket(main);
-        let r = self.insert_locked(main, key, tag, val);
+        let r = self.insert_locked(main, key, tag, val, version);
         self.unlock_bucket(main);
         if r.is_ok() {
             self.count.fetch_add(1, Ordering::Relaxed);
@@ -679,7 +719,14 @@ impl Table {
         r
     }
 
-    fn insert_locked(&self, main: u64, key: u64, tag: u8, val: &[u8]) -> Result<u64, StoreError> {
+    fn insert_locked(
+        &self,
+        main: u64,
+        key: u64,
+        tag: u8,
+        val: &[u8],
+        version: Option<u64>,
+    ) -> Result<u64, StoreError> {
         let l = &self.desc.layout;
         let mut exists = false;
         let (empty, last) = self.scan_chain(main, tag, |_, _, off| {
@@ -728,7 +775,7 @@ impl Table {
             }
         };
         self.write_data(off, Some(key), val);
-        let nv = Header::bump(v, 1);
+        let nv = version.unwrap_or_else(|| Header::bump(v, 1));
         self.publish(off, nv);
         self.set_slot(b, s, item + 1, tag);
         Ok(nv)

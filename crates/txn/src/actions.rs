@@ -9,7 +9,7 @@
 
 use crate::db::{split_meta, NodeDb, META, TOMBSTONE};
 use crate::messages::{Fetched, LockToken, Status, WriteKind, WriteRec};
-use ambidex_store::{ItemLock, LockOwner, ReadOutcome, StoreError, Table};
+use ambidex_store::{Header, ItemLock, LockOwner, ReadOutcome, StoreError, Table};
 use std::cell::RefCell;
 
 thread_local! {
@@ -250,8 +250,30 @@ pub fn install(db: &NodeDb, txn: u64, w: &WriteRec<'_>, owner: LockOwner) -> boo
     ok
 }
 
-/// Applies a committed write at a backup. The primary holds the key's lock until every
-/// backup acknowledged, so backups see the writes of one key in commit order.
+/// Applies a committed write from a log record at a backup (`Log::Write`: a replica
+/// applies the records its coordinators truncate, and a coordinator its own copies):
+/// at the version the primary installs it with (the locked version + 2, as
+/// [`ambidex_store::Table::unlock`] and the one-sided install publish), unless the copy
+/// is already newer, since records of one key from different coordinators' rings are
+/// applied in any order. Returns whether it was applied (false: the copy was newer);
+/// an error if the write does not fit the table (unknown table, value size, version).
+pub fn apply_logged(db: &NodeDb, txn: u64, w: &WriteRec<'_>) -> Result<bool, StoreError> {
+    let Some((spec, t)) = db.table(w.table) else {
+        return Err(StoreError::NotFound);
+    };
+    let version = Header::bump(w.token.store_version, 2);
+    with_stored_value(txn, w, spec.value_size, |v| {
+        t.apply_versioned(w.key, v, version)
+    })
+    .unwrap_or(Err(StoreError::BadValueLen {
+        got: w.value.len(),
+        want: spec.value_size,
+    }))
+}
+
+/// Applies a committed write at a backup (COMMIT_BACKUP). The primary holds the key's
+/// lock until every backup acknowledged, so backups see the writes of one key in
+/// commit order.
 pub fn apply_backup(db: &NodeDb, txn: u64, w: &WriteRec<'_>) -> bool {
     let Some((spec, t)) = db.table(w.table) else {
         return false;

@@ -11,6 +11,7 @@
 use crate::actions;
 use crate::db::NodeDb;
 use crate::log::LogReplica;
+use crate::log_ring::format;
 use crate::messages::{
     rtype, Ack, CommitBackupReq, CommitPrimaryReq, LockReq, LockResp, LogReq, ReadReq, ReadResp,
     RespBuf, RingTruncateReq, RingTruncateResp, Status, TruncateReq, UnlockReq, ValidateReq,
@@ -184,13 +185,35 @@ pub fn truncate_ring<R: RespBuf>(
         return refuse(db, resp);
     };
     let region = db.log_region();
+    let (mut applied, mut older, mut refused) = (0u64, 0u64, 0u64);
+    // The records truncated are committed and installed at their primaries: this
+    // node's backup copies of the keys they wrote take them now (DrTM+H §5.4, FaRM
+    // §3.4), older ones skipped by version.
+    let mut apply = |rec: &[u8]| {
+        let (txn, writes) = format::accepted_writes(rec);
+        for w in writes {
+            if db.placement.primary(w.table, w.key) == db.node
+                || !db.placement.stores(db.node, w.table, w.key)
+            {
+                continue;
+            }
+            match actions::apply_logged(db, txn, &w) {
+                Ok(true) => applied += 1,
+                Ok(false) => older += 1,
+                Err(_) => refused += 1,
+            }
+        }
+    };
     let Some(scan) = region
         .ring_of(src.node, src.thread)
-        .and_then(|ring| region.truncate(ring, r.head))
+        .and_then(|ring| region.truncate_applying(ring, r.head, &mut apply))
     else {
         return refuse(db, resp);
     };
     let st = &mut log.ring;
+    st.backup_applied += applied;
+    st.backup_older += older;
+    st.backup_refused += refused;
     st.replica_records += scan.valid;
     st.replica_voids += scan.voids;
     st.replica_malformed += scan.malformed;

@@ -247,15 +247,20 @@ impl TxnThread {
     /// A worker of this thread is done: resolves once every installation its
     /// transactions handed to the committer is finished.
     pub async fn worker_finished(&self, ctx: &Ctx) {
-        {
+        let last = {
             let mut q = self.committer.borrow_mut();
             q.live_workers = q.live_workers.saturating_sub(1);
             if q.live_workers == 0 {
                 q.wake_all();
             }
-        }
+            q.live_workers == 0
+        };
         while self.committer.borrow().running > 0 && self.committer.borrow().pending() > 0 {
             ctx.yield_now().await;
+        }
+        if last {
+            // The thread's last worker: its replicas apply the records left in its rings.
+            self.drain_rings(ctx).await;
         }
     }
 

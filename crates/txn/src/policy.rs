@@ -54,14 +54,17 @@ pub enum Validate {
     Read,
 }
 
-/// Log: how the commit record reaches the coordinator's log replicas (DrTM+H §5.4).
+/// Log: where the commit record goes and how (DrTM+H §5.4).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Log {
-    /// A LOG RPC to each log replica.
+    /// A LOG RPC to each of the coordinator's log replicas (FaSST); the backups then
+    /// take the writes by COMMIT_BACKUP RPC in the commit.
     #[default]
     Rpc,
-    /// One-sided WRITEs into this coordinator's ring at each log replica (FaRM §3.4).
+    /// One-sided WRITEs into this coordinator's ring at every backup of the keys
+    /// written (FaRM §3.4, DrTM+H §5.4): the backups apply the record when it is
+    /// truncated, so the commit has no backup step.
     Write,
 }
 
@@ -69,11 +72,11 @@ pub enum Log {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Commit {
-    /// COMMIT_BACKUP then COMMIT_PRIMARY RPCs.
+    /// COMMIT_PRIMARY RPCs (after COMMIT_BACKUP RPCs with `Log::Rpc`).
     #[default]
     Rpc,
-    /// COMMIT_BACKUP RPCs, then at each primary one-sided WRITEs of the value followed
-    /// on the same queue by the header's release.
+    /// At each primary one-sided WRITEs of the value followed on the same queue by the
+    /// header's release (after COMMIT_BACKUP RPCs with `Log::Rpc`).
     Write,
 }
 

@@ -230,6 +230,13 @@ pub struct LogRingStats {
     pub replica_voids: u64,
     pub replica_malformed: u64,
     pub replica_torn: u64,
+    /// Replica: writes of truncated records applied to this node's backup copies,
+    /// skipped because the copy was already newer (records of one key from different
+    /// coordinators land in any order), and refused (the write does not fit its table:
+    /// counted, never applied).
+    pub backup_applied: u64,
+    pub backup_older: u64,
+    pub backup_refused: u64,
 }
 
 impl LogRingStats {
@@ -246,6 +253,9 @@ impl LogRingStats {
         self.replica_voids += o.replica_voids;
         self.replica_malformed += o.replica_malformed;
         self.replica_torn += o.replica_torn;
+        self.backup_applied += o.backup_applied;
+        self.backup_older += o.backup_older;
+        self.backup_refused += o.backup_refused;
     }
 }
 

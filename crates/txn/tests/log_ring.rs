@@ -64,8 +64,8 @@ fn rng_next(s: &mut u64) -> u64 {
     *s
 }
 
-/// What committed: transaction id → the (key, value) it wrote.
-type Committed = Arc<Mutex<HashMap<u64, Vec<(u64, Vec<u8>)>>>>;
+/// What committed: transaction id → its coordinator node and the (key, value) it wrote.
+type Committed = Arc<Mutex<HashMap<u64, (u16, Vec<(u64, Vec<u8>)>)>>>;
 
 /// One transfer between two random accounts; its id and writes if it committed.
 async fn transfer(
@@ -105,7 +105,7 @@ fn transfers(n: usize, committed: &Committed) -> Worker {
                 | 1;
             for _ in 0..n {
                 if let Ok((id, writes)) = transfer(&w, &mut seed).await {
-                    committed.lock().unwrap().insert(id, writes);
+                    committed.lock().unwrap().insert(id, (w.node, writes));
                 }
             }
         })
@@ -147,7 +147,7 @@ fn check_rings(c: &TestCluster, committed: &Committed) -> u64 {
                 assert_eq!((r.owner.node, r.owner.thread), (node, thread));
                 assert!(r.seq > last_seq, "records out of order");
                 last_seq = r.seq;
-                let writes = committed
+                let (_, writes) = committed
                     .get(&r.txn)
                     .unwrap_or_else(|| panic!("a record of {:#x}, which did not commit", r.txn));
                 let logged: Vec<(u64, Vec<u8>)> =
@@ -171,6 +171,24 @@ fn write_log_commits_and_rings_hold_exactly_the_untruncated_records_shm() {
     commits_and_rings_hold_exactly_the_untruncated_records(Backend::Shm);
 }
 
+/// The records a coordinator WRITEs: one per node other than itself that backs a key
+/// it wrote.
+fn records_expected(c: &TestCluster, committed: &Committed) -> u64 {
+    let committed = committed.lock().unwrap();
+    let mut n = 0;
+    for (coordinator, writes) in committed.values() {
+        let mut targets: Vec<u16> = writes
+            .iter()
+            .flat_map(|(k, _)| c.placement.backups(ACCOUNTS, *k))
+            .filter(|b| b != coordinator)
+            .collect();
+        targets.sort();
+        targets.dedup();
+        n += targets.len() as u64;
+    }
+    n
+}
+
 fn commits_and_rings_hold_exactly_the_untruncated_records(b: Backend) {
     let c = cluster_on(b, 3, 2, 3, LogRingConfig::default());
     let committed: Committed = Default::default();
@@ -182,22 +200,29 @@ fn commits_and_rings_hold_exactly_the_untruncated_records(b: Backend) {
     assert_eq!(st.committed_incomplete, 0);
     assert_money_conserved(&c);
     let lr = st.log_ring;
-    // Two remote log replicas per transaction, nothing failed or padded away.
-    assert_eq!(lr.records_written, 2 * st.committed, "{lr:?}");
+    // A record at every other backup of the keys written, nothing failed or padded
+    // away.
+    assert_eq!(
+        lr.records_written,
+        records_expected(&c, &committed),
+        "{lr:?}"
+    );
     assert_eq!(
         (lr.write_failures, lr.replica_malformed, lr.replica_torn),
         (0, 0, 0)
     );
     assert!(lr.truncations_acked > 0, "nothing truncated: {lr:?}");
-    // What was written is either truncated at its replica or still in its ring.
+    // Every record was truncated at its replica by the end (each thread's last worker
+    // drains its rings) and applied there: the replicas equal their primaries
+    // (assert_money_conserved), older records of a key skipped.
     let held = check_rings(&c, &committed);
-    assert_eq!(lr.replica_records + held, lr.records_written, "{lr:?}");
-    // At most the records of one truncation period (and those in flight) per ring.
-    let rings = 3 * 4;
-    assert!(
-        held <= rings * (TRUNCATE_EVERY as u64 + 3),
-        "truncation fell behind: {held} held, {lr:?}"
+    assert_eq!(
+        (held, lr.replica_records),
+        (0, lr.records_written),
+        "{lr:?}"
     );
+    assert_eq!(lr.backup_refused, 0, "{lr:?}");
+    assert!(lr.backup_applied > 0 && lr.backup_older > 0, "{lr:?}");
     // Truncation moved the heads.
     let moved = c
         .dbs
@@ -229,10 +254,18 @@ fn a_tiny_ring_makes_coordinators_wait_and_loses_nothing() {
     assert_eq!(st.aborts.get("log_full"), None, "{st:?}");
     assert!(lr.full_waits > 0, "the ring never filled: {lr:?}");
     assert!(lr.pads > 0, "the ring never wrapped: {lr:?}");
-    assert_eq!(lr.records_written, st.committed, "{lr:?}");
+    assert_eq!(
+        lr.records_written,
+        records_expected(&c, &committed),
+        "{lr:?}"
+    );
     assert_money_conserved(&c);
     let held = check_rings(&c, &committed);
-    assert_eq!(lr.replica_records + held, lr.records_written, "{lr:?}");
+    assert_eq!(
+        (held, lr.replica_records),
+        (0, lr.records_written),
+        "{lr:?}"
+    );
 }
 
 #[test]
@@ -295,13 +328,15 @@ fn a_ring_whose_head_record_is_torn_is_never_overwritten_and_ends_in_log_full() 
                 let r = transfer(&w, &mut seed).await.map(|_| ());
                 let full = r == Err(AbortReason::LogFull);
                 outcomes.lock().unwrap().push(r);
-                if i == 0 {
+                let mem = rep.log_region().memory();
+                let mut h = [0u8; 16];
+                assert!(mem.read(ring_off, &mut h));
+                let len = u32::from_le_bytes(h[..4].try_into().unwrap()) as usize;
+                // A transfer whose keys node 1 does not back writes no record there.
+                if torn.lock().unwrap().is_none() && len > 0 {
+                    assert_eq!(r, Ok(()), "{i}");
                     // The first record, at the replica's head: its trailer loses a bit,
                     // as if its WRITE had not finished.
-                    let mem = rep.log_region().memory();
-                    let mut h = [0u8; 16];
-                    assert!(mem.read(ring_off, &mut h));
-                    let len = u32::from_le_bytes(h[..4].try_into().unwrap()) as usize;
                     let mut rec = vec![0u8; len];
                     assert!(mem.read(ring_off, &mut rec));
                     rec[len - 1] ^= 0x80;
@@ -336,7 +371,10 @@ fn a_ring_whose_head_record_is_torn_is_never_overwritten_and_ends_in_log_full() 
     let s = replica.log_region().scan(ring).unwrap();
     assert_eq!((s.gaps, s.gap_bytes), (1, rec.len() as u64), "{s:?}");
     assert!(s.valid > 0 && s.records.iter().all(|r| r.seq > 1), "{s:?}");
-    assert_money_conserved(&c);
+    // The backup applied none of the records behind the torn one (recovery's job), so
+    // only the primaries are checked.
+    assert_eq!(lr.backup_applied, 0, "{lr:?}");
+    c.assert_money_at_primaries(ACCOUNTS, N_ACCOUNTS, INITIAL);
 }
 
 /// Starts thread 0 of node `n` with `worker` as its one coroutine, to be driven by hand
@@ -555,6 +593,96 @@ fn a_failed_log_write_aborts_and_removes_the_own_record() {
     }
 }
 
+/// A transaction whose record landed at one backup but failed at another aborts; its
+/// record there is voided before any truncation passes it, since a replica applies the
+/// records it truncates. Node 0's catalog names node 2's log region with a stale key,
+/// so its WRITEs there fail: a write to a key of node 0 (backups 1 and 2) aborts with
+/// its record intact at node 1; writes to keys of node 2 (backups 0 and 1) commit,
+/// and their truncations at node 1 pass the aborted one's slot.
+#[test]
+fn an_aborted_transactions_landed_record_is_never_applied() {
+    use ambidex_store::Catalog;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    let c = TestCluster::new(Backend::Local, 3, 1, 3, &[accounts()]);
+    for k in 0..N_ACCOUNTS {
+        c.load(ACCOUNTS, k, &INITIAL.to_le_bytes());
+    }
+    let good = NodeDb::catalog_of(&c.dbs).unwrap();
+    let mut stale = Catalog::new(3);
+    stale.extend(good.iter().copied()).unwrap();
+    for n in 0..2 {
+        stale.insert_log(*good.log_region(n).unwrap()).unwrap();
+    }
+    let mut l2 = *good.log_region(2).unwrap();
+    l2.region.key ^= 1;
+    stale.insert_log(l2).unwrap();
+    c.dbs[0].set_catalog(stale).unwrap();
+    for n in 1..3 {
+        c.dbs[n].set_catalog(good.clone()).unwrap();
+    }
+    for db in &c.dbs {
+        db.record_verification(Ok(0));
+    }
+    let of = |node: u16| -> u64 {
+        (0..N_ACCOUNTS)
+            .find(|&k| c.placement.primary(ACCOUNTS, k) == node)
+            .unwrap()
+    };
+    let (aborted_key, later_key) = (of(0), of(2));
+    let n = TRUNCATE_EVERY as usize * 2;
+    let outcomes: Rc<RefCell<Vec<Result<(), AbortReason>>>> = Default::default();
+    let o = outcomes.clone();
+    let (mut rt0, th0) = start_by_hand(&c, 0, &spec(1), move |w| {
+        let o = o.clone();
+        async move {
+            for i in 0..=n {
+                let key = if i == 0 { aborted_key } else { later_key };
+                let mut t = Txn::begin(&w.ctx, &w.th);
+                let ix = t.write(ACCOUNTS, key, WriteKind::Update);
+                let r = async {
+                    t.execute().await?;
+                    t.set(ix, &(1000 + i as i64).to_le_bytes());
+                    t.commit().await
+                }
+                .await;
+                o.borrow_mut().push(r.map(|_| ()));
+            }
+        }
+    });
+    let (mut rt1, th1) = start_by_hand(&c, 1, &spec(1), |_| async {});
+    let (mut rt2, _th2) = start_by_hand(&c, 2, &spec(1), |_| async {});
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut poll = |until: &dyn Fn() -> bool| {
+        while !until() && std::time::Instant::now() < deadline {
+            rt0.poll_once();
+            rt1.poll_once();
+            rt2.poll_once();
+        }
+    };
+    poll(&|| outcomes.borrow().len() > n);
+    // The last worker's drain.
+    let drained = std::time::Instant::now() + Duration::from_millis(200);
+    poll(&|| std::time::Instant::now() >= drained);
+    let outcomes = outcomes.borrow();
+    assert_eq!(outcomes[0], Err(AbortReason::Timeout));
+    assert!(outcomes[1..].iter().all(|r| r.is_ok()), "{outcomes:?}");
+    // Node 1's copy of the aborted key was never written; the later key's copies hold
+    // its last value.
+    c.assert_replicas_consistent(ACCOUNTS);
+    let mut v = Vec::new();
+    ambidex_txn::actions::read(&c.dbs[1], ACCOUNTS, aborted_key, &mut v);
+    assert_eq!(i64::from_le_bytes(v.try_into().unwrap()), INITIAL);
+    let st = th0.stats();
+    assert_eq!(st.log_ring.write_failures, 1, "{:?}", st.log_ring);
+    // The landed record was voided (a header and a trailer) and passed as a void.
+    assert!(st.log_ring.repairs >= 2, "{:?}", st.log_ring);
+    let replica = th1.stats().log_ring;
+    assert_eq!(replica.replica_voids, 1, "{replica:?}");
+    assert_eq!(replica.replica_records, n as u64, "{replica:?}");
+}
+
 /// Lost, duplicated and reordered datagrams (truncations and commit RPCs retransmitted,
 /// answered at most once): a small ring still loses nothing, and what was written is
 /// truncated or still in its ring, exactly.
@@ -585,10 +713,18 @@ fn truncations_survive_lost_and_duplicated_datagrams() {
     assert!(r.rpc.retransmits > 0, "no datagram was lost: {:?}", r.rpc);
     assert!(lr.truncations_acked > 0, "{lr:?}");
     assert_eq!(lr.write_failures, 0);
-    assert_eq!(lr.records_written, 2 * st.committed, "{lr:?}");
+    assert_eq!(
+        lr.records_written,
+        records_expected(&c, &committed),
+        "{lr:?}"
+    );
     assert_money_conserved(&c);
     let held = check_rings(&c, &committed);
-    assert_eq!(lr.replica_records + held, lr.records_written, "{lr:?}");
+    assert_eq!(
+        (held, lr.replica_records),
+        (0, lr.records_written),
+        "{lr:?}"
+    );
 }
 
 #[test]
@@ -615,29 +751,31 @@ fn bad_ring_sizes_are_clear_errors() {
     assert_eq!(db.log_region_desc().rings, 0);
 }
 
-/// A transaction whose commit stays incomplete (its backup did not answer) keeps its
-/// record in the ring: truncations never pass it, however many transactions follow,
-/// so recovery can still find it.
+/// A transaction whose commit stays incomplete (its primary did not answer) keeps its
+/// record in the ring at its keys' backup: truncations never pass it, however many
+/// transactions follow, so recovery can still find it (and the backup never applies
+/// it before then).
 #[test]
 fn an_incomplete_commits_record_stays_in_the_ring() {
     use ambidex_rpc::RuntimeConfig;
+    use ambidex_txn::policy::{Commit, Execute, Lock, PassiveAck, Validate};
     use std::cell::{Cell, RefCell};
     use std::rc::Rc;
 
-    let c = cluster(2, 1, 2, LogRingConfig::default());
+    let c = cluster(3, 1, 3, LogRingConfig::default());
     for db in &c.dbs {
         db.record_verification(Ok(0));
     }
-    // Keys whose primary is node 0: execute, lock and install are local; only the
-    // backup (node 1) needs node 1's CPU (the log WRITE does not).
-    // The first transaction writes the first two; its backup step fails, so their
-    // primaries keep their locks (for recovery): the later ones write the next two.
+    // Keys whose primary is node 1 (backups: nodes 2 and 0). Execute, lock, validate
+    // and log are one-sided (the local fabric serves them without node 1's CPU); only
+    // the commit's COMMIT_PRIMARY needs node 1. The first transaction writes the first
+    // key while node 1 is silent; the later ones write the second.
     let keys: Vec<u64> = (0..N_ACCOUNTS)
-        .filter(|&k| c.placement.primary(ACCOUNTS, k) == 0)
-        .take(4)
+        .filter(|&k| c.placement.primary(ACCOUNTS, k) == 1)
+        .take(2)
         .collect();
-    assert_eq!(keys.len(), 4);
-    let spec = RunSpec {
+    assert_eq!(keys.len(), 2);
+    let mut spec = RunSpec {
         rpc: RuntimeConfig {
             retransmit_timeout: Duration::from_millis(5),
             max_retries: 1,
@@ -645,21 +783,27 @@ fn an_incomplete_commits_record_stays_in_the_ring() {
         },
         ..spec(1)
     };
+    spec.txn.policy = Policy {
+        execute: Execute::OneSided,
+        lock: Lock::Cas,
+        validate: Validate::Read,
+        log: Log::Write,
+        commit: Commit::Rpc,
+        passive_ack: PassiveAck::Off,
+    };
     let outcomes: Rc<RefCell<Vec<(u64, bool)>>> = Default::default();
     let node1_up = Rc::new(Cell::new(false));
     let (o, up, ks) = (outcomes.clone(), node1_up.clone(), keys.clone());
+    let n = TRUNCATE_EVERY as usize * 3;
     let (mut rt0, th0) = start_by_hand(&c, 0, &spec, move |w| {
         let (o, up, ks) = (o.clone(), up.clone(), ks.clone());
         async move {
-            for i in 0..(TRUNCATE_EVERY as usize * 3) {
+            for i in 0..n {
                 while i > 0 && !up.get() {
                     w.ctx.yield_now().await;
                 }
                 let mut t = Txn::begin(&w.ctx, &w.th);
-                let ks = if i == 0 { &ks[..2] } else { &ks[2..] };
-                for &k in ks {
-                    t.write(ACCOUNTS, k, WriteKind::Update);
-                }
+                t.write(ACCOUNTS, ks[(i > 0) as usize], WriteKind::Update);
                 let id = t.id();
                 let ok = t.commit().await.is_ok();
                 o.borrow_mut().push((id, ok));
@@ -667,39 +811,44 @@ fn an_incomplete_commits_record_stays_in_the_ring() {
         }
     });
     let (mut rt1, _th1) = start_by_hand(&c, 1, &spec, |_| async {});
+    let (mut rt2, th2) = start_by_hand(&c, 2, &spec, |_| async {});
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     // Node 1 is silent until the first transaction is done.
     while outcomes.borrow().is_empty() && std::time::Instant::now() < deadline {
         rt0.poll_once();
+        rt2.poll_once();
     }
     node1_up.set(true);
-    let n = TRUNCATE_EVERY as usize * 3;
     while outcomes.borrow().len() < n && std::time::Instant::now() < deadline {
         rt0.poll_once();
         rt1.poll_once();
+        rt2.poll_once();
+    }
+    // The drain at the worker's end.
+    let until = std::time::Instant::now() + Duration::from_millis(200);
+    while std::time::Instant::now() < until {
+        rt0.poll_once();
+        rt1.poll_once();
+        rt2.poll_once();
     }
     let outcomes = outcomes.borrow();
     assert_eq!(outcomes.len(), n);
     assert!(outcomes.iter().all(|o| o.1), "{outcomes:?}");
     let st = th0.stats();
     assert_eq!(st.committed_incomplete, 1, "{st:?}");
-    // Its backup step failed, so its primaries kept their locks (a later writer's
-    // backup write could otherwise overtake its own), for recovery.
-    for &k in &keys[..2] {
-        let h = c.dbs[0].lock_word(ACCOUNTS, k).unwrap();
-        assert!(h.owner.is_some(), "key {k} was released: {h:?}");
-    }
     // Nothing is reclaimable past the first record, so no truncation was even sent.
     assert_eq!(st.log_ring.truncations_sent, 0, "{:?}", st.log_ring);
-    // The first transaction's record is still the first in the ring, and the head is
-    // at it.
-    let region = c.dbs[1].log_region();
+    // The first transaction's record is still the first in node 2's ring, and the head
+    // is at it; node 0 (a backup too) is the coordinator and has no ring of its own.
+    let region = c.dbs[2].log_region();
     let ring = region.ring_of(0, 0).unwrap();
     assert_eq!(region.head(ring), Some(RingHead::START));
     let s = region.scan(ring).unwrap();
     assert_eq!(s.records.first().map(|r| r.txn), Some(outcomes[0].0));
     assert_eq!(s.records.len(), n, "every record after it stays too");
-    assert_eq!(s.records[0].writes.len(), 2);
+    assert_eq!(s.records[0].writes.len(), 1);
+    // Node 2 applied none of them.
+    assert_eq!(th2.stats().log_ring.backup_applied, 0);
 }
 
 /// A commit dropped while its log WRITEs are out (a worker dropped mid-transaction)

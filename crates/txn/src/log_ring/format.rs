@@ -290,6 +290,21 @@ pub fn decode_record(
     }))
 }
 
+/// The transaction and the writes of a record [`decode_record`] accepted (`b` is the
+/// same bytes): what a replica applies when its coordinator truncates the record.
+pub fn accepted_writes(b: &[u8]) -> (u64, impl Iterator<Item = WriteRec<'_>>) {
+    let field = |at: usize, len: usize| b.get(at..at + len).unwrap_or(&[]);
+    let txn = u64::from_le_bytes(field(16, 8).try_into().unwrap_or([0; 8]));
+    let n = u16::from_le_bytes(field(30, 2).try_into().unwrap_or([0; 2]));
+    let body = b
+        .get(HEADER..b.len().saturating_sub(TRAILER))
+        .unwrap_or(&[]);
+    let mut r = Reader::new(body);
+    // Accepted records decode: an error (not expected) just ends the writes.
+    let writes = (0..n).map_while(move |_| WriteRec::decode(&mut r).ok());
+    (txn, writes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,9 +1,14 @@
 //! The one-sided log (`Log::Write`, DrTM+H §5.4, FaRM §2 and §3.4): each coordinator
-//! thread owns a ring in each of its remote log replicas' registered memory and appends
-//! its commit records with one-sided WRITEs; the replica's CPU is not involved until
-//! the coordinator, lazily and off the critical path, sends a truncation RPC (DrTM+H:
-//! "two-sided primitive to reclaim the log ... lazily"), piggybacked on the flush of a
-//! later append so it costs no round trip of its own.
+//! thread owns a ring in every other node's registered memory and appends each commit
+//! record with one-sided WRITEs to the backups of the keys it writes; the replica's
+//! CPU is not involved until the coordinator, lazily and off the critical path, sends
+//! a truncation RPC (DrTM+H: "two-sided primitive to reclaim the log ... lazily, by
+//! updating records in-place"), piggybacked on the flush of a later append so it costs
+//! no round trip of its own. The replica applies each record it truncates to its
+//! backup copies (`crate::actions::apply_logged`: at the primary's version, older
+//! records of a key skipped); only records of transactions installed everywhere are
+//! truncated, and a record that landed for a transaction that aborted is voided first.
+//! A thread's last worker drains its rings at the end of a run.
 //!
 //! - [`format`]: the bytes of a ring (records with header and trailer, pads, voids)
 //!   and their checked decoding.
@@ -74,6 +79,14 @@ impl RingWriters {
         for w in self.rings.iter_mut().flatten() {
             w.installed(txn);
         }
+    }
+
+    /// The replicas whose ring is not drained ([`RingWriter::drained`]).
+    pub fn undrained(&self) -> Vec<NodeId> {
+        (0..self.rings.len())
+            .filter(|&i| self.rings[i].as_ref().is_some_and(|w| !w.drained()))
+            .map(|i| i as NodeId)
+            .collect()
     }
 
     /// Records written and not yet released, over every ring.

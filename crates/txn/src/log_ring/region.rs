@@ -3,11 +3,12 @@
 //! one-sided; the head of each ring (what its coordinator has truncated); and the
 //! checked reading of a ring, for truncation and for recovery.
 //!
-//! Which rings: a coordinator's log replicas are itself and the next R−1 nodes
-//! ([`Placement::log_replicas`]), so node m holds the rings of the coordinators
-//! d = 1..R−1 nodes before it, `threads` rings each: ring `(d − 1) · threads + t` is
-//! coordinator (m − d, t)'s. (Both sides compute it from the placement; the descriptor
-//! says how many rings there are, so a disagreement is an error, not a stray WRITE.)
+//! Which rings: a coordinator logs each record at the backups of the keys it writes
+//! (DrTM+H §5.4), which may be any other node, so with R > 1 node m holds a ring for
+//! every coordinator thread of every other node: ring `(d − 1) · threads + t` is
+//! coordinator (m − d, t)'s, d = 1..nodes−1. (Both sides compute it from the placement;
+//! the descriptor says how many rings there are, so a disagreement is an error, not a
+//! stray WRITE.) Memory per node: (nodes − 1) × threads × the ring size.
 //!
 //! Layout: a superblock `[LOG_MAGIC][base][ring_bytes][rings]` (the start-up check
 //! READs it), then the rings from `base`. A ring's positions count bytes from its
@@ -33,8 +34,8 @@ pub const SUPERBLOCK: usize = 32;
 pub struct LogRingConfig {
     /// Bytes per ring: 256 KiB by default, about 250 TPC-C new-order records of ~1 KB,
     /// so a thread's truncations (sent every 32 records or at half a ring) keep far
-    /// ahead of it. A multiple of 16, at least 256. Memory per node: R−1 coordinators ×
-    /// threads × this.
+    /// ahead of it. A multiple of 16, at least 256. Memory per node (with R > 1):
+    /// (nodes − 1) × threads × this.
     pub ring_bytes: u64,
     /// How long a coordinator whose record does not fit waits for truncations before it
     /// aborts with `log_full`.
@@ -50,8 +51,8 @@ impl Default for LogRingConfig {
     }
 }
 
-/// The ring of coordinator (`coordinator`, `thread`) at log replica `replica`, if
-/// `replica` is one of its remote log replicas.
+/// The ring of coordinator (`coordinator`, `thread`) at node `replica`: every other
+/// node has one when keys have backups (R > 1).
 pub fn ring_index(
     placement: Placement,
     threads: u16,
@@ -61,7 +62,7 @@ pub fn ring_index(
 ) -> Option<u32> {
     let n = placement.nodes as u32;
     let d = (replica as u32 + n - coordinator as u32 % n) % n;
-    (d >= 1 && d < placement.replication as u32 && thread < threads)
+    (placement.replication > 1 && d >= 1 && d < n && thread < threads)
         .then(|| (d - 1) * threads as u32 + thread as u32)
 }
 
@@ -178,6 +179,17 @@ fn slot_at(
 /// Reads `ring` from `head` (see [`ScanMode`]), at most one ring's length. Every byte is
 /// untrusted: nothing here panics on them, malformed records are counted and skipped.
 pub fn scan_ring(ring: &RingRef<'_>, head: RingHead, mode: ScanMode) -> RingScan {
+    scan_ring_with(ring, head, mode, &mut |_| {})
+}
+
+/// [`scan_ring`], calling `accepted` with the bytes of every record accepted, in ring
+/// order, before the head passes it.
+pub fn scan_ring_with(
+    ring: &RingRef<'_>,
+    head: RingHead,
+    mode: ScanMode,
+    accepted: &mut dyn FnMut(&[u8]),
+) -> RingScan {
     let lap_end = head.pos.saturating_add(ring.bytes);
     let (limit, recover) = match mode {
         ScanMode::Truncate { to } => (to.min(lap_end), false),
@@ -236,6 +248,7 @@ pub fn scan_ring(ring: &RingRef<'_>, head: RingHead, mode: ScanMode) -> RingScan
                         Ok(r) => {
                             s.valid += 1;
                             s.records.extend(r);
+                            accepted(&buf);
                         }
                         Err(_) => {
                             s.malformed += 1;
@@ -300,7 +313,11 @@ impl LogRegion {
     ) -> Result<LogRegion, String> {
         let node = transport.node();
         let threads = transport.config().threads_per_node;
-        let rings = (placement.replication as u32 - 1) * threads as u32;
+        let rings = if placement.replication > 1 {
+            (placement.nodes as u32 - 1) * threads as u32
+        } else {
+            0
+        };
         let ring_bytes = cfg.ring_bytes;
         // Checked before registering (a region is never given back).
         let (align, min) = (
@@ -423,9 +440,21 @@ impl LogRegion {
     /// coordinator asks again later). Returns the scan; its `head` is the new head. A
     /// `to` behind the head changes nothing.
     pub fn truncate(&self, ring: u32, to: u64) -> Option<RingScan> {
+        self.truncate_applying(ring, to, &mut |_| {})
+    }
+
+    /// [`LogRegion::truncate`], calling `apply` with every record passed, in ring order,
+    /// before the head moves past it (under the ring's head lock: one truncation of a
+    /// ring at a time).
+    pub fn truncate_applying(
+        &self,
+        ring: u32,
+        to: u64,
+        apply: &mut dyn FnMut(&[u8]),
+    ) -> Option<RingScan> {
         let r = self.ring(ring)?;
         let mut head = self.lock_head(ring)?;
-        let s = scan_ring(&r, *head, ScanMode::Truncate { to });
+        let s = scan_ring_with(&r, *head, ScanMode::Truncate { to }, apply);
         *head = s.head;
         Some(s)
     }

@@ -1,4 +1,4 @@
-//! The coordinator side of a log ring: per remote log replica, where this thread's next
+//! The coordinator side of a log ring: per replica node, where this thread's next
 //! record goes (the tail), how far the replica has acknowledged truncation (the head),
 //! and the records between, until they can be reclaimed.
 //!
@@ -77,7 +77,7 @@ impl Repair {
     }
 }
 
-/// This coordinator thread's ring at one remote log replica.
+/// This coordinator thread's ring at one replica node.
 pub struct RingWriter {
     ring: LogRegionDesc,
     ring_off: u64,
@@ -92,6 +92,10 @@ pub struct RingWriter {
     /// Entries made reclaimable since the last truncation was sent.
     since_truncate: u32,
     repairs: Vec<Repair>,
+    /// Repairs taken and not yet landed or given back: no truncation is sent meanwhile,
+    /// since the replica applies every record a truncation passes and a voided
+    /// transaction's record may still be intact there.
+    repairs_out: usize,
 }
 
 impl RingWriter {
@@ -107,6 +111,7 @@ impl RingWriter {
             truncating: None,
             since_truncate: 0,
             repairs: Vec::new(),
+            repairs_out: 0,
         }
     }
 
@@ -221,11 +226,19 @@ impl RingWriter {
     /// Repairs to send with the next flush (given back with [`RingWriter::repair_failed`]
     /// if they do not land).
     pub fn take_repairs(&mut self) -> Vec<Repair> {
+        self.repairs_out += self.repairs.len();
         std::mem::take(&mut self.repairs)
     }
 
+    /// A repair taken did not land: it goes with the next flush.
     pub fn repair_failed(&mut self, r: Repair) {
+        self.repairs_out = self.repairs_out.saturating_sub(1);
         self.repairs.push(r);
+    }
+
+    /// A repair taken landed.
+    pub fn repair_landed(&mut self) {
+        self.repairs_out = self.repairs_out.saturating_sub(1);
     }
 
     /// How far the replica may truncate: past every slot reclaimable from the head on.
@@ -241,9 +254,13 @@ impl RingWriter {
     }
 
     /// The head to send a truncation for at time `now_ns`, if one is due: none is out,
-    /// something is reclaimable, and either `urgent` (the ring is full), enough records
-    /// are, or half the ring is in use.
+    /// no repair waits or is out (the replica applies what it truncates, so a void
+    /// must land first), something is reclaimable, and either `urgent` (the ring is
+    /// full), enough records are, or half the ring is in use.
     pub fn truncation_due(&self, urgent: bool, now_ns: u64) -> Option<u64> {
+        if self.has_repairs() || self.repairs_out > 0 {
+            return None;
+        }
         let to = self.reclaimable();
         let due = urgent
             || self.since_truncate >= TRUNCATE_EVERY
@@ -263,6 +280,11 @@ impl RingWriter {
     /// Whether a truncation is out.
     pub fn truncating(&self) -> bool {
         self.truncating.is_some()
+    }
+
+    /// Whether everything reclaimable is truncated and no repair waits or is out.
+    pub fn drained(&self) -> bool {
+        self.reclaimable() <= self.acked && !self.has_repairs() && self.repairs_out == 0
     }
 
     /// Whether repairs wait to be sent.
@@ -359,5 +381,18 @@ mod tests {
         assert_eq!(repairs[0].pos, 384);
         assert_eq!(repairs[2].pos, 512 + 192 - 16);
         assert_eq!(w.reclaimable(), 704);
+        // No truncation goes out before the void lands (the replica would apply the
+        // record if it were still intact), nor while a repair waits to be sent again.
+        assert_eq!(w.truncation_due(true, 0), None);
+        let mut repairs = repairs.into_iter();
+        w.repair_failed(repairs.next().unwrap());
+        w.repair_landed();
+        w.repair_landed();
+        assert_eq!(w.truncation_due(true, 0), None);
+        let again = w.take_repairs();
+        assert_eq!(again.len(), 1);
+        assert_eq!(w.truncation_due(true, 0), None);
+        w.repair_landed();
+        assert_eq!(w.truncation_due(true, 0), Some(704));
     }
 }

@@ -1,15 +1,20 @@
-//! Commit (FaSST §5 steps 4–5, DrTM+H §5.3): every backup of a written key applies the
-//! writes (COMMIT_BACKUP, every acknowledgement awaited), then every primary installs
-//! them and releases the locks: by COMMIT_PRIMARY RPC, or with [`policy::Commit::Write`]
-//! by one-sided WRITEs of the value followed on the same queue by the header's release
-//! (a CAS from the locked word; see [`crate::onesided::commit_image`]). Local copies are
-//! applied in place through the item actions.
+//! Commit (FaSST §5 steps 4–5, DrTM+H §5.3): the backups of every written key take the
+//! writes, then every primary installs them and releases the locks: by COMMIT_PRIMARY
+//! RPC, or with [`policy::Commit::Write`] by one-sided WRITEs of the value followed on
+//! the same queue by the header's release (a CAS from the locked word; see
+//! [`crate::onesided::commit_image`]). Local copies are applied in place through the
+//! item actions.
 //!
-//! Why backups always by RPC, and first: a primary's release lets the next writer of
-//! the key in, whose backup writes must not overtake this one's, so backups must hold
-//! the writes before any primary releases. The papers' one-sided systems update backups
-//! from the log by the backup's CPU (FaRM, DrTM+H); a one-sided WRITE into a backup's
-//! copy would need that copy's address and version, which coordinators do not have.
+//! Backups: with `Log::Rpc` (FaSST) every backup applies the writes by COMMIT_BACKUP
+//! RPC, every acknowledgement awaited before any primary releases, so the next writer
+//! of a key cannot overtake this one at a backup. With `Log::Write` (FaRM, DrTM+H) the
+//! log phase already WROTE the record one-sided into a ring at every backup of the keys
+//! written, before any primary is touched; the backup's CPU applies it when the
+//! coordinator truncates it (lazily, off the critical path), each copy taking the
+//! primary's version and older records of a key skipped, so records from different
+//! coordinators may be applied in any order. This step then only applies the
+//! coordinator's own node's backup copies, and the commit is one round trip (the
+//! primaries').
 //!
 //! The work is a [`CommitJob`]: the transaction's items, moved out of it. Without
 //! passive ACK the transaction runs the job itself and returns once every primary
@@ -83,13 +88,20 @@ impl CommitWork<'_> {
         let me = db.node;
         let owner = self.owner;
         let by_write = primaries && th.cfg.policy.commit == policy::Commit::Write;
+        // With a one-sided log the remote backups hold the record and apply it when it
+        // is truncated; only this node's own backup copies are applied here.
+        let from_log = th.cfg.policy.log == policy::Log::Write;
         let mut targets = std::mem::take(&mut self.bufs.targets);
         targets.clear();
         for it in self.items.iter().filter(|it| it.write.is_some()) {
             if primaries {
                 targets.push(it.home);
             } else {
-                targets.extend(placement.backups(it.table, it.key));
+                targets.extend(
+                    placement
+                        .backups(it.table, it.key)
+                        .filter(|&b| !from_log || b == me),
+                );
             }
         }
         targets.sort_unstable();
@@ -110,6 +122,8 @@ impl CommitWork<'_> {
                 for w in writes_of(self.items, holds) {
                     *self.ok &= if primaries {
                         actions::install(&db, self.id, &w, owner)
+                    } else if from_log {
+                        actions::apply_logged(&db, self.id, &w).is_ok()
                     } else {
                         actions::apply_backup(&db, self.id, &w)
                     };

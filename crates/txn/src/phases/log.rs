@@ -1,11 +1,12 @@
-//! Log (FaSST §5 step 3, DrTM+H §5.4): the commit record (every write) to each of the
-//! coordinator's log replicas; the coordinator's own node is always one and appends in
-//! place.
+//! Log (FaSST §5 step 3, DrTM+H §5.4): the commit record (every write) to its replicas;
+//! the coordinator's own node always keeps one, in place.
 //!
-//! - `Log::Rpc`: a LOG RPC per remote replica. Records of transactions installed
-//!   everywhere are truncated by piggybacking their ids on the next LOG to that replica.
-//! - `Log::Write`: one-sided WRITEs of the record into this thread's ring at each remote
-//!   replica ([`crate::log_ring`]), all replicas' WRITEs with one doorbell, the last
+//! - `Log::Rpc`: a LOG RPC to each of the coordinator's log replicas (FaSST). Records
+//!   of transactions installed everywhere are truncated by piggybacking their ids on
+//!   the next LOG to that replica.
+//! - `Log::Write`: one-sided WRITEs of the record into this thread's ring at every
+//!   other backup of the keys written ([`crate::log_ring`]), which apply it to their
+//!   copies when it is truncated; all replicas' WRITEs with one doorbell, the last
 //!   WRITE per replica signaled (its completion confirms the others on its queue, passive
 //!   ACK). Truncations go as RING_TRUNCATE RPCs in the same flush when due, so they cost
 //!   no round trip; a full ring makes the coordinator send one alone and wait (yielding)
@@ -238,9 +239,16 @@ impl Txn<'_> {
         rec.clear();
         format::encode_record(&mut rec, 0, self.id, self.owner, n, &body);
         self.bufs.body = body;
+        // The record goes to the backups of the keys written (DrTM+H §5.4): they apply
+        // it to their copies when it is truncated, so the commit needs no backup step.
         let mut targets = std::mem::take(&mut self.bufs.targets);
         targets.clear();
-        targets.extend(self.th.db.placement.log_replicas(me).skip(1));
+        let placement = self.th.db.placement;
+        for it in self.items.iter().filter(|it| it.write.is_some()) {
+            targets.extend(placement.backups(it.table, it.key).filter(|&b| b != me));
+        }
+        targets.sort_unstable();
+        targets.dedup();
         let r = if targets.is_empty() {
             Ok(())
         } else {
@@ -354,7 +362,10 @@ impl Txn<'_> {
             };
             match o.repair {
                 Some(rep) if !ok => w.repair_failed(rep),
-                Some(_) => rings.stats.repairs += 1,
+                Some(_) => {
+                    w.repair_landed();
+                    rings.stats.repairs += 1;
+                }
                 None if !ok => failed |= 1 << o.at,
                 None => {}
             }
@@ -373,9 +384,9 @@ impl Txn<'_> {
             if failed & (1 << i) != 0 {
                 w.failed(self.id, res);
             } else if failed != 0 {
-                // Landed, but the transaction aborts: nothing of it is installed, so
-                // the record may be reclaimed.
-                w.installed(self.id);
+                // Landed, but the transaction aborts: the record is voided before it
+                // may be truncated, since a replica applies what it truncates.
+                w.failed(self.id, res);
             } else {
                 w.logged(self.id);
             }
@@ -445,66 +456,108 @@ impl Txn<'_> {
     /// reclaimable (if none is out) and the repairs that may block it, in one flush.
     /// Returns whether space was released or a repair landed.
     async fn reclaim(&self, th: &TxnThread, targets: &[NodeId], len: u64) -> bool {
-        let mut scratch = Scratch::take(th);
-        let progress = self.reclaim_with(th, targets, len, &mut scratch).await;
-        scratch.give_back(th);
-        progress
+        reclaim_where(self.ctx, th, targets, |w| !w.fits(len)).await
     }
+}
 
-    async fn reclaim_with(
-        &self,
-        th: &TxnThread,
-        targets: &[NodeId],
-        len: u64,
-        scratch: &mut Scratch,
-    ) -> bool {
-        let ctx = self.ctx;
-        let now = ctx.now_ns();
-        let Scratch { ops, truncs, .. } = scratch;
-        {
-            let mut rings = th.rings.borrow_mut();
-            for (i, &r) in targets.iter().enumerate() {
-                let Some(w) = rings.at(r) else { continue };
-                if w.fits(len) {
-                    continue;
-                }
-                queue_repairs(ctx, w, i, true, ops);
-                queue_truncation(ctx, w, r, i, true, now, truncs);
+/// Flushes that release nothing before [`TxnThread::drain_rings`] gives up.
+const DRAIN_ATTEMPTS: u32 = 8;
+
+impl TxnThread {
+    /// The end of this thread's run (its last worker returned, its installations
+    /// done): every ring is truncated as far as its records are installed or voided,
+    /// so the replicas apply the last records to their backup copies (what a run's
+    /// end compares). Gives up after [`DRAIN_ATTEMPTS`] flushes that release nothing
+    /// (a replica that does not answer): those records stay for recovery.
+    pub(crate) async fn drain_rings(&self, ctx: &Ctx) {
+        if self.cfg.policy.log != policy::Log::Write {
+            return;
+        }
+        let mut idle = 0;
+        while idle < DRAIN_ATTEMPTS {
+            let targets = self.rings.borrow().undrained();
+            if targets.is_empty() {
+                return;
             }
-            rings.stats.truncations_sent += truncs.len() as u64;
-        }
-        if ops.is_empty() && truncs.is_empty() {
-            return false;
-        }
-        let unresolved = Unresolved {
-            th,
-            txn: None,
-            targets,
-            res: &[],
-            ops,
-        };
-        flush(ctx, ops).await;
-        unresolved.defuse();
-        let mut rings = th.rings.borrow_mut();
-        for o in ops.iter() {
-            let ok = ctx.op_result(o.h).is_ok();
-            if let (Some(w), Some(rep)) = (rings.at(targets[o.at]), o.repair) {
-                if ok {
-                    rings.stats.repairs += 1;
-                } else {
-                    w.repair_failed(rep);
-                }
+            if !reclaim_where(ctx, self, &targets, |w| !w.drained()).await {
+                idle += 1;
+                ctx.yield_now().await;
             }
         }
-        for &(i, h, to) in truncs.iter() {
-            let head = ctx.response(h, RingTruncateResp::ok_head).ok().flatten();
-            if rings
-                .at(targets[i])
-                .is_some_and(|w| w.truncation_acked(to, head))
-            {
-                rings.stats.truncations_acked += 1;
-            }
-        }
-        true
     }
+}
+
+/// For every target ring where `need`: its repairs and a truncation of what is
+/// reclaimable (if none is out and no repair is), in one flush. Returns whether space
+/// was released or a repair landed.
+async fn reclaim_where(
+    ctx: &Ctx,
+    th: &TxnThread,
+    targets: &[NodeId],
+    need: impl Fn(&RingWriter) -> bool,
+) -> bool {
+    let mut scratch = Scratch::take(th);
+    let progress = reclaim_with(ctx, th, targets, need, &mut scratch).await;
+    scratch.give_back(th);
+    progress
+}
+
+async fn reclaim_with(
+    ctx: &Ctx,
+    th: &TxnThread,
+    targets: &[NodeId],
+    need: impl Fn(&RingWriter) -> bool,
+    scratch: &mut Scratch,
+) -> bool {
+    let now = ctx.now_ns();
+    let Scratch { ops, truncs, .. } = scratch;
+    {
+        let mut rings = th.rings.borrow_mut();
+        for (i, &r) in targets.iter().enumerate() {
+            let Some(w) = rings.at(r) else { continue };
+            if !need(w) {
+                continue;
+            }
+            queue_repairs(ctx, w, i, true, ops);
+            queue_truncation(ctx, w, r, i, true, now, truncs);
+        }
+        rings.stats.truncations_sent += truncs.len() as u64;
+    }
+    if ops.is_empty() && truncs.is_empty() {
+        return false;
+    }
+    let unresolved = Unresolved {
+        th,
+        txn: None,
+        targets,
+        res: &[],
+        ops,
+    };
+    flush(ctx, ops).await;
+    unresolved.defuse();
+    let mut rings = th.rings.borrow_mut();
+    let mut progress = false;
+    for o in ops.iter() {
+        let ok = ctx.op_result(o.h).is_ok();
+        if let (Some(w), Some(rep)) = (rings.at(targets[o.at]), o.repair) {
+            if ok {
+                w.repair_landed();
+                rings.stats.repairs += 1;
+                progress = true;
+            } else {
+                w.repair_failed(rep);
+            }
+        }
+    }
+    for &(i, h, to) in truncs.iter() {
+        let head = ctx.response(h, RingTruncateResp::ok_head).ok().flatten();
+        if rings
+            .at(targets[i])
+            .is_some_and(|w| w.truncation_acked(to, head))
+        {
+            rings.stats.truncations_acked += 1;
+            progress = true;
+        }
+    }
+    progress
 }

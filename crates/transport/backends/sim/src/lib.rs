@@ -154,6 +154,8 @@ pub struct SimNetStats {
     pub onesided_retransmits: u64,
     pub onesided_timeouts: u64,
     pub onesided_reexecuted: u64,
+    /// One-sided operations a partition kept from their target (each try).
+    pub onesided_partitioned: u64,
     pub events: u64,
     pub crashes: u64,
     pub restarts: u64,
@@ -812,6 +814,9 @@ impl Inner {
             return;
         }
         let lost = self.chance(self.faults.onesided_loss);
+        if self.nodes[target].up && self.cut(src_node, target as NodeId) {
+            self.stats.onesided_partitioned += 1;
+        }
         if !reachable || lost {
             op.tries += 1;
             self.stats.onesided_retransmits += 1;
