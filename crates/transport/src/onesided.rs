@@ -7,6 +7,7 @@ use crate::types::{AccessError, OneSidedKind, Perms, RemoteAddr};
 use std::sync::atomic::Ordering;
 
 /// Checks an access to `target` without touching memory.
+#[inline]
 pub fn check(
     target: &Region,
     remote: &RemoteAddr,
@@ -40,13 +41,20 @@ pub fn check(
 
 /// Checks and performs `kind` on `target`. For READ, `local` resolves the destination
 /// buffer on the initiator's node. Returns the old word for CAS/FAA, 0 otherwise.
-pub fn execute<'l>(
+///
+/// Generic over `local` (a `&dyn Fn` still fits) so that a backend's lookup is inlined:
+/// this runs once per operation.
+#[inline]
+pub fn execute<'l, L>(
     target: &Region,
     remote: &RemoteAddr,
     kind: &OneSidedKind<'_>,
     max_onesided: usize,
-    local: &dyn Fn(crate::types::RegionId) -> Option<&'l RegionMemory>,
-) -> Result<u64, AccessError> {
+    local: &L,
+) -> Result<u64, AccessError>
+where
+    L: Fn(crate::types::RegionId) -> Option<&'l RegionMemory> + ?Sized,
+{
     check(target, remote, kind, max_onesided)?;
     let mem = &target.mem;
     match *kind {
