@@ -2,7 +2,9 @@
 //! shape, without scheduler noise: two nodes' runtimes stepped alternately in this one
 //! thread, 20 coroutines per node each queueing `batch` operations per flush. Node 0's
 //! coroutines READ 32 B of node 1's registered region; the RPC phase echoes 32 B.
-//! `cargo run --release -p ambidex-rpc --example onesided_stepped [batch] [rounds] [rpc|read]`
+//! `cargo run --release -p ambidex-rpc --example onesided_stepped [batch] [rounds]
+//! [rpc|read|write|cas]` (`write` and `cas`: that phase only, signaled 32 B WRITEs or
+//! CASes instead of the READs)
 //! (for `valgrind --tool=callgrind`, divide the inclusive cost of `poll_once` under
 //! `run` by the operations counted.)
 
@@ -15,9 +17,18 @@ use std::rc::Rc;
 
 const WORKERS: usize = 20;
 
-/// Steps two runtimes for `rounds`; node 0's workers run `one_sided` READs or RPCs.
-/// Returns operations per CPU-second.
-fn run(batch: u64, rounds: u64, one_sided: bool) -> f64 {
+/// What node 0's workers issue.
+#[derive(Clone, Copy, PartialEq)]
+enum Op {
+    Rpc,
+    Read,
+    Write,
+    Cas,
+}
+
+/// Steps two runtimes for `rounds`; node 0's workers issue `op`. Returns operations per
+/// CPU-second.
+fn run(batch: u64, rounds: u64, op: Op) -> f64 {
     let fabric = LocalFabric::new(ClusterConfig::new(2, 1)).unwrap();
     let target = fabric.node(1).register(4096, Perms::ALL).unwrap();
     let count = Rc::new(Cell::new(0u64));
@@ -37,10 +48,11 @@ fn run(batch: u64, rounds: u64, one_sided: bool) -> f64 {
                         let p = [0x5au8; 32];
                         loop {
                             for _ in 0..batch {
-                                if one_sided {
-                                    ctx.queue_read(at, 32, true).unwrap();
-                                } else {
-                                    ctx.queue(1, 1, &p).unwrap();
+                                match op {
+                                    Op::Rpc => drop(ctx.queue(1, 1, &p).unwrap()),
+                                    Op::Read => drop(ctx.queue_read(at, 32, true).unwrap()),
+                                    Op::Write => drop(ctx.queue_write(at, &p, true).unwrap()),
+                                    Op::Cas => drop(ctx.queue_cas(at, 0, 0, true).unwrap()),
                                 }
                             }
                             ctx.flush().await.unwrap();
@@ -72,17 +84,20 @@ fn main() {
             .unwrap_or(d)
     };
     let (batch, rounds) = (arg(1, 4), arg(2, 200_000));
-    // Third argument `rpc` or `read`: that phase only (for callgrind).
+    // Third argument `rpc`, `read`, `write` or `cas`: that phase only (for callgrind).
     let only = std::env::args().nth(3);
-    let rpc = if only.as_deref() == Some("read") {
-        f64::NAN
-    } else {
-        run(batch, rounds, false)
+    let one_sided = match only.as_deref() {
+        Some("write") => Op::Write,
+        Some("cas") => Op::Cas,
+        _ => Op::Read,
     };
-    let reads = if only.as_deref() == Some("rpc") {
-        f64::NAN
-    } else {
-        run(batch, rounds, true)
+    let rpc = match only.as_deref() {
+        None | Some("rpc") => run(batch, rounds, Op::Rpc),
+        _ => f64::NAN,
+    };
+    let reads = match only.as_deref() {
+        Some("rpc") => f64::NAN,
+        _ => run(batch, rounds, one_sided),
     };
     println!(
         "batch {batch}: {:.2} M RPCs/CPU-s, {:.2} M one-sided READs/CPU-s ({:.2}x)",

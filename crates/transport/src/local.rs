@@ -191,20 +191,28 @@ impl Endpoint for LocalEndpoint {
         let fabric = &self.fabric;
         let me = &fabric.nodes[self.ring.addr.node as usize];
         let local = |id: RegionId| me.regions.get(id).map(|r| &r.mem);
+        // The region of the previous operation: a batch usually targets one region, and
+        // region tables are append-only, so a region found once stays valid.
+        let mut last: Option<(NodeId, RegionId, &Region)> = None;
         for op in ops {
-            let result = match fabric.nodes.get(op.remote.node as usize) {
-                None => Err(AccessError::UnknownNode),
-                Some(target) => match target.regions.get(op.remote.region) {
-                    None => Err(AccessError::UnknownRegion),
-                    Some(region) => onesided::execute(
-                        region,
-                        &op.remote,
-                        &op.kind,
-                        fabric.config.max_onesided,
-                        &local,
-                    ),
+            let (node, id) = (op.remote.node, op.remote.region);
+            let target = match last {
+                Some((n, r, region)) if n == node && r == id => Ok(region),
+                _ => match fabric.nodes.get(node as usize) {
+                    None => Err(AccessError::UnknownNode),
+                    Some(t) => t.regions.get(id).ok_or(AccessError::UnknownRegion),
                 },
             };
+            let result = target.and_then(|region| {
+                last = Some((node, id, region));
+                onesided::execute(
+                    region,
+                    &op.remote,
+                    &op.kind,
+                    fabric.config.max_onesided,
+                    &local,
+                )
+            });
             if let Some(e) = self.ring.complete(op, op.remote.node, result) {
                 if e != AccessError::UnknownNode && e != AccessError::BadLocalBuffer {
                     fabric.nodes[op.remote.node as usize]

@@ -7,20 +7,39 @@ use crate::types::{AccessError, OneSidedKind, Perms, RemoteAddr};
 use std::sync::atomic::Ordering;
 
 /// Checks an access to `target` without touching memory.
+#[inline]
 pub fn check(
     target: &Region,
     remote: &RemoteAddr,
     kind: &OneSidedKind<'_>,
     max_onesided: usize,
 ) -> Result<(), AccessError> {
+    match kind {
+        OneSidedKind::Read { len, .. } => {
+            check_access(target, remote, Perms::READ, *len as usize, max_onesided)
+        }
+        OneSidedKind::Write { data } => {
+            check_access(target, remote, Perms::WRITE, data.len(), max_onesided)
+        }
+        OneSidedKind::Cas { .. } | OneSidedKind::Faa { .. } => {
+            check_atomic(target, remote, max_onesided)
+        }
+    }
+}
+
+/// The checks of every verb, in the order that decides which error a bad access gets:
+/// key, permission, size, bounds.
+#[inline(always)]
+fn check_access(
+    target: &Region,
+    remote: &RemoteAddr,
+    need: Perms,
+    len: usize,
+    max_onesided: usize,
+) -> Result<(), AccessError> {
     if remote.key != target.desc.key {
         return Err(AccessError::BadKey);
     }
-    let (need, len) = match kind {
-        OneSidedKind::Read { len, .. } => (Perms::READ, *len as usize),
-        OneSidedKind::Write { data } => (Perms::WRITE, data.len()),
-        OneSidedKind::Cas { .. } | OneSidedKind::Faa { .. } => (Perms::ATOMIC, 8),
-    };
     if !target.desc.perms.contains(need) {
         return Err(AccessError::NoPermission);
     }
@@ -30,9 +49,18 @@ pub fn check(
     if !target.mem.range_ok(remote.offset, len) {
         return Err(AccessError::OutOfBounds);
     }
-    if matches!(kind, OneSidedKind::Cas { .. } | OneSidedKind::Faa { .. })
-        && !remote.offset.is_multiple_of(8)
-    {
+    Ok(())
+}
+
+/// `check_access` for an 8-byte atomic, then its alignment.
+#[inline(always)]
+fn check_atomic(
+    target: &Region,
+    remote: &RemoteAddr,
+    max_onesided: usize,
+) -> Result<(), AccessError> {
+    check_access(target, remote, Perms::ATOMIC, 8, max_onesided)?;
+    if !remote.offset.is_multiple_of(8) {
         return Err(AccessError::Misaligned);
     }
     Ok(())
@@ -40,29 +68,40 @@ pub fn check(
 
 /// Checks and performs `kind` on `target`. For READ, `local` resolves the destination
 /// buffer on the initiator's node. Returns the old word for CAS/FAA, 0 otherwise.
-pub fn execute<'l>(
+///
+/// Generic over `local` (a `&dyn Fn` still fits) so that a backend's lookup is inlined:
+/// this runs once per operation.
+#[inline]
+pub fn execute<'l, L>(
     target: &Region,
     remote: &RemoteAddr,
     kind: &OneSidedKind<'_>,
     max_onesided: usize,
-    local: &dyn Fn(crate::types::RegionId) -> Option<&'l RegionMemory>,
-) -> Result<u64, AccessError> {
-    check(target, remote, kind, max_onesided)?;
+    local: &L,
+) -> Result<u64, AccessError>
+where
+    L: Fn(crate::types::RegionId) -> Option<&'l RegionMemory> + ?Sized,
+{
+    // One dispatch on the verb for both the checks and the operation.
     let mem = &target.mem;
     match *kind {
         OneSidedKind::Read { len, dest } => {
+            check_access(target, remote, Perms::READ, len as usize, max_onesided)?;
             let dst = local(dest.region).ok_or(AccessError::BadLocalBuffer)?;
-            if !dst.range_ok(dest.offset, len as usize) {
+            // `copy_from` checks both ranges and copies nothing if one is out; the
+            // source range was checked above, so a refusal is the destination's.
+            if !dst.copy_from(dest.offset, mem, remote.offset, len as usize) {
                 return Err(AccessError::BadLocalBuffer);
             }
-            dst.copy_from(dest.offset, mem, remote.offset, len as usize);
             Ok(0)
         }
         OneSidedKind::Write { data } => {
+            check_access(target, remote, Perms::WRITE, data.len(), max_onesided)?;
             mem.write(remote.offset, data);
             Ok(0)
         }
         OneSidedKind::Cas { expected, new } => {
+            check_atomic(target, remote, max_onesided)?;
             let w = mem.word(remote.offset).ok_or(AccessError::Misaligned)?;
             Ok(
                 match w.compare_exchange(expected, new, Ordering::SeqCst, Ordering::SeqCst) {
@@ -71,6 +110,7 @@ pub fn execute<'l>(
             )
         }
         OneSidedKind::Faa { add } => {
+            check_atomic(target, remote, max_onesided)?;
             let w = mem.word(remote.offset).ok_or(AccessError::Misaligned)?;
             Ok(w.fetch_add(add, Ordering::SeqCst))
         }

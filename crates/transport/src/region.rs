@@ -228,6 +228,7 @@ impl RegionMemory {
 
     /// Copies `len` bytes from `src` at `src_off` into `self` at `dst_off`, word by word,
     /// without an intermediate buffer (a READ landing in local registered memory).
+    #[inline]
     pub fn copy_from(&self, dst_off: u64, src: &RegionMemory, src_off: u64, len: usize) -> bool {
         if !self.range_ok(dst_off, len) || !src.range_ok(src_off, len) {
             return false;
@@ -240,15 +241,12 @@ impl RegionMemory {
             )
         };
         if (d as usize | s as usize | len).is_multiple_of(8) {
-            // The common case (aligned items): word to word, no bounce buffer.
-            for i in (0..len).step_by(8) {
-                // SAFETY: aligned and in bounds.
-                let (dw, sw) = unsafe {
-                    (
-                        &*(d.add(i) as *const AtomicU64),
-                        &*(s.add(i) as *const AtomicU64),
-                    )
-                };
+            // The common case (aligned items): word to word, no bounce buffer. Counted in
+            // words, not `step_by(8)` bytes, which costs twice the instructions per word.
+            let (d, s) = (d as *const AtomicU64, s as *const AtomicU64);
+            for i in 0..len / 8 {
+                // SAFETY: aligned and in bounds (word i ends at 8 * (i + 1) <= len).
+                let (dw, sw) = unsafe { (&*d.add(i), &*s.add(i)) };
                 dw.store(sw.load(Ordering::Acquire), Ordering::Release);
             }
             return true;

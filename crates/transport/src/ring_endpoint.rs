@@ -9,7 +9,6 @@ use crate::counters::{Counter, CounterSnapshot, Counters};
 use crate::ring::{self, RingProducer, RxBlock, RxConsumer};
 use crate::types::*;
 use crate::wait::Scope;
-use std::collections::VecDeque;
 use std::time::Duration;
 
 pub struct RingEndpoint {
@@ -20,7 +19,11 @@ pub struct RingEndpoint {
     /// Address of every sender index (avoids a division per received datagram).
     senders: Vec<EndpointAddr>,
     touched: Vec<usize>,
-    cq: VecDeque<Completion>,
+    /// The completion queue: entries `cq_head..` are not polled yet. A vector with a
+    /// head index rather than a `VecDeque`: pushing and draining in bulk costs fewer
+    /// instructions, and it is emptied whenever it is drained completely.
+    cq: Vec<Completion>,
+    cq_head: usize,
     /// This endpoint's own counters (only it writes them).
     pub counters: Counters,
     /// Whom a publish wakes: threads of this process, or processes sharing the ring.
@@ -40,7 +43,8 @@ impl RingEndpoint {
                 .map(|i| EndpointAddr::new((i / t) as NodeId, (i % t) as ThreadId))
                 .collect(),
             touched: Vec::new(),
-            cq: VecDeque::new(),
+            cq: Vec::new(),
+            cq_head: 0,
             counters: Counters::default(),
             scope,
         }
@@ -153,20 +157,34 @@ impl RingEndpoint {
         if result.is_err() {
             self.counters.add_owned(Counter::OnesidedErrors, 1);
         }
-        self.cq.extend(Completion::of(op, node, result));
+        if let Some(c) = Completion::of(op, node, result) {
+            self.cq.push(c);
+        }
         result.err()
     }
 
     /// `Endpoint::poll_cq`.
     pub fn poll_cq(&mut self, max: usize, out: &mut Vec<Completion>) -> usize {
-        let n = max.min(self.cq.len());
-        out.extend(self.cq.drain(..n));
+        let h = self.cq_head;
+        let n = max.min(self.cq.len() - h);
+        out.extend_from_slice(&self.cq[h..h + n]);
+        if h + n == self.cq.len() {
+            self.cq.clear();
+            self.cq_head = 0;
+        } else {
+            self.cq_head = h + n;
+            // A poller that never catches up must not grow the queue for good.
+            if self.cq_head >= 4096 {
+                self.cq.drain(..self.cq_head);
+                self.cq_head = 0;
+            }
+        }
         n
     }
 
     /// `Endpoint::wait`: parks until a datagram may be in the ring or `timeout` passes.
     pub fn wait(&mut self, timeout: Duration) {
-        if !self.cq.is_empty() {
+        if self.cq_head < self.cq.len() {
             return;
         }
         let ev = self.consumer.header().event.observe();

@@ -166,17 +166,23 @@ struct QueuedOp {
 
 /// One worker's operations. Reset when the worker queues the first operation of a
 /// new batch (`WorkerBatch::ops` is 0 then); `gen` tells late completions of an older
-/// batch apart.
+/// batch apart. Its WRITE payloads are in `OneSided::data`, apart, so that the post
+/// can borrow them while it updates the operations.
 #[derive(Default)]
 struct WorkerOps {
     gen: u32,
     ops: Vec<QueuedOp>,
-    /// WRITE payloads, copied at queue time (like inline data), so the caller's buffer
-    /// need not outlive the call.
-    data: Vec<u8>,
+    /// Signaled operations of the batch (what its flush waits for), and unsignaled
+    /// READs (the only operations whose scratch a next batch may have to keep): counted
+    /// as they are queued, so neither the flush nor the next batch scans for them.
+    signaled: u32,
+    unsignaled_reads: u32,
     /// Bytes of the worker's scratch slice taken: by this batch's READs, after those
     /// `held`.
     scratch_used: usize,
+    /// Length of the worker's scratch slice (0 if it has none): worked out when a batch
+    /// begins (and by `attach_scratch`), not per READ.
+    scratch_len: usize,
     /// Unsignaled READs of earlier batches not confirmed yet: (node, queue position,
     /// end of their range in the slice).
     held: Vec<(NodeId, u64, usize)>,
@@ -196,6 +202,9 @@ struct Scratch {
 pub(crate) struct OneSided {
     scratch: Option<Scratch>,
     workers: Vec<WorkerOps>,
+    /// Per worker: its batch's WRITE payloads, copied at queue time (like inline data),
+    /// so the caller's buffer need not outlive the call.
+    data: Vec<Vec<u8>>,
     /// Workers whose operations go out with this step's post, in flush order.
     to_post: Vec<u16>,
     list: Vec<OneSidedOp<'static>>,
@@ -221,6 +230,14 @@ const CQ_ROUNDS: usize = 4;
 fn recycle<'a, 'b>(mut v: Vec<OneSidedOp<'a>>) -> Vec<OneSidedOp<'b>> {
     v.clear();
     v.into_iter().map(|_| unreachable!()).collect()
+}
+
+/// The length of worker `id`'s slice of `scratch` (0 if none or it does not fit).
+fn slice_len(scratch: Option<&Scratch>, id: u16) -> usize {
+    match scratch {
+        Some(s) if (id as usize + 1) * s.per_worker <= s.region.mem.len() => s.per_worker,
+        _ => 0,
+    }
 }
 
 fn wr_id(gen: u32, worker: u16, idx: u16) -> u64 {
@@ -249,22 +266,34 @@ impl OneSided {
         let i = id as usize;
         if self.workers.len() <= i {
             self.workers.resize_with(i + 1, WorkerOps::default);
+            self.data.resize_with(i + 1, Vec::new);
         }
         let (w, confirmed) = (&mut self.workers[i], &self.confirmed);
-        let done = |node: NodeId, qseq: u64| confirmed[node as usize] >= qseq;
-        for o in &w.ops {
-            if let Verb::Read { len, at } = o.verb {
-                if !o.signaled && o.state == OpState::Posted && !done(o.remote.node, o.qseq) {
-                    w.held
-                        .push((o.remote.node, o.qseq, at as usize + len as usize));
+        // Usually there is nothing to keep: skip the scans.
+        if w.unsignaled_reads > 0 || !w.held.is_empty() {
+            let done = |node: NodeId, qseq: u64| confirmed[node as usize] >= qseq;
+            if w.unsignaled_reads > 0 {
+                for o in &w.ops {
+                    if let Verb::Read { len, at } = o.verb {
+                        if !o.signaled && o.state == OpState::Posted && !done(o.remote.node, o.qseq)
+                        {
+                            w.held
+                                .push((o.remote.node, o.qseq, at as usize + len as usize));
+                        }
+                    }
                 }
             }
+            w.held.retain(|&(n, q, _)| !done(n, q));
+            w.scratch_used = w.held.iter().map(|h| h.2).max().unwrap_or(0);
+        } else {
+            w.scratch_used = 0;
         }
-        w.held.retain(|&(n, q, _)| !done(n, q));
-        w.scratch_used = w.held.iter().map(|h| h.2).max().unwrap_or(0);
+        w.scratch_len = slice_len(self.scratch.as_ref(), id);
         w.gen = w.gen.wrapping_add(1);
         w.ops.clear();
-        w.data.clear();
+        w.signaled = 0;
+        w.unsignaled_reads = 0;
+        self.data[i].clear();
     }
 
     fn op(&self, worker: u16, h: OpHandle) -> Option<&QueuedOp> {
@@ -281,6 +310,9 @@ impl OneSided {
 
 impl State {
     /// Queues an operation of worker `id` (checked by the caller, except its phase).
+    /// Inlined into each `Ctx::queue_*`, where `verb` is known, so the matches on it
+    /// fold away.
+    #[inline(always)]
     fn queue_op(
         &mut self,
         id: u16,
@@ -298,28 +330,17 @@ impl State {
             Phase::Done => b.reset(),
             Phase::WaitCredit | Phase::InFlight => return Err(OneSidedError::FlushInProgress),
         }
-        let first = b.ops == 0;
         if b.ops == u16::MAX {
             return Err(OneSidedError::Invalid(AccessError::TooLarge));
         }
-        let scratch = self
-            .onesided
-            .scratch
-            .as_ref()
-            .map(|s| (s.per_worker, s.region.mem.len()));
-        if first {
+        if b.ops == 0 {
             self.onesided.begin_batch(id);
         }
         let w = &mut self.onesided.workers[id as usize];
         let verb = match verb {
             Verb::Read { len, .. } => {
-                // The worker's slice of the scratch region, if it has one.
-                let room = match scratch {
-                    Some((per, total)) if (id as usize + 1) * per <= total => {
-                        per.saturating_sub(w.scratch_used)
-                    }
-                    _ => 0,
-                };
+                // What is left of the worker's slice of the scratch region.
+                let room = w.scratch_len.saturating_sub(w.scratch_used);
                 if len as usize > room {
                     return Err(OneSidedError::NoScratch {
                         need: len as usize,
@@ -331,8 +352,9 @@ impl State {
                 Verb::Read { len, at }
             }
             Verb::Write { .. } => {
-                let off = w.data.len() as u32;
-                w.data.extend_from_slice(data);
+                let wd = &mut self.onesided.data[id as usize];
+                let off = wd.len() as u32;
+                wd.extend_from_slice(data);
                 Verb::Write {
                     off,
                     len: data.len() as u32,
@@ -341,6 +363,12 @@ impl State {
             v => v,
         };
         let idx = w.ops.len() as u16;
+        // Branches, not two flag additions, which the compiler vectorises (longer).
+        if signaled {
+            w.signaled += 1;
+        } else if matches!(verb, Verb::Read { .. }) {
+            w.unsignaled_reads += 1;
+        }
         w.ops.push(QueuedOp {
             remote,
             verb,
@@ -348,15 +376,14 @@ impl State {
             state: OpState::Queued,
             qseq: 0,
         });
-        self.workers.batches[id as usize].ops += 1;
+        b.ops += 1;
         Ok(OpHandle(idx))
     }
 
     /// Worker `id`'s flush sends its operations with this step's post; its batch waits
     /// for the signaled ones.
     pub(crate) fn flush_ops(&mut self, id: u16) {
-        let w = &self.onesided.workers[id as usize];
-        let signaled = w.ops.iter().filter(|o| o.signaled).count() as u32;
+        let signaled = self.onesided.workers[id as usize].signaled;
         self.workers.batches[id as usize].pending += signaled;
         self.onesided.to_post.push(id);
     }
@@ -373,52 +400,55 @@ impl State {
     /// Posts the operations flushed in this step with one doorbell.
     pub(crate) fn post_ops(&mut self, ep: &mut dyn Endpoint) {
         let os = &mut self.onesided;
-        // First their queue positions (for passive ACK) and the counters...
-        for &id in &os.to_post {
-            for o in os.workers[id as usize].ops.iter_mut() {
-                let n = o.remote.node as usize;
-                os.posted[n] += 1;
-                o.qseq = os.posted[n];
-                o.state = OpState::Posted;
-                if o.signaled {
-                    os.signaled_waiting += 1;
-                }
-                let c = match o.verb {
-                    Verb::Read { .. } => &mut self.stats.onesided_reads,
-                    Verb::Write { .. } => &mut self.stats.onesided_writes,
-                    Verb::Cas { .. } => &mut self.stats.onesided_cas,
-                    Verb::Faa { .. } => &mut self.stats.onesided_faa,
-                };
-                *c += 1;
-            }
-        }
-        // ...then the work requests, which borrow the WRITE payloads.
+        let stats = &mut self.stats;
         let (scratch, per) = os.scratch.as_ref().map_or((0, 0), |s| (s.id, s.per_worker));
         let mut list: Vec<OneSidedOp<'_>> = recycle(std::mem::take(&mut os.list));
+        // One pass: each operation's queue position (for passive ACK), the counters, and
+        // its work request, which borrows its WRITE payload from `os.data`.
         for &id in &os.to_post {
-            let w = &os.workers[id as usize];
-            for (i, o) in w.ops.iter().enumerate() {
+            let w = &mut os.workers[id as usize];
+            let data = &os.data[id as usize];
+            os.signaled_waiting += w.signaled as u64;
+            let gen = w.gen;
+            // `extend` over an exact-size iterator reserves once per worker.
+            list.extend(w.ops.iter_mut().enumerate().map(|(i, o)| {
+                let posted = &mut os.posted[o.remote.node as usize];
+                *posted += 1;
+                o.qseq = *posted;
+                o.state = OpState::Posted;
                 let kind = match o.verb {
-                    Verb::Read { len, at } => OneSidedKind::Read {
-                        len,
-                        dest: LocalBuf {
-                            region: scratch,
-                            offset: (id as usize * per) as u64 + at,
-                        },
-                    },
-                    Verb::Write { off, len } => OneSidedKind::Write {
-                        data: &w.data[off as usize..(off + len) as usize],
-                    },
-                    Verb::Cas { expected, new } => OneSidedKind::Cas { expected, new },
-                    Verb::Faa { add } => OneSidedKind::Faa { add },
+                    Verb::Read { len, at } => {
+                        stats.onesided_reads += 1;
+                        OneSidedKind::Read {
+                            len,
+                            dest: LocalBuf {
+                                region: scratch,
+                                offset: (id as usize * per) as u64 + at,
+                            },
+                        }
+                    }
+                    Verb::Write { off, len } => {
+                        stats.onesided_writes += 1;
+                        OneSidedKind::Write {
+                            data: &data[off as usize..(off + len) as usize],
+                        }
+                    }
+                    Verb::Cas { expected, new } => {
+                        stats.onesided_cas += 1;
+                        OneSidedKind::Cas { expected, new }
+                    }
+                    Verb::Faa { add } => {
+                        stats.onesided_faa += 1;
+                        OneSidedKind::Faa { add }
+                    }
                 };
-                list.push(OneSidedOp {
-                    wr_id: wr_id(w.gen, id, i as u16),
+                OneSidedOp {
+                    wr_id: wr_id(gen, id, i as u16),
                     remote: o.remote,
                     kind,
                     signaled: o.signaled,
-                });
-            }
+                }
+            }));
         }
         let r = ep.post(&list);
         os.list = recycle(list);
@@ -641,11 +671,17 @@ impl Runtime {
                 region.desc.node, st.me.node
             )));
         }
-        st.onesided.scratch = Some(Scratch {
+        let os = &mut st.onesided;
+        os.scratch = Some(Scratch {
             id: region.id(),
             region,
             per_worker,
         });
+        // Batches being built see the new slice at once, as when it was looked up per
+        // READ.
+        for (i, w) in os.workers.iter_mut().enumerate() {
+            w.scratch_len = slice_len(os.scratch.as_ref(), i as u16);
+        }
         Ok(())
     }
 }
