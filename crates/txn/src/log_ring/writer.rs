@@ -256,7 +256,7 @@ impl RingWriter {
     /// The head to send a truncation for at time `now_ns`, if one is due: none is out,
     /// no repair waits or is out (the replica applies what it truncates, so a void
     /// must land first), something is reclaimable, and either `urgent` (the ring is
-    /// full), enough records are, or half the ring is in use.
+    /// full), enough records are, or a quarter of the ring is in use.
     pub fn truncation_due(&self, urgent: bool, now_ns: u64) -> Option<u64> {
         if self.has_repairs() || self.repairs_out > 0 {
             return None;
@@ -264,7 +264,7 @@ impl RingWriter {
         let to = self.reclaimable();
         let due = urgent
             || self.since_truncate >= TRUNCATE_EVERY
-            || self.used() >= self.ring.ring_bytes / 2;
+            || self.used() >= self.ring.ring_bytes / 4;
         let out = self
             .truncating
             .is_some_and(|t| now_ns.saturating_sub(t) < TRUNCATION_LOST_NS);
@@ -355,7 +355,7 @@ mod tests {
         assert_eq!(
             w.truncation_due(false, 0),
             Some(384),
-            "half the ring is in use"
+            "more than a quarter of the ring is in use"
         );
         assert_eq!(w.truncation_due(true, 0), Some(384));
         w.truncation_sent(0);
