@@ -119,7 +119,7 @@ pub struct TxnThread {
     seq: Cell<u64>,
     pub stats: RefCell<TxnStats>,
     pub log: Rc<RefCell<log::LogReplica>>,
-    /// This thread's rings at its remote log replicas (`Log::Write`).
+    /// This thread's rings at the other nodes (`Log::Write`).
     pub(crate) rings: RefCell<log_ring::RingWriters>,
     /// Per node: ids of this thread's transactions installed everywhere, to piggyback on
     /// the next LOG request to that log replica.
