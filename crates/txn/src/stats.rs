@@ -237,6 +237,9 @@ pub struct LogRingStats {
     pub backup_applied: u64,
     pub backup_older: u64,
     pub backup_refused: u64,
+    /// Coordinator: end-of-run drains that gave up with records left (a replica that
+    /// did not answer; recovery's records).
+    pub drain_gave_up: u64,
 }
 
 impl LogRingStats {
@@ -256,6 +259,7 @@ impl LogRingStats {
         self.backup_applied += o.backup_applied;
         self.backup_older += o.backup_older;
         self.backup_refused += o.backup_refused;
+        self.drain_gave_up += o.drain_gave_up;
     }
 }
 

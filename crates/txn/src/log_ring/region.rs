@@ -32,7 +32,7 @@ pub const SUPERBLOCK: usize = 32;
 /// How big each ring is and how long a coordinator waits for room.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogRingConfig {
-    /// Bytes per ring: 1 MiB by default, about 220 TPC-C new-order records (4.6 KB on
+    /// Bytes per ring: 4 MiB by default, about 900 TPC-C new-order records (4.6 KB on
     /// average), so that a coordinator keeps logging for the several milliseconds a
     /// truncation's round trip takes when nodes share a core (sent every 32 records or
     /// at a quarter of a ring): with 256 KiB, tpcc-no under `drtm-r` waited for room in

@@ -17,7 +17,7 @@
 //!   at the failed replicas is voided by the ring's next flush.
 
 use crate::log_ring::format;
-use crate::log_ring::writer::{Repair, Reservation, RingWriter};
+use crate::log_ring::writer::{Repair, Reservation, RingWriter, TRUNCATION_LOST_NS};
 use crate::messages::{rtype, Ack, LogReq, RingTruncateReq, RingTruncateResp};
 use crate::policy;
 use crate::stats::AbortReason;
@@ -75,6 +75,9 @@ struct Unresolved<'a> {
     targets: &'a [NodeId],
     res: &'a [Reservation],
     ops: &'a [Op],
+    /// The flush's truncations: no answer will be read, so they are no longer out (one
+    /// that still executes later is behind the head by then, and changes nothing).
+    truncs: &'a [(usize, ReqHandle, u64)],
 }
 
 impl Unresolved<'_> {
@@ -103,6 +106,11 @@ impl Drop for Unresolved<'_> {
                 if let Some(w) = rings.at(r) {
                     w.repair_failed(rep);
                 }
+            }
+        }
+        for &(i, _, to) in self.truncs {
+            if let Some(w) = self.targets.get(i).and_then(|&r| rings.at(r)) {
+                w.truncation_acked(to, None);
             }
         }
     }
@@ -351,6 +359,7 @@ impl Txn<'_> {
             targets,
             res,
             ops,
+            truncs,
         };
         flush(ctx, ops).await;
         unresolved.defuse();
@@ -460,30 +469,34 @@ impl Txn<'_> {
     }
 }
 
-/// Flushes that release nothing before [`TxnThread::drain_rings`] gives up.
-const DRAIN_ATTEMPTS: u32 = 8;
+/// How long [`TxnThread::drain_rings`] goes on without progress before it gives up:
+/// longer than a truncation is taken to be out ([`TRUNCATION_LOST_NS`]).
+const DRAIN_PATIENCE_NS: u64 = 2 * TRUNCATION_LOST_NS;
 
 impl TxnThread {
     /// The end of this thread's run (its last worker returned, its installations
     /// done): every ring is truncated as far as its records are installed or voided,
     /// so the replicas apply the last records to their backup copies (what a run's
-    /// end compares). Gives up after [`DRAIN_ATTEMPTS`] flushes that release nothing
-    /// (a replica that does not answer): those records stay for recovery.
+    /// end compares). Gives up after [`DRAIN_PATIENCE_NS`] without progress (a replica
+    /// that does not answer): those records stay for recovery.
     pub(crate) async fn drain_rings(&self, ctx: &Ctx) {
         if self.cfg.policy.log != policy::Log::Write {
             return;
         }
-        let mut idle = 0;
-        while idle < DRAIN_ATTEMPTS {
+        let mut give_up = ctx.now_ns() + DRAIN_PATIENCE_NS;
+        while ctx.now_ns() < give_up {
             let targets = self.rings.borrow().undrained();
             if targets.is_empty() {
                 return;
             }
-            if !reclaim_where(ctx, self, &targets, |w| !w.drained()).await {
-                idle += 1;
+            if reclaim_where(ctx, self, &targets, |w| !w.drained()).await {
+                give_up = ctx.now_ns() + DRAIN_PATIENCE_NS;
+            } else {
+                // Nothing to send yet (a truncation is out): let it come back.
                 ctx.yield_now().await;
             }
         }
+        self.rings.borrow_mut().stats.drain_gave_up += 1;
     }
 }
 
@@ -532,6 +545,7 @@ async fn reclaim_with(
         targets,
         res: &[],
         ops,
+        truncs,
     };
     flush(ctx, ops).await;
     unresolved.defuse();
