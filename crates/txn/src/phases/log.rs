@@ -18,6 +18,7 @@
 
 use crate::log_ring::format;
 use crate::log_ring::writer::{Repair, Reservation, RingWriter, TRUNCATION_LOST_NS};
+use crate::log_ring::RingWriters;
 use crate::messages::{rtype, Ack, LogReq, RingTruncateReq, RingTruncateResp};
 use crate::policy;
 use crate::stats::AbortReason;
@@ -379,15 +380,7 @@ impl Txn<'_> {
                 None => {}
             }
         }
-        for &(i, h, to) in truncs.iter() {
-            let head = ctx.response(h, RingTruncateResp::ok_head).ok().flatten();
-            if rings
-                .at(targets[i])
-                .is_some_and(|w| w.truncation_acked(to, head))
-            {
-                rings.stats.truncations_acked += 1;
-            }
-        }
+        truncations_answered(ctx, &mut rings, targets, truncs);
         for (i, (&r, res)) in targets.iter().zip(res.iter()).enumerate() {
             let Some(w) = rings.at(r) else { continue };
             if failed & (1 << i) != 0 {
@@ -563,15 +556,27 @@ async fn reclaim_with(
             }
         }
     }
-    for &(i, h, to) in truncs.iter() {
+    progress | truncations_answered(ctx, &mut rings, targets, truncs)
+}
+
+/// Reads the answers to a flush's truncations (target, request, head asked) into the
+/// rings; returns whether one released space.
+fn truncations_answered(
+    ctx: &Ctx,
+    rings: &mut RingWriters,
+    targets: &[NodeId],
+    truncs: &[(usize, ReqHandle, u64)],
+) -> bool {
+    let mut released = false;
+    for &(i, h, to) in truncs {
         let head = ctx.response(h, RingTruncateResp::ok_head).ok().flatten();
         if rings
             .at(targets[i])
             .is_some_and(|w| w.truncation_acked(to, head))
         {
             rings.stats.truncations_acked += 1;
-            progress = true;
+            released = true;
         }
     }
-    progress
+    released
 }
