@@ -1,9 +1,16 @@
-//! # ambidex-cluster (not built yet)
+//! # ambidex-cluster: configurations, placement, leases and membership
 //!
-//! Membership, configuration epochs, leases and recovery (DESIGN.md "Cluster and
-//! recovery") are a later issue; nothing here runs today. What exists below it: the
-//! transport stamps an epoch on every datagram and drops datagrams whose epoch differs
-//! from its own, but nothing ever changes the epoch (it is fixed at start-up), so no
-//! traffic is "stale" yet; and the RPC runtime reports destinations it suspects
-//! (`Runtime::take_suspects`), which only make the waiting transactions abort: no
-//! component acts on a suspicion. One dead node stops a run.
+//! DESIGN.md "Cluster and recovery". What is built:
+//!
+//! - [`placement`]: keys hash to a fixed set of partitions; each partition has a
+//!   replica list (primary first) that changes only with a new configuration: a
+//!   failed node's backups are promoted and new backups added, a rejoining node is
+//!   added as a backup.
+//! - [`config`]: a [`Configuration`] (epoch, incarnations, placement) and the
+//!   [`ConfigCell`] a node's threads share it through.
+
+pub mod config;
+pub mod placement;
+
+pub use config::{ConfigCell, ConfigView, Configuration};
+pub use placement::{Placement, PlacementError, MAX_NODES};

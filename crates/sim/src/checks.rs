@@ -196,9 +196,7 @@ pub fn replica_consistency(
         }
         for (key, copies) in &by_key {
             let p = placement.primary(table, *key);
-            let want: Vec<NodeId> = (0..placement.replication)
-                .map(|i| placement.replica(table, *key, i))
-                .collect();
+            let want = placement.replicas(table, *key);
             for c in copies.iter().filter(|c| !want.contains(&c.0)) {
                 pr.add(|| {
                     format!(
@@ -353,7 +351,7 @@ mod tests {
         let dbs: Vec<Arc<NodeDb>> = fabric
             .nodes()
             .iter()
-            .map(|n| NodeDb::new(&**n, p, std::slice::from_ref(&spec)).unwrap())
+            .map(|n| NodeDb::new(&**n, p.clone(), std::slice::from_ref(&spec)).unwrap())
             .collect();
         for k in 0..10u64 {
             for db in &dbs {
@@ -412,7 +410,7 @@ mod tests {
     fn a_diverged_backup_is_reported() {
         let (dbs, p) = cluster();
         let key = 3;
-        let backup = p.replica(T, key, 1);
+        let backup = p.replicas(T, key)[1];
         assert!(actions::apply_backup(
             &dbs[backup as usize],
             77,
@@ -470,7 +468,7 @@ mod tests {
         let (dbs, p) = cluster();
         let d0 = Dump::of(&dbs, &[T]).digest();
         assert_eq!(d0, Dump::of(&dbs, &[T]).digest());
-        let b = p.replica(T, 1, 2);
+        let b = p.replicas(T, 1)[2];
         actions::apply_backup(&dbs[b as usize], 1, &write(1, 1, &[1, 0, 0, 0, 0, 0, 0, 1]));
         assert_ne!(d0, Dump::of(&dbs, &[T]).digest());
     }

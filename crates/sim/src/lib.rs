@@ -222,7 +222,7 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
     if !(1..=64).contains(&c) {
         return Err(format!("coroutines must be 1..=64, not {c}"));
     }
-    Placement::new(nodes, cfg.cluster.replication)?;
+    Placement::new(nodes, cfg.cluster.replication).map_err(|e| e.to_string())?;
     if cfg.sim.steps > 100_000_000 {
         return Err(format!(
             "steps must be at most 100000000, not {}",
@@ -626,7 +626,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     // The network first: every node's tables live in regions registered on it, and the
     // nodes learn each other's descriptors directly (the catalog).
     let transports: Vec<SharedNode> = (0..nodes).map(|n| net.node(n)).collect();
-    let dbs = load(&*wl, placement, &transports, seed, cfg.sim.steps)?;
+    let dbs = load(&*wl, placement.clone(), &transports, seed, cfg.sim.steps)?;
     let tables: Vec<u32> = wl.tables().iter().map(|t| t.id).collect();
 
     let mut setup = SmallRng::seed_from_u64(mix(seed, 0x5e70));

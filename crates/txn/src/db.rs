@@ -11,7 +11,7 @@
 //! not collected yet (their number is bounded by the keys ever inserted).
 
 use crate::log_ring::{LogRegion, LogRingConfig};
-use crate::placement::Placement;
+use ambidex_cluster::{ConfigCell, Configuration, Placement};
 use ambidex_store::layout::MAGIC;
 use ambidex_store::{
     Catalog, Header, LocationCache, LockOwner, LogRegionDesc, Table, TableConfig, TableDesc,
@@ -40,7 +40,11 @@ pub struct TableSpec {
 
 pub struct NodeDb {
     pub node: NodeId,
-    pub placement: Placement,
+    /// The configuration this node runs in (its placement changes with the epoch).
+    config: ConfigCell,
+    /// Node ids of the cluster and copies per key (fixed for its life).
+    nodes: u16,
+    replication: u16,
     tables: Vec<Option<(TableSpec, Table)>>,
     /// Every node's table descriptors, set once at start-up ([`NodeDb::set_catalog`]).
     catalog: OnceLock<Catalog>,
@@ -106,11 +110,28 @@ impl NodeDb {
         specs: &[TableSpec],
         rings: LogRingConfig,
     ) -> Result<Arc<NodeDb>, String> {
+        let config = Configuration {
+            epoch: transport.config().epoch,
+            incarnations: vec![1; placement.nodes() as usize],
+            placement,
+        };
+        Self::with_config(transport, config, specs, rings)
+    }
+
+    /// The database of `transport`'s node running in `config` (its epoch is the
+    /// transport's, and the node one of its members).
+    pub fn with_config(
+        transport: &dyn NodeTransport,
+        config: Configuration,
+        specs: &[TableSpec],
+        rings: LogRingConfig,
+    ) -> Result<Arc<NodeDb>, String> {
         let node = transport.node();
-        if placement.nodes > LockOwner::MAX_NODES {
+        let placement = &config.placement;
+        if placement.nodes() > LockOwner::MAX_NODES {
             return Err(format!(
                 "{} nodes: lock words name at most {} nodes",
-                placement.nodes,
+                placement.nodes(),
                 LockOwner::MAX_NODES
             ));
         }
@@ -148,14 +169,17 @@ impl NodeDb {
             .iter()
             .map(|s| s.capacity_per_node)
             .sum::<usize>()
-            .saturating_mul(placement.nodes.saturating_sub(1) as usize);
+            .saturating_mul(placement.nodes().saturating_sub(1) as usize);
         let cache_entries = remote_keys.clamp(LOCATION_CACHE_MIN, LOCATION_CACHE_MAX);
-        let log_region = LogRegion::create(transport, placement, &rings)?;
+        let (nodes, replication) = (placement.nodes(), placement.replication());
+        let log_region = LogRegion::create(transport, nodes, replication, &rings)?;
         Ok(Arc::new(NodeDb {
             log_region,
             log_ring_config: rings,
             node,
-            placement,
+            config: ConfigCell::new(config),
+            nodes,
+            replication,
             location_cache: LocationCache::new(cache_entries),
             tables,
             catalog: OnceLock::new(),
@@ -163,6 +187,26 @@ impl NodeDb {
             verified: Mutex::new(None),
             bad_requests: AtomicU64::new(0),
         }))
+    }
+
+    /// The configuration this node runs in, shared by its threads.
+    pub fn config(&self) -> &ConfigCell {
+        &self.config
+    }
+
+    /// The current placement.
+    pub fn placement(&self) -> Placement {
+        self.config.with(|c| c.placement.clone())
+    }
+
+    /// Node ids of the cluster (`0..nodes`; fixed for its life).
+    pub fn nodes(&self) -> u16 {
+        self.nodes
+    }
+
+    /// Copies every key should have.
+    pub fn replication(&self) -> u16 {
+        self.replication
     }
 
     /// The descriptors of this node's tables, by table id.
@@ -191,7 +235,7 @@ impl NodeDb {
 
     /// The catalog of a cluster whose every node's database is in `dbs` (in process).
     pub fn catalog_of(dbs: &[Arc<NodeDb>]) -> Result<Catalog, String> {
-        let nodes = dbs.first().map_or(0, |d| d.placement.nodes);
+        let nodes = dbs.first().map_or(0, |d| d.nodes);
         let mut cat = Catalog::new(nodes);
         for db in dbs {
             cat.extend(db.table_descs())
@@ -207,12 +251,12 @@ impl NodeDb {
         // Every descriptor is checked already: a `Catalog` is built only by filing
         // (`Catalog::insert`), and one from another process is filed again when it is
         // deserialized.
-        if cat.nodes() != self.placement.nodes {
+        if cat.nodes() != self.nodes {
             return Err(format!(
                 "node {}: a catalog of {} nodes for a cluster of {}",
                 self.node,
                 cat.nodes(),
-                self.placement.nodes
+                self.nodes
             ));
         }
         let mine = self.table_descs();
@@ -409,7 +453,10 @@ impl NodeDb {
 
     /// Stores `value` for `key` if this node holds a copy of it; returns whether it did.
     pub fn load(&self, table: u32, key: u64, value: &[u8]) -> Result<bool, String> {
-        if !self.placement.stores(self.node, table, key) {
+        if !self
+            .config
+            .with(|c| c.placement.stores(self.node, table, key))
+        {
             return Ok(false);
         }
         let (spec, t) = self
@@ -459,15 +506,14 @@ mod tests {
 
     #[test]
     fn more_nodes_than_lock_words_can_name_is_an_error() {
-        let p = |n| Placement::new(n, 1).unwrap();
+        // Placements refuse them, so a database is never built for them.
+        assert_eq!(ambidex_cluster::MAX_NODES, LockOwner::MAX_NODES);
         let f =
             ambidex_transport::local::LocalFabric::new(ambidex_transport::ClusterConfig::new(1, 1))
                 .unwrap();
         let t = &*f.nodes()[0];
-        assert!(NodeDb::new(t, p(LockOwner::MAX_NODES), &[]).is_ok());
-        let e = NodeDb::new(t, p(LockOwner::MAX_NODES + 1), &[])
-            .err()
-            .expect("65 nodes accepted");
-        assert!(e.contains("lock words"), "{e}");
+        let p = Placement::new(LockOwner::MAX_NODES, 1).unwrap();
+        assert!(NodeDb::new(t, p, &[]).is_ok());
+        assert!(Placement::new(LockOwner::MAX_NODES + 1, 1).is_err());
     }
 }

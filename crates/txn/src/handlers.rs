@@ -17,6 +17,7 @@ use crate::messages::{
     RespBuf, RingTruncateReq, RingTruncateResp, Status, TruncateReq, UnlockReq, ValidateReq,
     ValidateResp,
 };
+use ambidex_cluster::{ConfigView, Placement};
 use ambidex_rpc::{RequestInfo, Runtime};
 use ambidex_store::LockOwner;
 use ambidex_transport::EndpointAddr;
@@ -26,7 +27,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Registers every transaction handler on `rt`.
-pub fn register(rt: &mut Runtime, db: Arc<NodeDb>, log: Rc<RefCell<LogReplica>>) {
+pub fn register(
+    rt: &mut Runtime,
+    db: Arc<NodeDb>,
+    view: Rc<ConfigView>,
+    log: Rc<RefCell<LogReplica>>,
+) {
     let d = db.clone();
     rt.register(rtype::READ, move |_, req, resp| read(&d, req, resp));
     let d = db.clone();
@@ -53,7 +59,15 @@ pub fn register(rt: &mut Runtime, db: Arc<NodeDb>, log: Rc<RefCell<LogReplica>>)
     });
     let d = db.clone();
     rt.register(rtype::RING_TRUNCATE, move |i: &RequestInfo, req, resp| {
-        truncate_ring(&d, &mut log.borrow_mut(), i.src, req, resp)
+        let config = view.get(d.config());
+        truncate_ring(
+            &d,
+            &config.placement,
+            &mut log.borrow_mut(),
+            i.src,
+            req,
+            resp,
+        )
     });
     let d = db.clone();
     rt.register(rtype::COMMIT_BACKUP, move |_, req, resp| {
@@ -176,6 +190,7 @@ pub fn truncate<R: RespBuf>(db: &NodeDb, log: &mut LogReplica, req: &[u8], resp:
 /// torn or missing slot, and the response says where it is.
 pub fn truncate_ring<R: RespBuf>(
     db: &NodeDb,
+    placement: &Placement,
     log: &mut LogReplica,
     src: EndpointAddr,
     req: &[u8],
@@ -192,8 +207,8 @@ pub fn truncate_ring<R: RespBuf>(
     let mut apply = |rec: &[u8]| {
         let (txn, writes) = format::accepted_writes(rec);
         for w in writes {
-            if db.placement.primary(w.table, w.key) == db.node
-                || !db.placement.stores(db.node, w.table, w.key)
+            if placement.primary(w.table, w.key) == db.node
+                || !placement.stores(db.node, w.table, w.key)
             {
                 continue;
             }

@@ -6,8 +6,9 @@
 //! Table 4, with the presets `fasst`, `farm`, `drtm-r` and `drtm-h`
 //! (`docs/transactions.md` has the design).
 //!
-//! - [`placement`]: a key's primary is a hash of (table, key) over the nodes; its backups
-//!   are the next R−1 nodes.
+//! - placement (`ambidex_cluster`): a key hashes to a partition, whose replica list
+//!   (primary first) the configuration gives; each thread caches its node's
+//!   configuration and each transaction runs in one.
 //! - [`db`]: one node's share of every table, in the store.
 //! - [`actions`]: what the protocol does to one item (read, lock, check a version,
 //!   install, release), shared by the coordinator's local path and the handlers.
@@ -45,21 +46,21 @@ pub mod log_ring;
 pub mod messages;
 mod onesided;
 pub mod phases;
-pub mod placement;
 pub mod policy;
 pub mod runner;
 pub mod stats;
 pub mod txn;
 
+pub use ambidex_cluster::{Configuration, Placement};
 /// The owner a lock word names (re-exported from the store for users of the actions).
 pub use ambidex_store::LockOwner;
 pub use db::{NodeDb, TableSpec};
 pub use messages::WriteKind;
-pub use placement::Placement;
 pub use policy::{Policy, PolicyError};
 pub use stats::{AbortReason, Phase, TxnStats};
 pub use txn::{Committed, ItemId, Txn};
 
+use ambidex_cluster::ConfigView;
 use ambidex_rpc::{Ctx, Runtime};
 use ambidex_transport::{NodeId, ThreadId};
 use std::cell::{Cell, RefCell};
@@ -114,6 +115,8 @@ pub trait HistorySink {
 pub struct TxnThread {
     pub db: Arc<NodeDb>,
     pub cfg: TxnConfig,
+    /// This thread's copy of its node's configuration (shared with its handlers).
+    pub(crate) view: Rc<ConfigView>,
     node: NodeId,
     thread: ThreadId,
     seq: Cell<u64>,
@@ -162,7 +165,8 @@ impl TxnThread {
     /// nodes than fit): a configuration error found at set-up, before any traffic.
     pub fn install(rt: &mut Runtime, db: Arc<NodeDb>, cfg: TxnConfig) -> Rc<TxnThread> {
         let log = Rc::new(RefCell::new(log::LogReplica::default()));
-        handlers::register(rt, db.clone(), log.clone());
+        let view = Rc::new(ConfigView::new(db.config()));
+        handlers::register(rt, db.clone(), view.clone(), log.clone());
         let addr = rt.addr();
         if let Err(e) = LockOwner::new(db.node, addr.thread, 0) {
             panic!("cannot install the transaction layer: {e}");
@@ -170,7 +174,8 @@ impl TxnThread {
         Rc::new(TxnThread {
             node: db.node,
             thread: addr.thread,
-            truncations: RefCell::new(vec![Vec::new(); db.placement.nodes as usize]),
+            truncations: RefCell::new(vec![Vec::new(); db.nodes() as usize]),
+            view,
             db,
             cfg,
             seq: Cell::new(0),
@@ -187,6 +192,12 @@ impl TxnThread {
             commit_image: RefCell::new(onesided::CommitImage::default()),
             committer: RefCell::new(committer::CommitQueue::default()),
         })
+    }
+
+    /// The configuration this thread runs in now.
+    #[inline]
+    pub fn config(&self) -> Rc<Configuration> {
+        self.view.get(self.db.config())
     }
 
     /// A lock owner for a new transaction: a free slot of this thread. When none is free
@@ -327,7 +338,8 @@ impl TxnThread {
             return;
         }
         let mut t = self.truncations.borrow_mut();
-        for r in self.db.placement.log_replicas(self.node).skip(1) {
+        let config = self.config();
+        for r in config.placement.log_replicas(self.node).skip(1) {
             t[r as usize].push(id);
         }
     }

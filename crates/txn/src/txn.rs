@@ -15,6 +15,7 @@ use crate::phases::commit::CommitJob;
 use crate::policy::PassiveAck;
 use crate::stats::{AbortReason, Phase, PhaseMap};
 use crate::TxnThread;
+use ambidex_cluster::Configuration;
 use ambidex_rpc::{Ctx, ReqHandle};
 use ambidex_store::LockOwner;
 use ambidex_transport::NodeId;
@@ -97,6 +98,8 @@ pub struct Txn<'c> {
     pub(crate) ctx: &'c Ctx,
     pub(crate) th: Rc<TxnThread>,
     pub(crate) id: u64,
+    /// The configuration the transaction runs in (its thread's at begin).
+    pub(crate) config: Rc<Configuration>,
     /// Who holds this transaction's locks (its slot is its own while it lives).
     pub(crate) owner: LockOwner,
     /// False if the slot is shared (more live transactions than slots), or retired: a
@@ -128,6 +131,7 @@ impl<'c> Txn<'c> {
             ctx,
             th: th.clone(),
             id: th.next_id(),
+            config: th.config(),
             owner,
             own_slot,
             items: std::mem::take(&mut bufs.items),
@@ -169,7 +173,7 @@ impl<'c> Txn<'c> {
             }
             return i;
         }
-        let home = self.th.db.placement.primary(table, key);
+        let home = self.config.placement.primary(table, key);
         self.items.push(Item {
             table,
             key,
@@ -438,6 +442,7 @@ impl<'c> Txn<'c> {
     pub(crate) fn take_job(&mut self) -> CommitJob {
         CommitJob {
             id: self.id,
+            config: self.config.clone(),
             owner: self.owner,
             own_slot: self.own_slot,
             items: std::mem::take(&mut self.items),

@@ -42,15 +42,17 @@ fn run_one_coroutine_per_node(c: &TestCluster, worker: Worker) -> runner::RunRes
 #[test]
 fn dropped_transactions_leak_no_locks() {
     let c = loaded_cluster();
-    let placement = c.placement;
+    let placement = c.placement.clone();
     let dropped_with_locks = Arc::new(AtomicUsize::new(0));
     // Counts every way a lock outlived its dropped transaction's promise (asserted after
     // the run: a panic inside a worker would stall the cluster instead of failing).
     let held_after_drop = Arc::new(AtomicUsize::new(0));
     let (dw, hd) = (dropped_with_locks.clone(), held_after_drop.clone());
     let dbs = c.dbs.clone();
+    let wp = placement.clone();
     let worker: Worker = Arc::new(move |w: WorkerCtx| {
         let (dw, hd, dbs) = (dw.clone(), hd.clone(), dbs.clone());
+        let placement = wp.clone();
         Box::pin(async move {
             let me = w.node;
             let local = (0..KEYS).find(|&k| placement.primary(T, k) == me).unwrap();
@@ -115,12 +117,13 @@ fn dropped_transactions_leak_no_locks() {
 #[test]
 fn a_slot_with_a_lock_in_flight_is_never_reused() {
     let c = loaded_cluster();
-    let placement = c.placement;
+    let placement = c.placement.clone();
     let reused = Arc::new(AtomicUsize::new(0));
     let checked = Arc::new(AtomicUsize::new(0));
     let (ru, ck) = (reused.clone(), checked.clone());
     let worker: Worker = Arc::new(move |w: WorkerCtx| {
         let (ru, ck) = (ru.clone(), ck.clone());
+        let placement = placement.clone();
         Box::pin(async move {
             if w.node != 0 {
                 return;

@@ -412,7 +412,7 @@ fn ring_truncations_are_checked_and_move_only_the_senders_ring() {
     let mut log = LogReplica::default();
     let truncate = |log: &mut LogReplica, src, req: &[u8]| {
         let mut resp = Vec::new();
-        handlers::truncate_ring(&db, log, src, req, &mut resp);
+        handlers::truncate_ring(&db, &db.placement(), log, src, req, &mut resp);
         resp
     };
     // Malformed, or from a node that does not log here (node 1 itself), or from a

@@ -736,7 +736,7 @@ fn bad_ring_sizes_are_clear_errors() {
             ring_bytes,
             ..Default::default()
         };
-        let e = NodeDb::with_log_rings(&*f.nodes()[0], p, &[], rings)
+        let e = NodeDb::with_log_rings(&*f.nodes()[0], p.clone(), &[], rings)
             .err()
             .expect("a bad ring size accepted");
         assert!(e.contains("log rings of"), "{e}");

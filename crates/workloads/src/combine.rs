@@ -60,13 +60,13 @@ pub struct NodeReport {
     pub remote_tables_verified: u64,
 }
 
-/// An order-independent digest of the rows of `table` whose primary is `primary`, as
-/// stored on one node (the primary itself or one of its backups). Deletes count (as
-/// their tombstones); keys that never existed do not.
+/// An order-independent digest of the rows of `table` in placement partition
+/// `partition`, as stored on one node (its primary or one of its backups). Deletes count
+/// (as their tombstones); keys that never existed do not.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaDigest {
     pub table: u32,
-    pub primary: u16,
+    pub partition: u32,
     pub rows: u64,
     /// Wrapping sum of a 64-bit hash of (key, transaction version, value) per row.
     pub sum: u64,
@@ -88,7 +88,8 @@ fn row_hash(key: u64, meta: u64, value: &[u8]) -> u64 {
 
 /// The digests of every table of `db` (after a run, on the quiescent node).
 pub fn replica_digests<W: Workload>(wl: &W, db: &NodeDb) -> Vec<ReplicaDigest> {
-    let mut map: BTreeMap<(u32, u16), ReplicaDigest> = BTreeMap::new();
+    let placement = db.placement();
+    let mut map: BTreeMap<(u32, u32), ReplicaDigest> = BTreeMap::new();
     for spec in wl.tables() {
         for (key, meta, value) in db.dump(spec.id) {
             // A version-0 tombstone is a key that never existed: an aborted insert leaves
@@ -96,10 +97,10 @@ pub fn replica_digests<W: Workload>(wl: &W, db: &NodeDb) -> Vec<ReplicaDigest> {
             if meta == ambidex_txn::db::TOMBSTONE {
                 continue;
             }
-            let primary = db.placement.primary(spec.id, key);
-            let d = map.entry((spec.id, primary)).or_insert(ReplicaDigest {
+            let partition = placement.partition(spec.id, key);
+            let d = map.entry((spec.id, partition)).or_insert(ReplicaDigest {
                 table: spec.id,
-                primary,
+                partition,
                 ..Default::default()
             });
             d.rows += 1;
@@ -298,7 +299,7 @@ fn combine<W: Workload>(
         Err(violations.join("; "))
     } else {
         wl.check_combine(&parts).and_then(|summary| {
-            let replicas = compare_replicas(&reports, placement)?;
+            let replicas = compare_replicas(&reports, &placement)?;
             Ok(match summary {
                 serde_json::Value::Object(mut m) => {
                     m.insert("replica_rows_compared".into(), replicas.into());
@@ -377,56 +378,53 @@ fn plausible(r: &NodeReport) -> Result<(), String> {
 
 /// Every backup holds exactly its primary's rows (same keys, versions and values) once
 /// the cluster is quiescent. Returns the backup rows compared.
-fn compare_replicas(reports: &[NodeReport], placement: Placement) -> Result<u64, String> {
-    // (table, primary) -> per holding node, its digest.
-    let mut groups: BTreeMap<(u32, u16), BTreeMap<u16, ReplicaDigest>> = BTreeMap::new();
+fn compare_replicas(reports: &[NodeReport], placement: &Placement) -> Result<u64, String> {
+    // (table, partition) -> per holding node, its digest.
+    let mut groups: BTreeMap<(u32, u32), BTreeMap<u16, ReplicaDigest>> = BTreeMap::new();
     for r in reports {
         for d in &r.replica_digests {
             groups
-                .entry((d.table, d.primary))
+                .entry((d.table, d.partition))
                 .or_default()
                 .insert(r.node, *d);
         }
     }
     let mut compared = 0u64;
-    for ((table, primary), holders) in &groups {
-        let reference = holders.get(primary).copied().unwrap_or(ReplicaDigest {
+    for ((table, partition), holders) in &groups {
+        if *partition >= placement.partitions() {
+            return Err(format!(
+                "a node reports rows of partition {partition}, of {} partitions",
+                placement.partitions()
+            ));
+        }
+        let replicas = placement.replicas_of(*partition);
+        let primary = replicas[0];
+        let missing = |_: u16| ReplicaDigest {
             table: *table,
-            primary: *primary,
+            partition: *partition,
             ..Default::default()
-        });
-        for i in 1..placement.replication {
-            let b = ((*primary as u32 + i as u32) % placement.nodes as u32) as u16;
-            let got = holders.get(&b).copied().unwrap_or(ReplicaDigest {
-                table: *table,
-                primary: *primary,
-                ..Default::default()
-            });
+        };
+        let reference = holders.get(&primary).copied().unwrap_or(missing(primary));
+        for &b in &replicas[1..] {
+            let got = holders.get(&b).copied().unwrap_or(missing(b));
             if got != reference {
                 return Err(format!(
-                    "replicas differ: table {table}, primary node {primary} has {} rows \
-                     (digest {:#x}), its backup node {b} has {} rows (digest {:#x})",
+                    "replicas differ: table {table}, partition {partition}: primary node \
+                     {primary} has {} rows (digest {:#x}), its backup node {b} has {} rows \
+                     (digest {:#x})",
                     reference.rows, reference.sum, got.rows, got.sum
                 ));
             }
             compared += got.rows;
         }
-        if let Some(extra) = holders
-            .keys()
-            .find(|&&n| !placement_holds(placement, *primary, n))
-        {
+        if let Some(extra) = holders.keys().find(|n| !replicas.contains(n)) {
             return Err(format!(
-                "node {extra} stores rows of table {table} whose primary is node {primary}, \
-                 but it is not one of their replicas"
+                "node {extra} stores rows of table {table}, partition {partition}, but is \
+                 not one of its replicas {replicas:?}"
             ));
         }
     }
     Ok(compared)
-}
-
-fn placement_holds(p: Placement, primary: u16, node: u16) -> bool {
-    let d = (node as u32 + p.nodes as u32 - primary as u32) % p.nodes as u32;
-    d < p.replication as u32
 }
 
 // Node reports carry `RpcStats` (serde) and `TxnStats` as JSON. `TxnStats` keys its
@@ -678,11 +676,12 @@ mod tests {
     #[test]
     fn replica_comparison_finds_a_diverging_backup() {
         let p = Placement::new(3, 2).unwrap();
-        let d = |node: u16, table: u32, primary: u16, rows: u64, sum: u64| NodeReport {
+        // Partition 0 is on nodes 0 and 1; partition 2 on 2 and 0.
+        let d = |node: u16, table: u32, partition: u32, rows: u64, sum: u64| NodeReport {
             node,
             replica_digests: vec![ReplicaDigest {
                 table,
-                primary,
+                partition,
                 rows,
                 sum,
             }],
@@ -690,12 +689,12 @@ mod tests {
         };
         // Node 0's rows are backed up on node 1.
         let ok = [d(0, 1, 0, 5, 77), d(1, 1, 0, 5, 77), d(2, 9, 2, 0, 0)];
-        assert_eq!(compare_replicas(&ok, p), Ok(5));
+        assert_eq!(compare_replicas(&ok, &p), Ok(5));
         let bad = [d(0, 1, 0, 5, 77), d(1, 1, 0, 5, 78), d(2, 9, 2, 0, 0)];
-        assert!(compare_replicas(&bad, p)
+        assert!(compare_replicas(&bad, &p)
             .unwrap_err()
             .contains("backup node 1"));
         let stray = [d(0, 1, 0, 5, 77), d(1, 1, 0, 5, 77), d(2, 1, 0, 1, 1)];
-        assert!(compare_replicas(&stray, p).unwrap_err().contains("node 2"));
+        assert!(compare_replicas(&stray, &p).unwrap_err().contains("node 2"));
     }
 }

@@ -137,7 +137,8 @@ pub fn primary_rows(dbs: &[Arc<NodeDb>], table: u32) -> Vec<(u64, Vec<u8>)> {
     let mut out = Vec::new();
     for db in dbs {
         for (key, meta, value) in db.dump(table) {
-            if meta & ambidex_txn::db::TOMBSTONE == 0 && db.placement.primary(table, key) == db.node
+            if meta & ambidex_txn::db::TOMBSTONE == 0
+                && db.placement().primary(table, key) == db.node
             {
                 out.push((key, value));
             }
@@ -250,7 +251,7 @@ pub fn worker_seed(seed: u64, node: u16, thread: u16, coroutine: usize) -> u64 {
 /// Keys (and primaries and backups) a node stores if `total` keys are spread by hash:
 /// `total · R / nodes` plus slack for the hash's unevenness.
 pub fn per_node_capacity(total: u64, p: &Placement) -> usize {
-    let share = total as f64 * p.replication as f64 / p.nodes as f64;
+    let share = total as f64 * p.replication() as f64 / p.nodes() as f64;
     (share * 1.1 + 1024.0) as usize
 }
 

@@ -205,17 +205,20 @@ pub fn dispatch<R>(cfg: &Config, v: impl WorkloadVisitor<R>) -> Result<R, String
     let threads = cfg.cluster.threads;
     match cfg.run.workload {
         WorkloadKind::ObjectStore => {
-            let wl = objstore::ObjectStore::new(placement, threads, scale, cfg.objstore())?;
+            let wl = objstore::ObjectStore::new(placement.clone(), threads, scale, cfg.objstore())?;
             v.visit(Arc::new(wl), placement)
         }
-        WorkloadKind::Tatp => v.visit(Arc::new(tatp::Tatp::new(placement, scale)), placement),
+        WorkloadKind::Tatp => v.visit(
+            Arc::new(tatp::Tatp::new(placement.clone(), scale)),
+            placement,
+        ),
         WorkloadKind::SmallBank => v.visit(
-            Arc::new(smallbank::SmallBank::new(placement, threads, scale)),
+            Arc::new(smallbank::SmallBank::new(placement.clone(), threads, scale)),
             placement,
         ),
         WorkloadKind::Tpcc | WorkloadKind::TpccNo => {
             let p = tpcc::TpccParams::new(
-                placement,
+                placement.clone(),
                 threads,
                 scale,
                 cfg.run.workload == WorkloadKind::TpccNo,
@@ -279,7 +282,7 @@ fn run_all<W: Workload>(
         let t0 = Instant::now();
         let dbs = build_and_load(
             &*wl,
-            placement,
+            placement.clone(),
             &cluster.nodes,
             cfg.run.seed,
             cfg.run.progress,

@@ -38,10 +38,10 @@ pub fn build_and_load_node<W: Workload>(
     progress: bool,
 ) -> Result<Arc<NodeDb>, String> {
     let node = transport.node();
-    if node >= placement.nodes {
+    if node >= placement.nodes() {
         return Err(format!(
             "node {node} is outside a cluster of {} nodes",
-            placement.nodes
+            placement.nodes()
         ));
     }
     let opts = LoadOptions {
@@ -88,12 +88,12 @@ pub fn build_nodes<W: Workload>(
     }
     let dbs: Vec<Arc<NodeDb>> = transports
         .iter()
-        .map(|t| NodeDb::new(&**t, placement, &specs))
+        .map(|t| NodeDb::new(&**t, placement.clone(), &specs))
         .collect::<Result<_, _>>()?;
     load_parallel(wl, &dbs, seed, opts)?;
     wl.after_load(&dbs)?;
     if !opts.no_catalog
-        && dbs.len() == placement.nodes as usize
+        && dbs.len() == placement.nodes() as usize
         && dbs.iter().enumerate().all(|(i, d)| d.node as usize == i)
     {
         let cat = NodeDb::catalog_of(&dbs)?;

@@ -43,12 +43,12 @@ impl ObjectStore {
             ));
         }
         let keys =
-            ((KEYS_PER_THREAD as f64 * scale) as u64 * placement.nodes as u64 * threads as u64)
+            ((KEYS_PER_THREAD as f64 * scale) as u64 * placement.nodes() as u64 * threads as u64)
                 .max(params.reads as u64 * 4);
         let per_node = if params.same_node {
             params.reads
         } else {
-            params.reads.div_ceil(placement.nodes as usize)
+            params.reads.div_ceil(placement.nodes() as usize)
         };
         Ok(ObjectStore {
             keys,
@@ -183,7 +183,7 @@ mod tests {
         let mut keys = Vec::new();
         for (nodes, r) in [(3u16, 1usize), (3, 2), (3, 3), (5, 4), (8, 8)] {
             let s = store(nodes, r, r / 2, false);
-            let p = s.placement;
+            let p = s.placement.clone();
             for _ in 0..2_000 {
                 s.gen_keys(&mut rng, &mut keys);
                 assert_eq!(keys.len(), r);

@@ -84,9 +84,10 @@ fn bal(v: Option<&[u8]>) -> i64 {
 
 impl SmallBank {
     pub fn new(placement: Placement, threads: u16, scale: f64) -> SmallBank {
-        let accounts =
-            ((ACCOUNTS_PER_THREAD as f64 * scale) as u64 * placement.nodes as u64 * threads as u64)
-                .max(50);
+        let accounts = ((ACCOUNTS_PER_THREAD as f64 * scale) as u64
+            * placement.nodes() as u64
+            * threads as u64)
+            .max(50);
         SmallBank {
             accounts,
             hot: (accounts * HOT_PERCENT / 100).max(2),

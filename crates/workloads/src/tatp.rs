@@ -126,7 +126,7 @@ pub fn expected_get_new_destination_rate() -> f64 {
 impl Tatp {
     pub fn new(placement: Placement, scale: f64) -> Tatp {
         let subscribers =
-            ((SUBSCRIBERS_PER_NODE as f64 * scale) as u64 * placement.nodes as u64).max(16);
+            ((SUBSCRIBERS_PER_NODE as f64 * scale) as u64 * placement.nodes() as u64).max(16);
         Tatp {
             subscribers,
             a: tatp_nurand_a(subscribers),

@@ -233,10 +233,10 @@ impl TpccParams {
         let f = scale.min(1.0);
         let customers = ((SPEC_CUSTOMERS as f64 * f) as u64).max(30);
         TpccParams {
+            warehouses: whpt * placement.nodes() as u64 * threads as u64,
             placement,
             threads,
             warehouses_per_thread: whpt,
-            warehouses: whpt * placement.nodes as u64 * threads as u64,
             items: ((SPEC_ITEMS as f64 * f) as u64).max(200),
             customers,
             initial_orders: customers,
@@ -274,7 +274,7 @@ fn name_key(w: u64, d: u64, last: u64) -> u64 {
 
 impl Tpcc {
     pub fn new(p: TpccParams) -> Tpcc {
-        let idx = (0..p.placement.nodes)
+        let idx = (0..p.placement.nodes())
             .map(|_| NodeIndexes::default())
             .collect();
         let mut names: HashMap<u64, Vec<(u64, [u8; 16])>> = HashMap::new();
@@ -786,7 +786,7 @@ impl Tpcc {
         key: u64,
         buf: &mut Vec<u8>,
     ) -> Result<bool, AbortReason> {
-        debug_assert_eq!(db.placement.primary(table, key), db.node);
+        debug_assert_eq!(db.placement().primary(table, key), db.node);
         for _ in 0..64 {
             buf.clear();
             match actions::read(db, table, key, buf).status {
@@ -1142,7 +1142,7 @@ impl Workload for Tpcc {
             t(ORDER, "order", O_SIZE, orders),
             t(ORDER_LINE, "order_line", OL_SIZE, orders * 15),
             // A copy per node, placed on that node: each node holds R copies' worth.
-            t(ITEM, "item", I_SIZE, p.items * p.placement.nodes as u64),
+            t(ITEM, "item", I_SIZE, p.items * p.placement.nodes() as u64),
             t(STOCK, "stock", S_SIZE, wh * p.items),
         ]
     }
@@ -1156,7 +1156,7 @@ impl Workload for Tpcc {
         let p = &self.p;
         p.warehouses * DISTRICTS
             + p.warehouses * self.stock_chunks()
-            + p.placement.nodes as u64 * self.stock_chunks()
+            + p.placement.nodes() as u64 * self.stock_chunks()
     }
 
     fn load_unit(&self, unit: u64, rng: &mut SmallRng, out: &Loader<'_>) -> Result<(), String> {

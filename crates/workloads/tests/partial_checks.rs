@@ -43,8 +43,8 @@ fn tamper(db: &NodeDb, table: u32, key: u64, f: impl FnOnce(&mut Vec<u8>)) {
 #[test]
 fn smallbank_per_node_checks_combine_to_the_cluster_check() {
     let p = Placement::new(3, 3).unwrap();
-    let bank = SmallBank::new(p, 1, 0.01);
-    let dbs = build_and_load(&bank, p, &local_nodes(p), 5, false).unwrap();
+    let bank = SmallBank::new(p.clone(), 1, 0.01);
+    let dbs = build_and_load(&bank, p.clone(), &local_nodes(&p), 5, false).unwrap();
     let whole = bank.check(&dbs).unwrap();
     assert_eq!(combined(&bank, &dbs).unwrap(), whole);
     // One cent more at one primary: both checks fail.
@@ -74,8 +74,8 @@ fn smallbank_per_node_checks_combine_to_the_cluster_check() {
 #[test]
 fn tpcc_per_node_checks_combine_to_the_cluster_check() {
     let p = Placement::new(3, 2).unwrap();
-    let t = Tpcc::new(TpccParams::new(p, 1, 0.02, false, 1.0));
-    let dbs = build_and_load(&t, p, &local_nodes(p), 5, false).unwrap();
+    let t = Tpcc::new(TpccParams::new(p.clone(), 1, 0.02, false, 1.0));
+    let dbs = build_and_load(&t, p.clone(), &local_nodes(&p), 5, false).unwrap();
     let whole = t.check(&dbs).unwrap();
     assert_eq!(combined(&t, &dbs).unwrap(), whole);
     assert_eq!(whole["warehouses"], 3);
@@ -87,8 +87,8 @@ fn tpcc_per_node_checks_combine_to_the_cluster_check() {
 
 /// Node transports of an in-process local fabric for placement `p` (the tables live in
 /// their regions; the memory outlives the fabric).
-fn local_nodes(p: ambidex_txn::Placement) -> Vec<ambidex_transport::SharedNode> {
-    ambidex_transport::local::LocalFabric::new(ambidex_transport::ClusterConfig::new(p.nodes, 1))
+fn local_nodes(p: &ambidex_txn::Placement) -> Vec<ambidex_transport::SharedNode> {
+    ambidex_transport::local::LocalFabric::new(ambidex_transport::ClusterConfig::new(p.nodes(), 1))
         .unwrap()
         .nodes()
 }

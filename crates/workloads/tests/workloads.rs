@@ -73,8 +73,8 @@ fn in_process_runs_verify_every_other_nodes_tables_at_start_up() {
 #[test]
 fn tatp_population_has_the_spec_shape() {
     let p = Placement::new(3, 2).unwrap();
-    let t = Tatp::new(p, 0.01); // 10,000 subscribers per node
-    let dbs = ambidex_workloads::build_and_load(&t, p, &local_nodes(p), 3, false).unwrap();
+    let t = Tatp::new(p.clone(), 0.01); // 10,000 subscribers per node
+    let dbs = ambidex_workloads::build_and_load(&t, p.clone(), &local_nodes(&p), 3, false).unwrap();
     let n = t.subscribers as usize;
     assert_eq!(n, 30_000);
     assert_eq!(primary_rows(&dbs, tatp::SUBSCRIBER).len(), n);
@@ -198,8 +198,8 @@ fn object_store_runs_and_sweeps() {
 
 /// Node transports of an in-process local fabric for placement `p` (the tables live in
 /// their regions; the memory outlives the fabric).
-fn local_nodes(p: ambidex_txn::Placement) -> Vec<ambidex_transport::SharedNode> {
-    ambidex_transport::local::LocalFabric::new(ambidex_transport::ClusterConfig::new(p.nodes, 1))
+fn local_nodes(p: &ambidex_txn::Placement) -> Vec<ambidex_transport::SharedNode> {
+    ambidex_transport::local::LocalFabric::new(ambidex_transport::ClusterConfig::new(p.nodes(), 1))
         .unwrap()
         .nodes()
 }

@@ -62,7 +62,7 @@ impl RingWriters {
         if self.rings[i].is_none() {
             let desc = *db.catalog()?.log_region(replica)?;
             let threads = db.log_region().threads();
-            let idx = ring_index(db.placement, threads, replica, node, thread)?;
+            let idx = ring_index(db.nodes(), db.replication(), threads, replica, node, thread)?;
             let off = desc.ring_offset(idx)?;
             self.rings[i] = Some(RingWriter::new(desc, off));
         }

@@ -16,7 +16,6 @@
 //! plain numbers and a full ring is `tail − head = ring_bytes`.
 
 use super::format::{self, classify, End, LoggedTxn, SlotHead, SlotKind};
-use crate::placement::Placement;
 use ambidex_store::LogRegionDesc;
 use ambidex_transport::{NodeId, NodeTransport, Perms, Region, RegionMemory, ThreadId};
 use std::sync::Mutex;
@@ -56,15 +55,16 @@ impl Default for LogRingConfig {
 /// The ring of coordinator (`coordinator`, `thread`) at node `replica`: every other
 /// node has one when keys have backups (R > 1).
 pub fn ring_index(
-    placement: Placement,
+    nodes: u16,
+    replication: u16,
     threads: u16,
     replica: NodeId,
     coordinator: NodeId,
     thread: ThreadId,
 ) -> Option<u32> {
-    let n = placement.nodes as u32;
+    let n = nodes as u32;
     let d = (replica as u32 + n - coordinator as u32 % n) % n;
-    (placement.replication > 1 && d >= 1 && d < n && thread < threads)
+    (replication > 1 && d >= 1 && d < n && thread < threads)
         .then(|| (d - 1) * threads as u32 + thread as u32)
 }
 
@@ -297,7 +297,8 @@ fn resync(ring: &RingRef<'_>, from: RingHead, limit: u64, buf: &mut Vec<u8>) -> 
 pub struct LogRegion {
     region: Region,
     desc: LogRegionDesc,
-    placement: Placement,
+    nodes: u16,
+    replication: u16,
     threads: u16,
     /// Per ring: how far its coordinator has truncated (only the truncation handler
     /// moves it; a mutex since any of the node's threads may serve it).
@@ -310,13 +311,14 @@ impl LogRegion {
     /// superblock.
     pub fn create(
         transport: &dyn NodeTransport,
-        placement: Placement,
+        nodes: u16,
+        replication: u16,
         cfg: &LogRingConfig,
     ) -> Result<LogRegion, String> {
         let node = transport.node();
         let threads = transport.config().threads_per_node;
-        let rings = if placement.replication > 1 {
-            (placement.nodes as u32 - 1) * threads as u32
+        let rings = if replication > 1 {
+            (nodes as u32 - 1) * threads as u32
         } else {
             0
         };
@@ -359,7 +361,8 @@ impl LogRegion {
         Ok(LogRegion {
             region,
             desc,
-            placement,
+            nodes,
+            replication,
             threads,
             heads: (0..rings).map(|_| Mutex::new(RingHead::START)).collect(),
         })
@@ -377,7 +380,8 @@ impl LogRegion {
     /// The ring of coordinator (`node`, `thread`) here, if it logs to this node.
     pub fn ring_of(&self, node: NodeId, thread: ThreadId) -> Option<u32> {
         ring_index(
-            self.placement,
+            self.nodes,
+            self.replication,
             self.threads,
             self.desc.region.node,
             node,
@@ -392,7 +396,7 @@ impl LogRegion {
             return None;
         }
         let d = ring / self.threads as u32 + 1;
-        let n = self.placement.nodes as u32;
+        let n = self.nodes as u32;
         let node = (self.desc.region.node as u32 + n - d % n) % n;
         Some((node as NodeId, (ring % self.threads as u32) as ThreadId))
     }

@@ -31,13 +31,17 @@ use crate::policy;
 use crate::stats::{Phase, PhaseMap};
 use crate::txn::{writes_of, Item, Txn, TxnBufs};
 use crate::TxnThread;
+use ambidex_cluster::Configuration;
 use ambidex_rpc::{Ctx, OneSidedError, OpHandle};
 use ambidex_store::LockOwner;
 use ambidex_transport::NodeId;
+use std::rc::Rc;
 
 /// A committed transaction's installation.
 pub(crate) struct CommitJob {
     pub id: u64,
+    /// The configuration the transaction ran in.
+    pub config: Rc<Configuration>,
     pub owner: LockOwner,
     /// The slot is the transaction's own (given back when the job is done).
     pub own_slot: bool,
@@ -53,6 +57,7 @@ pub(crate) struct CommitJob {
 /// borrowed from the transaction when it installs its writes itself.
 pub(crate) struct CommitWork<'a> {
     pub id: u64,
+    pub config: &'a Configuration,
     pub owner: LockOwner,
     pub items: &'a mut [Item],
     pub bufs: &'a mut TxnBufs,
@@ -63,6 +68,7 @@ impl CommitJob {
     pub fn work(&mut self) -> CommitWork<'_> {
         CommitWork {
             id: self.id,
+            config: &self.config,
             owner: self.owner,
             items: &mut self.items,
             bufs: &mut self.bufs,
@@ -84,7 +90,7 @@ impl CommitWork<'_> {
     /// place. Returns whether anything was queued.
     pub fn queue_step(&mut self, ctx: &Ctx, th: &TxnThread, primaries: bool) -> bool {
         let db = th.db.clone();
-        let placement = db.placement;
+        let placement = &self.config.placement;
         let me = db.node;
         let owner = self.owner;
         let by_write = primaries && th.cfg.policy.commit == policy::Commit::Write;
@@ -256,6 +262,7 @@ impl Txn<'_> {
     fn work<'a>(&'a mut self, ok: &'a mut bool) -> CommitWork<'a> {
         CommitWork {
             id: self.id,
+            config: &self.config,
             owner: self.owner,
             items: &mut self.items,
             bufs: &mut self.bufs,

@@ -179,7 +179,7 @@ impl Txn<'_> {
     }
 
     async fn log_rpc(&mut self) -> Result<(), AbortReason> {
-        let placement = self.th.db.placement;
+        let placement = &self.config.placement;
         let me = self.th.db.node;
         // The records alone (no count): what every replica stores.
         let mut body = std::mem::take(&mut self.bufs.body);
@@ -252,7 +252,7 @@ impl Txn<'_> {
         // it to their copies when it is truncated, so the commit needs no backup step.
         let mut targets = std::mem::take(&mut self.bufs.targets);
         targets.clear();
-        let placement = self.th.db.placement;
+        let placement = &self.config.placement;
         for it in self.items.iter().filter(|it| it.write.is_some()) {
             targets.extend(placement.backups(it.table, it.key).filter(|&b| b != me));
         }

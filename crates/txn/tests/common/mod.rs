@@ -72,7 +72,7 @@ impl TestCluster {
         };
         let dbs = node_handles
             .iter()
-            .map(|n| NodeDb::with_log_rings(&**n, placement, tables, rings).unwrap())
+            .map(|n| NodeDb::with_log_rings(&**n, placement.clone(), tables, rings).unwrap())
             .collect();
         TestCluster {
             nodes: node_handles,
@@ -100,7 +100,8 @@ impl TestCluster {
             }
         }
         assert_eq!(
-            stored, self.placement.replication,
+            stored,
+            self.placement.replication(),
             "key {key} not on R replicas"
         );
     }
@@ -121,9 +122,7 @@ impl TestCluster {
                 .iter()
                 .find(|c| c.0 == p)
                 .unwrap_or_else(|| panic!("key {key}: no copy at its primary {p}"));
-            let want: Vec<u16> = (0..self.placement.replication)
-                .map(|i| self.placement.replica(table, *key, i))
-                .collect();
+            let want: Vec<u16> = self.placement.replicas(table, *key).to_vec();
             let mut have: Vec<u16> = copies.iter().map(|c| c.0).collect();
             have.sort();
             let mut want_sorted = want.clone();

@@ -479,7 +479,7 @@ impl Config {
         Placement::new(self.cluster.nodes, self.cluster.replication).map_err(|e| {
             ConfigError::Invalid {
                 field: "cluster.replication",
-                why: e,
+                why: e.to_string(),
             }
         })
     }
