@@ -8,9 +8,13 @@
 //!   added as a backup.
 //! - [`config`]: a [`Configuration`] (epoch, incarnations, placement) and the
 //!   [`ConfigCell`] a node's threads share it through.
+//! - [`membership`]: the configuration manager's state machine, sans IO: leases,
+//!   suspicions, the stages of a reconfiguration (adopt, recover, run) and joins.
 
 pub mod config;
+pub mod membership;
 pub mod placement;
 
 pub use config::{ConfigCell, ConfigView, Configuration};
+pub use membership::{ClusterState, Grant, Membership, Refusal, Stage};
 pub use placement::{Placement, PlacementError, MAX_NODES};

@@ -1,0 +1,536 @@
+//! The configuration manager's state machine, sans IO: it is driven by the time passed
+//! in and by what nodes report (lease renewals, suspicions, acknowledgements, joins,
+//! finished copies), and answers with the [`ClusterState`] every node must follow. The
+//! embedded manager runs one; with etcd, every node runs one over what it reads from
+//! etcd and the first to publish a new state wins (a compare-and-swap on its revision).
+//!
+//! A reconfiguration (FaRM SOSP'15 §5, simplified to a cluster-wide pause):
+//!
+//! 1. A member's lease expires: it stopped renewing, or a majority of the other
+//!    members suspected it and the manager stopped renewing it. Removal always waits
+//!    for the lease to run out, and a node stops serving when its own (shorter)
+//!    estimate of the lease runs out, so a removed node is no longer serving.
+//! 2. The manager publishes the next configuration (epoch + 1: the failed nodes'
+//!    backups promoted, new backups added) at stage [`Stage::Adopt`]. Each member moves
+//!    its threads to the new epoch (from then on it sends nothing of the old epoch and
+//!    drops what arrives of it) and acknowledges.
+//! 3. Once every member has, stage [`Stage::Recover`]: each member decides the
+//!    transactions in flight from the log records it holds and installs them at the new
+//!    replicas, releases the failed coordinators' locks, and acknowledges.
+//! 4. Once every member has, stage [`Stage::Run`]: transactions start again; new
+//!    backups are brought up to date in the background and reported synced.
+//!
+//! A failure during a reconfiguration starts the next one (epoch + 2) at once. A
+//! restarted node joins as a new incarnation once the cluster runs; the join is a
+//! reconfiguration too (it is made a backup of the partitions short of copies).
+
+use crate::config::Configuration;
+use crate::placement::PlacementError;
+use ambidex_transport::NodeId;
+use serde::{Deserialize, Serialize};
+
+/// Where the cluster is in its current epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stage {
+    /// Members move to the new epoch.
+    Adopt,
+    /// Members recover the transactions in flight.
+    Recover,
+    /// Transactions run.
+    Run,
+}
+
+/// What every node follows: the configuration and the stage of its epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterState {
+    pub config: Configuration,
+    pub stage: Stage,
+    /// Changes with every published change (stages, synced copies); never goes back.
+    pub revision: u64,
+}
+
+/// What a node is told when it renews its lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// The lease runs until this manager time (ns); the node counts from when it sent
+    /// the renewal, which is earlier.
+    pub until_ns: u64,
+    /// The manager's current epoch and revision: a node behind fetches the state.
+    pub epoch: u32,
+    pub revision: u64,
+}
+
+/// Why the manager refuses a node.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum Refusal {
+    #[error("node {node} is not a member (incarnation {incarnation}); it must join again")]
+    NotMember { node: NodeId, incarnation: u64 },
+    #[error("node {node}: incarnation {got} is older than the member's {member}")]
+    StaleIncarnation { node: NodeId, got: u64, member: u64 },
+    #[error("node {node} is suspected: its lease is not renewed")]
+    Revoked { node: NodeId },
+    #[error("node {0} is not a node of this cluster")]
+    UnknownNode(NodeId),
+    #[error("the cluster cannot go on: {0}")]
+    Failed(String),
+}
+
+/// A moment of a reconfiguration, for reports (manager time, ns).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub at_ns: u64,
+    pub epoch: u32,
+    pub what: EventKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EventKind {
+    /// A member's lease expired (bit i = node i).
+    LeaseExpired { nodes: u64 },
+    /// A majority suspected the node: its lease is no longer renewed.
+    Revoked { node: NodeId },
+    /// A new configuration was published (stage Adopt).
+    Reconfigured { removed: u64, joined: u64 },
+    /// Every member adopted it (stage Recover).
+    Adopted,
+    /// Every member recovered (stage Run).
+    Recovered,
+    /// Every copy of every partition is up to date again.
+    Rereplicated,
+    /// The cluster cannot go on (a partition lost every copy).
+    Failed { why: String },
+}
+
+/// The manager's state machine.
+pub struct Membership {
+    state: ClusterState,
+    lease_ns: u64,
+    /// Per node id: when its lease runs out (manager time).
+    expiry: Vec<u64>,
+    /// Members whose renewals are refused (suspected by a majority).
+    revoked: u64,
+    /// Per suspected node: (reporter, when) of its recent suspicions.
+    suspicions: Vec<Vec<(NodeId, u64)>>,
+    /// Members that acknowledged the current stage.
+    acked: u64,
+    /// Nodes waiting to join: (node, incarnation).
+    joining: Vec<(NodeId, u64)>,
+    failed: Option<String>,
+    events: Vec<Event>,
+}
+
+/// How long a suspicion counts.
+pub const SUSPICION_TTL_NS: u64 = 5_000_000_000;
+
+impl Membership {
+    /// A manager of a cluster starting in `config` (stage Run), every member's lease
+    /// running until `now + lease`.
+    pub fn new(config: Configuration, lease_ns: u64, now: u64) -> Membership {
+        let n = config.placement.nodes() as usize;
+        Membership {
+            state: ClusterState {
+                config,
+                stage: Stage::Run,
+                revision: 1,
+            },
+            lease_ns,
+            expiry: vec![now + lease_ns; n],
+            revoked: 0,
+            suspicions: vec![Vec::new(); n],
+            acked: 0,
+            joining: Vec::new(),
+            failed: None,
+            events: Vec::new(),
+        }
+    }
+
+    /// The state every node must follow.
+    pub fn state(&self) -> &ClusterState {
+        &self.state
+    }
+
+    pub fn lease_ns(&self) -> u64 {
+        self.lease_ns
+    }
+
+    /// What happened so far.
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// Why the cluster stopped, if it did.
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    fn members(&self) -> u64 {
+        self.state.config.placement.member_mask()
+    }
+
+    fn check_member(&self, node: NodeId, incarnation: u64) -> Result<(), Refusal> {
+        if let Some(why) = &self.failed {
+            return Err(Refusal::Failed(why.clone()));
+        }
+        let Some(&member) = self.state.config.incarnations.get(node as usize) else {
+            return Err(Refusal::UnknownNode(node));
+        };
+        if !self.state.config.placement.is_member(node) || incarnation > member {
+            return Err(Refusal::NotMember { node, incarnation });
+        }
+        if incarnation < member {
+            return Err(Refusal::StaleIncarnation {
+                node,
+                got: incarnation,
+                member,
+            });
+        }
+        Ok(())
+    }
+
+    /// Renews `node`'s lease (the running incarnation of a member, not revoked).
+    pub fn renew(&mut self, node: NodeId, incarnation: u64, now: u64) -> Result<Grant, Refusal> {
+        self.check_member(node, incarnation)?;
+        if self.revoked & (1 << node) != 0 {
+            return Err(Refusal::Revoked { node });
+        }
+        let e = &mut self.expiry[node as usize];
+        // A lease granted never shrinks.
+        *e = (*e).max(now + self.lease_ns);
+        Ok(Grant {
+            until_ns: *e,
+            epoch: self.state.config.epoch,
+            revision: self.state.revision,
+        })
+    }
+
+    /// `reporter` could not reach `node` (its RPCs gave up). Once a majority of the
+    /// other members suspect it, its lease is no longer renewed: it is removed when the
+    /// lease runs out.
+    pub fn suspect(&mut self, reporter: NodeId, node: NodeId, now: u64) {
+        let members = self.members();
+        let known = |n: NodeId| (n as usize) < self.suspicions.len() && members & (1 << n) != 0;
+        if reporter == node || !known(reporter) || !known(node) {
+            return;
+        }
+        let list = &mut self.suspicions[node as usize];
+        list.retain(|&(r, t)| r != reporter && now.saturating_sub(t) < SUSPICION_TTL_NS);
+        list.push((reporter, now));
+        let others = members.count_ones() - 1;
+        if list.len() as u32 * 2 > others && self.revoked & (1 << node) == 0 {
+            self.revoked |= 1 << node;
+            self.push_event(now, EventKind::Revoked { node });
+        }
+    }
+
+    /// `node` (incarnation) moved to `epoch`'s `stage`.
+    pub fn ack(&mut self, node: NodeId, incarnation: u64, epoch: u32, stage: Stage, now: u64) {
+        if self.check_member(node, incarnation).is_err()
+            || epoch != self.state.config.epoch
+            || stage != self.state.stage
+            || stage == Stage::Run
+        {
+            return;
+        }
+        self.acked |= 1 << node;
+        if self.acked & self.members() == self.members() {
+            self.acked = 0;
+            self.state.revision += 1;
+            let (next, ev) = match self.state.stage {
+                Stage::Adopt => (Stage::Recover, EventKind::Adopted),
+                _ => (Stage::Run, EventKind::Recovered),
+            };
+            self.state.stage = next;
+            self.push_event(now, ev);
+            if next == Stage::Run && self.state.config.placement.syncing().next().is_none() {
+                self.push_event(now, EventKind::Rereplicated);
+            }
+        }
+    }
+
+    /// A restarted `node` asks to join as `incarnation` (greater than any before). It
+    /// is added once the cluster runs and its previous incarnation is removed.
+    pub fn join(&mut self, node: NodeId, incarnation: u64) -> Result<(), Refusal> {
+        if let Some(why) = &self.failed {
+            return Err(Refusal::Failed(why.clone()));
+        }
+        let Some(&member) = self.state.config.incarnations.get(node as usize) else {
+            return Err(Refusal::UnknownNode(node));
+        };
+        if incarnation <= member {
+            return Err(Refusal::StaleIncarnation {
+                node,
+                got: incarnation,
+                member,
+            });
+        }
+        self.joining.retain(|&(n, _)| n != node);
+        self.joining.push((node, incarnation));
+        Ok(())
+    }
+
+    /// `node` holds an up-to-date copy of partition `p` now.
+    pub fn synced(&mut self, node: NodeId, incarnation: u64, p: u32, now: u64) {
+        if self.check_member(node, incarnation).is_err()
+            || p >= self.state.config.placement.partitions()
+        {
+            return;
+        }
+        if self.state.config.placement.mark_synced(p, node) {
+            self.state.revision += 1;
+            if self.state.config.placement.syncing().next().is_none() {
+                self.push_event(now, EventKind::Rereplicated);
+            }
+        }
+    }
+
+    /// Advances time: removes members whose lease ran out and admits joiners. Returns
+    /// whether the state changed.
+    pub fn tick(&mut self, now: u64) -> bool {
+        if self.failed.is_some() {
+            return false;
+        }
+        let members = self.members();
+        let mut gone = 0u64;
+        for n in 0..self.expiry.len() {
+            if members & (1 << n) != 0 && now > self.expiry[n] {
+                gone |= 1 << n;
+            }
+        }
+        // A member restarted as a new incarnation: the old one is gone (it restarted).
+        for &(n, _) in &self.joining {
+            if members & (1 << n) != 0 {
+                gone |= 1 << n;
+            }
+        }
+        if gone != 0 {
+            self.push_event(now, EventKind::LeaseExpired { nodes: gone });
+            return self.reconfigure(gone, now);
+        }
+        if self.state.stage == Stage::Run && !self.joining.is_empty() {
+            return self.admit(now);
+        }
+        false
+    }
+
+    /// The next time [`Membership::tick`] may change something.
+    pub fn next_deadline(&self) -> u64 {
+        let members = self.members();
+        (0..self.expiry.len())
+            .filter(|&n| members & (1 << n) != 0)
+            .map(|n| self.expiry[n] + 1)
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    fn reconfigure(&mut self, gone: u64, now: u64) -> bool {
+        match self.state.config.without(gone) {
+            Ok(next) => {
+                for n in 0..self.suspicions.len() {
+                    if gone & (1 << n) != 0 {
+                        self.suspicions[n].clear();
+                    }
+                }
+                self.revoked &= !gone;
+                self.publish(next, gone, 0, now);
+            }
+            Err(e) => self.fail(e, now),
+        }
+        true
+    }
+
+    fn admit(&mut self, now: u64) -> bool {
+        let mut next = self.state.config.clone();
+        let mut joined = 0u64;
+        for (n, inc) in std::mem::take(&mut self.joining) {
+            match next.with_member(n, inc) {
+                Ok(c) => next = c,
+                Err(e) => {
+                    self.fail(e, now);
+                    return true;
+                }
+            }
+            joined |= 1 << n;
+            // Its lease starts now: it renews as soon as it adopts.
+            self.expiry[n as usize] = now + self.lease_ns;
+        }
+        next.epoch = self.state.config.epoch + 1;
+        self.publish(next, 0, joined, now);
+        true
+    }
+
+    fn publish(&mut self, config: Configuration, removed: u64, joined: u64, now: u64) {
+        self.state.config = config;
+        self.state.stage = Stage::Adopt;
+        self.state.revision += 1;
+        self.acked = 0;
+        self.push_event(now, EventKind::Reconfigured { removed, joined });
+    }
+
+    fn fail(&mut self, e: PlacementError, now: u64) {
+        let why = e.to_string();
+        self.push_event(now, EventKind::Failed { why: why.clone() });
+        self.failed = Some(why);
+    }
+
+    fn push_event(&mut self, at_ns: u64, what: EventKind) {
+        self.events.push(Event {
+            at_ns,
+            epoch: self.state.config.epoch,
+            what,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn three() -> Membership {
+        Membership::new(Configuration::initial(3, 3).unwrap(), 20 * MS, 0)
+    }
+
+    fn ack_all(m: &mut Membership, stage: Stage, now: u64) {
+        let c = m.state().config.clone();
+        for n in c.placement.members() {
+            m.ack(n, c.incarnations[n as usize], c.epoch, stage, now);
+        }
+    }
+
+    #[test]
+    fn a_silent_member_is_removed_when_its_lease_runs_out() {
+        let mut m = three();
+        let mut changed_at = None;
+        for t in (0..60).map(|i| i * 4 * MS) {
+            m.renew(0, 1, t).unwrap();
+            m.renew(1, 1, t).unwrap();
+            if m.tick(t) {
+                changed_at = Some(t);
+                break;
+            }
+        }
+        assert_eq!(
+            changed_at,
+            Some(24 * MS),
+            "the first tick past the 20 ms lease"
+        );
+        let s = m.state().clone();
+        assert_eq!((s.config.epoch, s.stage), (2, Stage::Adopt));
+        assert!(!s.config.placement.is_member(2));
+        assert_eq!(
+            m.renew(2, 1, 30 * MS),
+            Err(Refusal::NotMember {
+                node: 2,
+                incarnation: 1
+            })
+        );
+        ack_all(&mut m, Stage::Adopt, 31 * MS);
+        assert_eq!(m.state().stage, Stage::Recover);
+        // A stale acknowledgement (of the old epoch) changes nothing.
+        m.ack(0, 1, 1, Stage::Recover, 32 * MS);
+        ack_all(&mut m, Stage::Recover, 33 * MS);
+        assert_eq!(m.state().stage, Stage::Run);
+        let kinds: Vec<_> = m.events().iter().map(|e| e.what.clone()).collect();
+        assert!(matches!(kinds[0], EventKind::LeaseExpired { nodes: 0b100 }));
+        assert!(matches!(
+            kinds[1],
+            EventKind::Reconfigured { removed: 0b100, .. }
+        ));
+        assert_eq!(kinds[2..4], [EventKind::Adopted, EventKind::Recovered]);
+    }
+
+    #[test]
+    fn a_majority_must_suspect_before_a_lease_is_revoked() {
+        let mut m = three();
+        m.suspect(0, 2, 0);
+        m.renew(2, 1, MS)
+            .expect("one of two others is not a majority");
+        m.suspect(1, 2, MS);
+        assert_eq!(m.renew(2, 1, 2 * MS), Err(Refusal::Revoked { node: 2 }));
+        // Removed only once the lease granted runs out.
+        m.renew(0, 1, 15 * MS).unwrap();
+        m.renew(1, 1, 15 * MS).unwrap();
+        assert!(!m.tick(20 * MS));
+        assert!(m.tick(22 * MS));
+        assert!(!m.state().config.placement.is_member(2));
+    }
+
+    #[test]
+    fn a_failure_during_a_reconfiguration_starts_the_next_one() {
+        let mut m = Membership::new(Configuration::initial(5, 3).unwrap(), 20 * MS, 0);
+        for n in 0..4 {
+            m.renew(n, 1, 10 * MS).unwrap();
+        }
+        assert!(m.tick(21 * MS));
+        assert_eq!(m.state().config.epoch, 2);
+        m.ack(0, 1, 2, Stage::Adopt, 22 * MS);
+        // Node 3 dies before acknowledging.
+        for n in 0..3 {
+            m.renew(n, 1, 25 * MS).unwrap();
+        }
+        assert!(m.tick(31 * MS));
+        let s = m.state();
+        assert_eq!((s.config.epoch, s.stage), (3, Stage::Adopt));
+        assert_eq!(
+            s.config.placement.members().collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
+    }
+
+    #[test]
+    fn a_restarted_node_joins_as_a_new_incarnation_once_the_cluster_runs() {
+        let mut m = three();
+        m.renew(0, 1, 10 * MS).unwrap();
+        m.renew(1, 1, 10 * MS).unwrap();
+        assert!(m.tick(25 * MS));
+        m.join(2, 5).unwrap();
+        assert!(!m.tick(26 * MS), "not while the removal is being recovered");
+        ack_all(&mut m, Stage::Adopt, 26 * MS);
+        ack_all(&mut m, Stage::Recover, 27 * MS);
+        m.renew(0, 1, 27 * MS).unwrap();
+        m.renew(1, 1, 27 * MS).unwrap();
+        assert!(m.tick(28 * MS));
+        let c = m.state().config.clone();
+        assert_eq!((c.epoch, c.incarnations[2]), (3, 5));
+        assert!(c.placement.is_member(2));
+        assert_eq!(
+            c.placement.syncing().count(),
+            c.placement.partitions() as usize
+        );
+        assert_eq!(
+            m.join(2, 4),
+            Err(Refusal::StaleIncarnation {
+                node: 2,
+                got: 4,
+                member: 5
+            })
+        );
+        ack_all(&mut m, Stage::Adopt, 29 * MS);
+        ack_all(&mut m, Stage::Recover, 29 * MS);
+        for p in 0..c.placement.partitions() {
+            m.synced(2, 5, p, 40 * MS);
+        }
+        assert!(matches!(
+            m.events().last().unwrap().what,
+            EventKind::Rereplicated
+        ));
+    }
+
+    #[test]
+    fn losing_every_copy_stops_the_cluster_with_the_reason() {
+        let mut m = Membership::new(Configuration::initial(3, 1).unwrap(), 20 * MS, 0);
+        m.renew(0, 1, 10 * MS).unwrap();
+        m.renew(1, 1, 10 * MS).unwrap();
+        assert!(m.tick(25 * MS));
+        let why = m
+            .failure()
+            .expect("a partition with one copy was lost")
+            .to_string();
+        assert!(why.contains("lost every up-to-date copy"), "{why}");
+        assert!(matches!(m.renew(0, 1, 26 * MS), Err(Refusal::Failed(_))));
+    }
+}
