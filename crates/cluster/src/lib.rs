@@ -1,6 +1,7 @@
 //! # ambidex-cluster: configurations, placement, leases and membership
 //!
-//! DESIGN.md "Cluster and recovery". What is built:
+//! DESIGN.md "Cluster and recovery". What is built (nodes do not run it yet: no
+//! node acts on a new configuration, so one dead node still stops a run):
 //!
 //! - [`placement`]: keys hash to a fixed set of partitions; each partition has a
 //!   replica list (primary first) that changes only with a new configuration: a
@@ -10,11 +11,19 @@
 //!   [`ConfigCell`] a node's threads share it through.
 //! - [`membership`]: the configuration manager's state machine, sans IO: leases,
 //!   suspicions, the stages of a reconfiguration (adopt, recover, run) and joins.
+//! - [`lease`]: a node's side of its lease.
+//! - [`manager`]: the manager as a node calls it ([`ManagerClient`]); the embedded
+//!   manager. The etcd manager is not built yet.
 
 pub mod config;
+pub mod lease;
+pub mod manager;
 pub mod membership;
 pub mod placement;
 
 pub use config::{ConfigCell, ConfigView, Configuration};
+pub use lease::LeaseKeeper;
+pub use manager::embedded::{EmbeddedClient, EmbeddedManager};
+pub use manager::{ManagerClient, ManagerError};
 pub use membership::{ClusterState, Grant, Membership, Refusal, Stage};
 pub use placement::{Placement, PlacementError, MAX_NODES};
