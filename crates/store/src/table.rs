@@ -450,6 +450,36 @@ impl Table {
         }
     }
 
+    /// Releases every lock whose owner `dead` selects, without changing the item (as an
+    /// abort's release): recovery frees the locks of failed coordinators whose
+    /// transactions no log record survived. A lock released meanwhile by its holder is
+    /// left alone (compare-and-swap from the word read). Returns the locks released.
+    pub fn release_locks_where(&self, mut dead: impl FnMut(LockOwner) -> bool) -> usize {
+        let l = &self.desc.layout;
+        let used = self.next_item.load(Ordering::Acquire).min(l.capacity);
+        let mut released = 0;
+        for r in 1..=used {
+            let Some(off) = l.item_off(r) else { continue };
+            let h = self.hdr(off).load(Ordering::Acquire);
+            let Some(owner) = Header::unpack(h).owner else {
+                continue;
+            };
+            // The store's own short locks belong to a thread of this node, alive.
+            if owner != LockOwner::STORE
+                && dead(owner)
+                && self
+                    .hdr(off)
+                    .compare_exchange(h, Header::unlocked(h), Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                // The chunk versions still hold the locked version (an abort never
+                // wrote data), so the item reads as it was.
+                released += 1;
+            }
+        }
+        released
+    }
+
     /// Calls `f(key, value)` for every present item. Only meaningful while no thread
     /// writes the table (replica-consistency checks after a run); locked items are skipped.
     pub fn for_each(&self, mut f: impl FnMut(u64, &[u8])) {

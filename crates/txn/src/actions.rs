@@ -291,3 +291,61 @@ pub fn apply_backup(db: &NodeDb, txn: u64, w: &WriteRec<'_>) -> bool {
     })
     .unwrap_or(false)
 }
+
+/// What recovery did with one write of a surviving log record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recovered {
+    /// Installed at the primary that still held the transaction's lock (released).
+    Installed,
+    /// Applied to a copy older than the write (a promoted primary, a backup).
+    Applied,
+    /// The copy already has this write or a newer one.
+    Older,
+    /// Locked by another transaction: asked again once that one is released.
+    Busy,
+    /// The write does not fit this node's table (a malformed or foreign record).
+    Refused,
+}
+
+/// Recovery of one write of transaction `txn` (committed: a log record of it
+/// survived), at any replica of the new configuration. Where the coordinator's lock is
+/// still held (its node and thread, at the version the record's token names) the
+/// write is installed and the lock released, as the commit would have; elsewhere it is
+/// applied if the copy is older than the version the install gives, so a write
+/// recovered from several records, or already installed, changes nothing.
+pub fn recover_write(db: &NodeDb, txn: u64, w: &WriteRec<'_>) -> Recovered {
+    let Some((spec, t)) = db.table(w.table) else {
+        return Recovered::Refused;
+    };
+    if !check_write(db, w, None) {
+        return Recovered::Refused;
+    }
+    let version = Header::bump(w.token.store_version, 2);
+    let (node, thread) = crate::coordinator_of(txn);
+    match t.header(w.key) {
+        Some(Header {
+            owner: Some(o),
+            version: v,
+        }) => {
+            // Its own lock, taken at the version the record names: no other transaction
+            // of that thread can hold it at that version, since this one never
+            // released it (it was logged, so it commits).
+            let own = o.node == node && o.thread == thread;
+            if own && v == Header::version_of(w.token.store_version) && install(db, txn, w, o) {
+                return Recovered::Installed;
+            }
+            if Header::version_of(v) >= version {
+                Recovered::Older
+            } else {
+                Recovered::Busy
+            }
+        }
+        _ => match with_stored_value(txn, w, spec.value_size, |val| {
+            t.apply_versioned(w.key, val, version)
+        }) {
+            Some(Ok(true)) => Recovered::Applied,
+            Some(Ok(false)) => Recovered::Older,
+            _ => Recovered::Refused,
+        },
+    }
+}

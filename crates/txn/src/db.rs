@@ -439,6 +439,11 @@ impl NodeDb {
         }
     }
 
+    /// This node's tables.
+    pub(crate) fn tables(&self) -> impl Iterator<Item = &Table> {
+        self.tables.iter().flatten().map(|(_, t)| t)
+    }
+
     pub(crate) fn table(&self, id: u32) -> Option<&(TableSpec, Table)> {
         self.tables.get(id as usize)?.as_ref()
     }

@@ -14,8 +14,8 @@ use crate::log::LogReplica;
 use crate::log_ring::format;
 use crate::messages::{
     rtype, Ack, CommitBackupReq, CommitPrimaryReq, LockReq, LockResp, LogReq, ReadReq, ReadResp,
-    RespBuf, RingTruncateReq, RingTruncateResp, Status, TruncateReq, UnlockReq, ValidateReq,
-    ValidateResp,
+    RecoverReq, RecoverResp, RespBuf, RingTruncateReq, RingTruncateResp, Status, TruncateReq,
+    UnlockReq, ValidateReq, ValidateResp,
 };
 use ambidex_cluster::{ConfigView, Placement};
 use ambidex_rpc::{RequestInfo, Runtime};
@@ -69,6 +69,8 @@ pub fn register(
             resp,
         )
     });
+    let d = db.clone();
+    rt.register(rtype::RECOVER, move |_, req, resp| recover(&d, req, resp));
     let d = db.clone();
     rt.register(rtype::COMMIT_BACKUP, move |_, req, resp| {
         commit_backup(&d, req, resp)
@@ -242,6 +244,28 @@ pub fn truncate_ring<R: RespBuf>(
 }
 
 /// Applies a transaction's writes at a backup; the whole request is checked first.
+/// Takes writes recovered from surviving log records (a member's recovery; the
+/// members of the current epoch are trusted, as for their log rings): each installed
+/// under its coordinator's lock, applied to an older copy, or skipped. Answers with
+/// the entries that met another transaction's lock, to be sent again; writes that do
+/// not fit a table are counted as bad requests and not sent again.
+pub fn recover<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
+    let Ok(r) = RecoverReq::decode(req) else {
+        return refuse(db, resp);
+    };
+    let mut busy = Vec::new();
+    for (i, (txn, w)) in r.entries().enumerate() {
+        match actions::recover_write(db, txn, &w) {
+            actions::Recovered::Busy => busy.push(i as u16),
+            actions::Recovered::Refused => {
+                db.bad_requests.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+    RecoverResp::encode(Status::Ok, &busy, resp);
+}
+
 pub fn commit_backup<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
     let Ok(r) = CommitBackupReq::decode_checked(req, |w| actions::check_write(db, w, None)) else {
         return refuse(db, resp);

@@ -24,6 +24,9 @@
 //! - `onesided`: what the one-sided phases need of remote tables (descriptors, item
 //!   shapes, bucket walks, install images).
 //! - `committer`: passive ACK's committer coroutines.
+//! - [`recovery`]: deciding and installing the transactions in flight on a new
+//!   configuration from the surviving log records; releasing failed coordinators'
+//!   locks.
 //!
 //! Locks carry their owner in the store's lock word (`ambidex_store::LockOwner`: the
 //! coordinator's node, thread and transaction slot); a primary takes the node and thread
@@ -47,6 +50,7 @@ pub mod messages;
 mod onesided;
 pub mod phases;
 pub mod policy;
+pub mod recovery;
 pub mod runner;
 pub mod stats;
 pub mod txn;
@@ -150,6 +154,14 @@ pub struct TxnThread {
 /// The lock slot transactions share when no slot of their own is free (the last slot
 /// of a lock owner; never handed out as a transaction's own).
 const SHARED_SLOT: u16 = LockOwner::MAX_SLOTS - 1;
+
+/// The coordinator (node, thread) that gave transaction id `txn` (see [`ID_BASE`]).
+pub fn coordinator_of(txn: u64) -> (NodeId, ThreadId) {
+    (
+        ((txn >> (SEQ_BITS + 8)) & 0xff) as NodeId,
+        ((txn >> SEQ_BITS) & 0xff) as ThreadId,
+    )
+}
 
 /// Transaction ids: bit 62 set (so no id collides with the load version 1), then node,
 /// thread and a per-thread sequence number.

@@ -110,4 +110,9 @@ impl LogReplica {
     pub fn get(&self, txn: u64) -> Option<&LogRecord> {
         self.records.get(&txn)
     }
+
+    /// Every record held, by transaction (recovery).
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &LogRecord)> {
+        self.records.iter().map(|(&t, r)| (t, r))
+    }
 }

@@ -38,6 +38,8 @@ pub mod rtype {
     /// execute's miss, or any policy that locks, validates or commits one-sided).
     pub const READ_LOC: u8 = 40;
     pub const RING_TRUNCATE: u8 = 41;
+    /// Recovery: writes of surviving log records, for a replica of the new configuration.
+    pub const RECOVER: u8 = 42;
 }
 
 /// Status byte of every response.
@@ -713,6 +715,92 @@ impl RingTruncateResp {
             }) => Some(head),
             _ => None,
         }
+    }
+}
+
+/// RECOVER request: writes of committed transactions recovered from surviving log
+/// records, each with its transaction, for a replica of the new configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct RecoverReq<'a> {
+    n: u16,
+    bytes: &'a [u8],
+}
+
+impl<'a> RecoverReq<'a> {
+    /// Appends one (transaction, write) entry to a request being built in `b` (start
+    /// it with [`RecoverReq::begin`]); returns the entries so far.
+    pub fn push(b: &mut Vec<u8>, txn: u64, w: &WriteRec<'_>) -> u16 {
+        put_u64(b, txn);
+        w.encode(b);
+        let n = u16::from_le_bytes([b[0], b[1]]) + 1;
+        b[..2].copy_from_slice(&n.to_le_bytes());
+        n
+    }
+
+    /// Starts a request in `b` (cleared).
+    pub fn begin(b: &mut Vec<u8>) {
+        b.clear();
+        b.extend_from_slice(&0u16.to_le_bytes());
+    }
+
+    /// Checks every entry (a malformed request is refused whole).
+    pub fn decode(b: &'a [u8]) -> Result<RecoverReq<'a>, DecodeError> {
+        let mut r = Reader::new(b);
+        let n = r.u16()?;
+        let bytes = r.rest();
+        let mut check = Reader::new(bytes);
+        for _ in 0..n {
+            check.u64()?;
+            WriteRec::decode(&mut check)?;
+        }
+        check.end()?;
+        Ok(RecoverReq { n, bytes })
+    }
+
+    pub fn len(&self) -> u16 {
+        self.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The (transaction, write) entries (checked by `decode`).
+    pub fn entries(&self) -> impl Iterator<Item = (u64, WriteRec<'a>)> + 'a {
+        let mut r = Reader::new(self.bytes);
+        (0..self.n).map_while(move |_| Some((r.u64().ok()?, WriteRec::decode(&mut r).ok()?)))
+    }
+}
+
+/// RECOVER response: the entries (by index) that met another transaction's lock and
+/// must be sent again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoverResp {
+    pub status: Status,
+    pub busy: Vec<u16>,
+}
+
+impl RecoverResp {
+    pub fn encode<R: RespBuf>(status: Status, busy: &[u16], out: &mut R) {
+        out.put_u8(status as u8);
+        out.put(&(busy.len() as u16).to_le_bytes());
+        for i in busy {
+            out.put(&i.to_le_bytes());
+        }
+    }
+    pub fn decode(b: &[u8]) -> Result<RecoverResp, DecodeError> {
+        let mut r = Reader::new(b);
+        let status = head(&mut r)?;
+        if status == Status::BadRequest && b.len() == 1 {
+            return Ok(RecoverResp {
+                status,
+                busy: Vec::new(),
+            });
+        }
+        let n = r.u16()?;
+        let busy = (0..n).map(|_| r.u16()).collect::<Result<Vec<_>, _>>()?;
+        r.end()?;
+        Ok(RecoverResp { status, busy })
     }
 }
 

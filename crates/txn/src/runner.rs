@@ -216,6 +216,9 @@ pub fn spawn_node(
                 let crew = crew2;
                 let history = spec.history.as_ref().map(|f| f(n, t));
                 let live = crew.live.clone();
+                // Workers of this thread that returned: a panic counts the rest as done.
+                let returned = Rc::new(std::cell::Cell::new(0usize));
+                let ret = returned.clone();
                 let started = node
                     .endpoint(t)
                     .map_err(|e| format!("endpoint {n}.{t}: {e}"))
@@ -229,6 +232,7 @@ pub fn spawn_node(
                             crew.stop.clone(),
                             move |w| worker(w),
                             move |_| {
+                                ret.set(ret.get() + 1);
                                 live.fetch_sub(1, Ordering::SeqCst);
                             },
                         )
@@ -241,11 +245,26 @@ pub fn spawn_node(
                         return;
                     }
                 };
-                match serve {
-                    Serve::UntilAllWorkersDone => {
-                        rt.run_until(|_| crew.live.load(Ordering::SeqCst) == 0)
-                    }
-                    Serve::UntilDrained => rt.run_until(|_| crew.drain.load(Ordering::SeqCst)),
+                // A panic in a worker (a bug, or a test's assertion) must fail the run,
+                // not hang it: the other threads wait for every worker to return.
+                let served =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match serve {
+                        Serve::UntilAllWorkersDone => {
+                            rt.run_until(|_| crew.live.load(Ordering::SeqCst) == 0)
+                        }
+                        Serve::UntilDrained => rt.run_until(|_| crew.drain.load(Ordering::SeqCst)),
+                    }));
+                if let Err(p) = served {
+                    let what = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "a panic".into());
+                    crew.fail(format!("thread {t} of node {n} panicked: {what}"));
+                    crew.stop.store(true, Ordering::SeqCst);
+                    crew.live
+                        .fetch_sub(coroutines.saturating_sub(returned.get()), Ordering::SeqCst);
+                    return;
                 }
                 let r = finish_thread(&mut rt, &th);
                 crew.results.lock().unwrap().push(r);

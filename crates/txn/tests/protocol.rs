@@ -173,3 +173,30 @@ fn inserts_and_deletes_replicate() {
     }
     assert_eq!(n_live, live.load(Ordering::Relaxed));
 }
+
+/// A worker that panics fails the run with the panic's message; the other nodes'
+/// workers stop and the run returns (it used to wait for the dead worker for ever).
+#[test]
+fn a_panicking_worker_fails_the_run_instead_of_hanging() {
+    let c = TestCluster::new(Backend::Local, 3, 1, 2, &[accounts_table()]);
+    let worker: Worker = Arc::new(move |w: WorkerCtx| {
+        Box::pin(async move {
+            if w.node == 1 && w.coroutine == 0 {
+                panic!("planted worker panic");
+            }
+            while !w.stop.load(Ordering::Relaxed) {
+                w.ctx.yield_now().await;
+            }
+        })
+    });
+    let spec = RunSpec {
+        coroutines: 2,
+        ..Default::default()
+    };
+    let started = std::time::Instant::now();
+    let e = runner::run(&c.nodes, &c.dbs, &spec, worker)
+        .err()
+        .expect("a panicking worker passed");
+    assert!(e.contains("planted worker panic"), "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}

@@ -1,0 +1,15 @@
+//! Locks of coordinators that are no longer members: their transactions left no log
+//! record (else [`super::replay`] installed them and released the lock), so they abort.
+
+use crate::db::NodeDb;
+use ambidex_cluster::Placement;
+
+/// Releases every lock in `db`'s tables whose owner's node is not a member of
+/// `placement`. Returns the locks released.
+pub fn release_non_members(db: &NodeDb, placement: &Placement) -> u64 {
+    let mut n = 0;
+    for t in db.tables() {
+        n += t.release_locks_where(|o| !placement.is_member(o.node)) as u64;
+    }
+    n
+}
