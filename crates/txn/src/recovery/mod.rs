@@ -4,13 +4,19 @@
 //! epoch starts.
 //!
 //! The decision rule: a transaction whose log record survives at any member is
-//! committed. A record exists only once its transaction locked and validated its keys,
-//! and a coordinator never releases the locks of a transaction whose log phase began
-//! (it commits it, retrying until it succeeds or the configuration changes), so
-//! committing it is serializable; a transaction reported committed has its record at
-//! every replica, so with fewer than R failures one survives. A transaction with no
-//! surviving record was never reported committed (its coordinator died before its log
-//! was complete), so it is aborted: its locks are released.
+//! committed. A record exists only once its transaction locked and validated its keys;
+//! a transaction reported committed has its record at every replica, so with fewer
+//! than R failures one survives. A transaction with no surviving record was never
+//! reported committed (its coordinator died before its log was complete), so it is
+//! aborted: its locks are released.
+//!
+//! The rule needs a coordinator never to release the locks of a transaction whose log
+//! phase began (it must commit it, retrying until it succeeds or the configuration
+//! changes). NOT YET: today a log phase that fails (an RPC that gave up, a WRITE that
+//! failed) removes the coordinator's own record, voids its ring slots and aborts, so a
+//! record that reached some replica could outlive the abort and be committed here.
+//! Nodes do not run this recovery yet either: nothing moves a running cluster to a new
+//! configuration (the next steps of issue 18).
 //!
 //! - [`records`]: the writes of every record a node holds: its threads' log replicas
 //!   (`Log::Rpc` records and every coordinator's own) and its log rings (`Log::Write`).
