@@ -12,15 +12,20 @@
 //! - [`membership`]: the configuration manager's state machine, sans IO: leases,
 //!   suspicions, the stages of a reconfiguration (adopt, recover, run) and joins.
 //! - [`lease`]: a node's side of its lease.
+//! - [`agent`]: a node's agent thread (renews the lease, follows the manager's state,
+//!   acknowledges the stages its threads reached) and the [`NodeState`] the threads
+//!   read.
 //! - [`manager`]: the manager as a node calls it ([`ManagerClient`]); the embedded
 //!   manager. The etcd manager is not built yet.
 
+pub mod agent;
 pub mod config;
 pub mod lease;
 pub mod manager;
 pub mod membership;
 pub mod placement;
 
+pub use agent::{Agent, NodeState};
 pub use config::{ConfigCell, ConfigView, Configuration};
 pub use lease::LeaseKeeper;
 pub use manager::embedded::{EmbeddedClient, EmbeddedManager};

@@ -1,0 +1,362 @@
+//! A node's side of the cluster: a thread of its own (as FaRM's lease manager, so a
+//! busy worker thread never delays a renewal) that renews the node's lease at a fifth
+//! of its period, follows the manager's state into the [`NodeState`] the node's
+//! threads read, and acknowledges each stage once every thread reached it.
+//!
+//! The node's threads do their part through [`NodeState`]: each moves to a new epoch
+//! when it sees one ([`NodeState::adopted`]) and recovers its share at stage Recover
+//! ([`NodeState::recovered`]). A node whose lease ran out (or whom the manager refused)
+//! is *fenced*: it must stop serving at once ([`NodeState::fenced`]).
+
+use crate::config::{ConfigCell, Configuration};
+use crate::lease::LeaseKeeper;
+use crate::manager::{ManagerClient, ManagerError};
+use crate::membership::Stage;
+use ambidex_transport::clock::SharedClock;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// What a node's threads share about the cluster.
+pub struct NodeState {
+    pub config: ConfigCell,
+    /// The stage of the current epoch (a [`Stage`] as u8).
+    stage: AtomicU8,
+    /// Threads that moved to the current epoch / finished recovering in it.
+    adopted: AtomicU32,
+    recovered: AtomicU32,
+    /// The epoch those two counts are of.
+    counted_epoch: AtomicU32,
+    threads: u32,
+    fenced: AtomicBool,
+    /// Why the node stopped, once fenced or the manager failed.
+    why: Mutex<Option<String>>,
+}
+
+fn stage_code(s: Stage) -> u8 {
+    match s {
+        Stage::Adopt => 0,
+        Stage::Recover => 1,
+        Stage::Run => 2,
+    }
+}
+
+fn stage_of(c: u8) -> Stage {
+    match c {
+        0 => Stage::Adopt,
+        1 => Stage::Recover,
+        _ => Stage::Run,
+    }
+}
+
+impl NodeState {
+    /// A node of `threads` threads starting in `config` (stage Run).
+    pub fn new(config: Configuration, threads: u32) -> Arc<NodeState> {
+        let epoch = config.epoch;
+        Arc::new(NodeState {
+            config: ConfigCell::new(config),
+            stage: AtomicU8::new(stage_code(Stage::Run)),
+            adopted: AtomicU32::new(threads),
+            recovered: AtomicU32::new(threads),
+            counted_epoch: AtomicU32::new(epoch),
+            threads,
+            fenced: AtomicBool::new(false),
+            why: Mutex::new(None),
+        })
+    }
+
+    /// The stage of the current epoch.
+    #[inline]
+    pub fn stage(&self) -> Stage {
+        stage_of(self.stage.load(Ordering::Acquire))
+    }
+
+    /// Whether transactions may run: stage Run and not fenced.
+    #[inline]
+    pub fn running(&self) -> bool {
+        self.stage.load(Ordering::Acquire) == stage_code(Stage::Run)
+            && !self.fenced.load(Ordering::Relaxed)
+    }
+
+    /// Whether this node must stop serving (its lease ran out or was refused).
+    #[inline]
+    pub fn fenced(&self) -> bool {
+        self.fenced.load(Ordering::Relaxed)
+    }
+
+    /// Why the node stopped, if it did.
+    pub fn why(&self) -> Option<String> {
+        self.why.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn fence(&self, why: String) {
+        self.why
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(why);
+        self.fenced.store(true, Ordering::SeqCst);
+    }
+
+    /// A thread has moved to `epoch` (it sends nothing of an older one any more).
+    pub fn adopted(&self, epoch: u32) {
+        if self.counted_epoch.load(Ordering::Acquire) == epoch {
+            self.adopted.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A thread has recovered its share of `epoch`.
+    pub fn recovered(&self, epoch: u32) {
+        if self.counted_epoch.load(Ordering::Acquire) == epoch {
+            self.recovered.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    fn all(&self, c: &AtomicU32, epoch: u32) -> bool {
+        self.counted_epoch.load(Ordering::Acquire) == epoch
+            && c.load(Ordering::Acquire) >= self.threads
+    }
+
+    /// Moves to a newer configuration at `stage` (the counts restart).
+    fn enter(&self, config: Configuration, stage: Stage) {
+        let epoch = config.epoch;
+        self.adopted.store(0, Ordering::Release);
+        self.recovered.store(0, Ordering::Release);
+        self.counted_epoch.store(epoch, Ordering::Release);
+        self.stage.store(stage_code(stage), Ordering::Release);
+        self.config.store(config);
+    }
+}
+
+/// The running agent of one node; dropping it stops the thread.
+pub struct Agent {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Agent {
+    /// Starts the agent of the node whose threads share `state`, calling the manager
+    /// through `client`, with leases of `lease`.
+    pub fn start(
+        name: String,
+        mut client: Box<dyn ManagerClient>,
+        state: Arc<NodeState>,
+        lease: Duration,
+        clock: SharedClock,
+    ) -> std::io::Result<Agent> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let handle = std::thread::Builder::new().name(name).spawn(move || {
+            let mut a = Loop {
+                keeper: LeaseKeeper::new(lease.as_nanos().max(1) as u64),
+                revision: 0,
+                acked: None,
+                clock,
+            };
+            while !st.load(Ordering::SeqCst) && !state.fenced() {
+                if let Err(e) = a.step(&mut *client, &state) {
+                    state.fence(e.to_string());
+                }
+            }
+        })?;
+        Ok(Agent {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+struct Loop {
+    keeper: LeaseKeeper,
+    revision: u64,
+    /// The (epoch, stage) last acknowledged.
+    acked: Option<(u32, Stage)>,
+    clock: SharedClock,
+}
+
+impl Loop {
+    /// One round: renew if due, take a newer state, acknowledge what the threads have
+    /// reached. An error fences the node.
+    fn step(
+        &mut self,
+        client: &mut dyn ManagerClient,
+        state: &NodeState,
+    ) -> Result<(), ManagerError> {
+        let now = self.clock.now_ns();
+        if self.keeper.due(now) {
+            let sent = self.keeper.sending(now);
+            match client.renew() {
+                Ok(_) => self.keeper.granted(sent),
+                Err(ManagerError::Refused(r)) => {
+                    self.keeper.revoked();
+                    return Err(ManagerError::Refused(r));
+                }
+                // Unreachable for now: the lease runs out unless a later renewal gets
+                // through.
+                Err(_) => {}
+            }
+        }
+        if !self.keeper.valid(self.clock.now_ns()) && self.keeper.valid_until() > 0 {
+            return Err(ManagerError::Unreachable(
+                "the lease ran out before it was renewed".into(),
+            ));
+        }
+        // Wait for a change at most until the next renewal (and briefly while the
+        // threads work on a stage, to acknowledge it promptly).
+        let period = Duration::from_nanos(self.keeper.period_ns());
+        let wait = if state.stage() == Stage::Run {
+            period
+        } else {
+            period.min(Duration::from_micros(200))
+        };
+        if let Some(s) = client.state_after(self.revision, wait)? {
+            self.revision = s.revision;
+            if s.config.epoch > state.config.epoch() {
+                state.enter(s.config, s.stage);
+            } else if s.config.epoch == state.config.epoch() {
+                if s.stage != state.stage() {
+                    state.stage.store(stage_code(s.stage), Ordering::Release);
+                }
+                // Same epoch: copies reported synced (nothing a thread reacts to).
+                if s.config != *state.config.load() {
+                    let placement = s.config.placement;
+                    state.config.update_same_epoch(|c| c.placement = placement);
+                }
+            }
+        }
+        let epoch = state.config.epoch();
+        let ready = match state.stage() {
+            Stage::Adopt => state.all(&state.adopted, epoch),
+            Stage::Recover => state.all(&state.recovered, epoch),
+            Stage::Run => false,
+        };
+        let at = (epoch, state.stage());
+        if ready && self.acked != Some(at) {
+            client.ack(at.0, at.1)?;
+            self.acked = Some(at);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manager::embedded::EmbeddedManager;
+    use ambidex_transport::clock::SystemClock;
+    use std::time::Instant;
+
+    /// Three nodes of two "threads" each (plain loops that adopt and recover at once);
+    /// node 2's agent stops: the others are reconfigured without it and run again.
+    #[test]
+    fn the_survivors_adopt_recover_and_run_without_a_stopped_node() {
+        let lease = Duration::from_millis(30);
+        let m = EmbeddedManager::start(
+            Configuration::initial(3, 3).unwrap(),
+            lease,
+            SystemClock::shared(),
+        );
+        let states: Vec<Arc<NodeState>> = (0..3)
+            .map(|_| NodeState::new(Configuration::initial(3, 3).unwrap(), 2))
+            .collect();
+        let mut agents: Vec<Option<Agent>> = (0..3u16)
+            .map(|n| {
+                Some(
+                    Agent::start(
+                        format!("agent{n}"),
+                        Box::new(m.client(n, 1)),
+                        states[n as usize].clone(),
+                        lease,
+                        SystemClock::shared(),
+                    )
+                    .unwrap(),
+                )
+            })
+            .collect();
+        // The "threads": adopt each new epoch once, recover at stage Recover.
+        let stop = Arc::new(AtomicBool::new(false));
+        let workers: Vec<_> = states[..2]
+            .iter()
+            .flat_map(|s| (0..2).map(move |_| s.clone()))
+            .map(|s| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let (mut adopted, mut recovered) = (1, 1);
+                    while !stop.load(Ordering::SeqCst) {
+                        let e = s.config.epoch();
+                        if e > adopted {
+                            adopted = e;
+                            s.adopted(e);
+                        }
+                        if s.stage() == Stage::Recover && e > recovered {
+                            recovered = e;
+                            s.recovered(e);
+                        }
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(states.iter().all(|s| s.running() && s.config.epoch() == 1));
+        let killed = Instant::now();
+        agents[2] = None;
+        let deadline = killed + Duration::from_secs(5);
+        while !(states[0].running() && states[1].running() && states[0].config.epoch() == 2) {
+            assert!(
+                Instant::now() < deadline,
+                "never recovered: {:?}",
+                m.state()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let took = killed.elapsed();
+        assert!(
+            took >= lease / 2,
+            "removed before its lease could run out: {took:?}"
+        );
+        let c = states[1].config.load();
+        assert!(!c.placement.is_member(2));
+        assert_eq!(m.state().stage, Stage::Run);
+        stop.store(true, Ordering::SeqCst);
+        for w in workers {
+            w.join().unwrap();
+        }
+        drop(agents);
+    }
+
+    #[test]
+    fn a_refused_node_is_fenced() {
+        let lease = Duration::from_millis(20);
+        let m = EmbeddedManager::start(
+            Configuration::initial(3, 3).unwrap(),
+            lease,
+            SystemClock::shared(),
+        );
+        let s = NodeState::new(Configuration::initial(3, 3).unwrap(), 1);
+        // Incarnation 2 of node 1 is not the member (incarnation 1 is).
+        let _a = Agent::start(
+            "agent".into(),
+            Box::new(m.client(1, 2)),
+            s.clone(),
+            lease,
+            SystemClock::shared(),
+        )
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !s.fenced() {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(s.why().unwrap().contains("not a member"), "{:?}", s.why());
+    }
+}
