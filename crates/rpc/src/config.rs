@@ -15,9 +15,7 @@ pub enum ThreadMap {
     Fixed(ThreadId),
 }
 
-/// Default floor of the retransmission timeout ([`RuntimeConfig::rto_min`]).
-/// Measured: TODO
-pub const DEFAULT_RTO_MIN: Duration = Duration::from_millis(1);
+pub use ambidex_transport::rtt::DEFAULT_RTO_MIN;
 
 /// Default largest RPC message (request or response) in bytes; see [`RuntimeConfig::max_message`].
 pub const DEFAULT_MAX_MESSAGE: usize = 64 * 1024;

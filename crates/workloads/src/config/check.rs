@@ -175,6 +175,19 @@ impl RpcSection {
     pub fn give_up_after(&self) -> Duration {
         ms_duration(self.give_up_ms.clamp(0.0, 3_600_000.0))
     }
+
+    /// The udp backend's one-sided retransmission with these bounds and give-up time,
+    /// as a NIC's retry budget is set with the RPC timeouts (for
+    /// `UdpNode::open_with`; the rest at `UdpOptions`' defaults).
+    pub fn udp_options(&self) -> Result<ambidex_transport_udp::UdpOptions, ConfigError> {
+        let rt = self.runtime_config()?;
+        Ok(ambidex_transport_udp::UdpOptions {
+            rto_min: rt.rto_min,
+            rto_max: rt.rto_max,
+            give_up: rt.give_up,
+            ..Default::default()
+        })
+    }
 }
 
 /// `ms` milliseconds in whole nanoseconds, rounded (NaN: zero).

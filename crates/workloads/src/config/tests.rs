@@ -3,6 +3,7 @@
 use super::*;
 use ambidex_rpc::RuntimeConfig;
 use std::path::Path;
+use std::time::Duration;
 
 fn file(name: &str, text: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ambx-config-{}", std::process::id()));
@@ -34,6 +35,11 @@ fn defaults_are_todays() {
         (d.rto_min, d.rto_max, d.give_up)
     );
     assert_eq!(c.rpc.give_up_after(), d.give_up);
+    // The udp backend's one-sided operations give up when the RPCs do.
+    let mut r = c.rpc.clone();
+    r.give_up_ms = 8000.0;
+    let u = r.udp_options().unwrap();
+    assert_eq!((u.rto_min, u.give_up), (d.rto_min, Duration::from_secs(8)));
     assert!(!c.txn.txn_config().unwrap().skip_validation_for_tests);
 }
 
