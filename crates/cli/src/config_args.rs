@@ -60,7 +60,7 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "ON_OFF", value_parser = choice::<PassiveAck>())]
     pub passive_ack: Option<PassiveAck>,
     /// Floor of the RPC retransmission timeout in ms, which otherwise follows the
-    /// measured round trip [default: 1].
+    /// measured round trip [default: 0.5; 1 in the simulator].
     #[arg(long)]
     pub rpc_rto_min_ms: Option<f64>,
     /// Ceiling of the RPC retransmission timeout in ms, up to which it doubles while a
