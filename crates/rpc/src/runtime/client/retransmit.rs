@@ -2,8 +2,8 @@
 //! deadline is sent again, whole, through the outbox. The deadline is one retransmission
 //! timeout of its destination endpoint after sending: the measured round trip plus four
 //! deviations (`RttEstimator`), so a lost datagram costs about a round trip rather than a
-//! fixed timeout; every expiry doubles the destination's timeout until a request sent
-//! once is answered. A request still unanswered `give_up` after it was first sent has
+//! fixed timeout; expiries double the destination's timeout (once per timeout period)
+//! until a request sent once is answered. A request still unanswered `give_up` after it was first sent has
 //! its destination suspected (reported to the cluster layer) and every request to it
 //! fails, so that a worker never waits forever on a dead node.
 
