@@ -212,8 +212,9 @@ fn silent_target_times_out_then_recovers() {
             signaled: i == 39,
         })
         .collect();
-    ep.post(&ops).unwrap();
+    // Before the post, which sends the first requests.
     let start = Instant::now();
+    ep.post(&ops).unwrap();
     let got = completions(&mut *ep, 40);
     // The give-up time runs from the first transmission, whatever the retransmissions.
     let took = start.elapsed();
