@@ -59,12 +59,18 @@ pub struct ConfigArgs {
     /// Passive ACK of commit messages (DrTM+H §3.2): on or off. Overrides the preset's.
     #[arg(long, value_name = "ON_OFF", value_parser = choice::<PassiveAck>())]
     pub passive_ack: Option<PassiveAck>,
-    /// RPC retransmission timeout in ms [default: 20; 1 in the simulator].
+    /// Floor of the RPC retransmission timeout in ms, which otherwise follows the
+    /// measured round trip [default: 0.5; 1 in the simulator].
     #[arg(long)]
-    pub rpc_timeout_ms: Option<f64>,
-    /// RPC retransmissions before a destination is suspected [default: 50].
+    pub rpc_rto_min_ms: Option<f64>,
+    /// Ceiling of the RPC retransmission timeout in ms, up to which it doubles while a
+    /// destination is silent [default: 100; 1 in the simulator].
     #[arg(long)]
-    pub rpc_retries: Option<u32>,
+    pub rpc_rto_max_ms: Option<f64>,
+    /// An RPC request unanswered this long (ms) after it was first sent has its
+    /// destination suspected [default: 1000; 51 in the simulator].
+    #[arg(long)]
+    pub rpc_give_up_ms: Option<f64>,
 }
 
 impl ConfigArgs {
@@ -104,8 +110,9 @@ impl ConfigArgs {
         if self.passive_ack.is_some() {
             c.txn.passive_ack = self.passive_ack;
         }
-        set(&mut c.rpc.retransmit_timeout_ms, self.rpc_timeout_ms);
-        set(&mut c.rpc.max_retries, self.rpc_retries);
+        set(&mut c.rpc.rto_min_ms, self.rpc_rto_min_ms);
+        set(&mut c.rpc.rto_max_ms, self.rpc_rto_max_ms);
+        set(&mut c.rpc.give_up_ms, self.rpc_give_up_ms);
         Ok(c)
     }
 }

@@ -29,7 +29,7 @@ fn json(args: &[&str]) -> Value {
 
 /// The distinctive settings every path must see.
 fn check_settings(config: &Value, what: &str) {
-    assert_eq!(config["rpc"]["max_retries"], 7, "{what}: {config}");
+    assert_eq!(config["rpc"]["give_up_ms"], 700.0, "{what}: {config}");
     assert_eq!(config["txn"]["mode"], "fasst", "{what}: {config}");
     assert_eq!(config["run"]["coroutines"], 3, "{what}: {config}");
     assert_eq!(config["cluster"]["nodes"], 2, "{what}: {config}");
@@ -77,7 +77,7 @@ fn one_config_file_reaches_every_path() {
             "# one file for the in-process run, the node processes and the simulator\n\
              [cluster]\ntransport = \"udp\"\nnodes = 2\nreplication = 2\n\
              udp_addrs = [\"127.0.0.1:{port}\", \"127.0.0.1:{}\"]\n\
-             [rpc]\nmax_retries = 7\n\
+             [rpc]\ngive_up_ms = 700\n\
              [txn]\nmode = \"fasst\"\n\
              [run]\nworkload = \"smallbank\"\ncoroutines = 3\nscale = 0.001\n\
              duration_s = 0.3\nwarmup_s = 0.1\n\
@@ -154,9 +154,9 @@ fn one_config_file_reaches_every_path() {
     assert!(s["command"].as_str().unwrap().contains("--config"), "{s}");
 
     // Flags beat the file.
-    let r = in_process(&["--coroutines", "5", "--rpc-retries", "9"]);
+    let r = in_process(&["--coroutines", "5", "--rpc-give-up-ms", "900"]);
     assert_eq!(r["coroutines"], 5);
-    assert_eq!(r["config"]["rpc"]["max_retries"], 9);
+    assert_eq!(r["config"]["rpc"]["give_up_ms"], 900.0);
     assert_eq!(
         r["config"]["cluster"]["nodes"], 2,
         "the rest still from the file"
@@ -165,7 +165,7 @@ fn one_config_file_reaches_every_path() {
         "sim", "--config", f, "--seed", "5", "--json", "--steps", "100",
     ]);
     assert_eq!(s["config"]["sim"]["steps"], 100);
-    assert_eq!(s["config"]["rpc"]["max_retries"], 7);
+    assert_eq!(s["config"]["rpc"]["give_up_ms"], 700.0);
 
     // Without a workload subcommand, the file names the workload.
     let objstore = dir.join("objstore.toml");
@@ -312,10 +312,7 @@ fn one_config_file_reaches_every_path() {
     let bad = dir.join("bad.toml");
     for (text, want) in [
         ("[rpc]\nmax_retrys = 7\n", "max_retrys"),
-        (
-            "[rpc]\nretransmit_timeout_ms = 0\n",
-            "rpc.retransmit_timeout_ms",
-        ),
+        ("[rpc]\nrto_min_ms = 0\n", "rpc.rto_min_ms"),
         ("[run]\ncoroutines = 0\n", "coroutines"),
     ] {
         std::fs::write(&bad, text).unwrap();

@@ -472,8 +472,8 @@ fn bad_cluster_files_and_commands_are_clear_errors() {
             "1 addresses for 3 nodes",
         ),
         (
-            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"replication\": 1, \"udp_addrs\": [\"127.0.0.1:65535\"]}, \"rpc\": {\"max_retries\": 5, \"retransmit_timeout_ms\": -1}}",
-            "retransmit_timeout_ms",
+            "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"replication\": 1, \"udp_addrs\": [\"127.0.0.1:65535\"]}, \"rpc\": {\"give_up_ms\": 500, \"rto_min_ms\": -1}}",
+            "rto_min_ms",
         ),
         (
             "{\"cluster\": {\"transport\": \"udp\", \"nodes\": 1, \"replication\": 1, \"udp_addrs\": [\"127.0.0.1:9\"]}, \"fault\": {\"drop\": 2}}",

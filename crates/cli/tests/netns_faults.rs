@@ -12,7 +12,9 @@
 //! checking after every run the SmallBank total, the replicas against their primaries,
 //! and the recorded history: serializable, every committed transaction id exactly once,
 //! every read of a committed version (so no committed transaction was lost or applied
-//! twice). It prints the throughput of each run relative to the run without loss.
+//! twice). It prints the throughput of each run relative to the run without loss, and
+//! checks that 1% loss keeps at least half of it (a lost datagram costs about a round
+//! trip, not a fixed timeout).
 //!
 //! Needs root, `ip` (iproute2) and `iptables`; without them it prints why and passes.
 //! Every namespace (and with it every veth, bridge and rule) is deleted at the end, also
@@ -356,8 +358,9 @@ fn smallbank_survives_loss_partition_and_injected_faults_across_namespaces() {
     let addrs: Vec<String> = (0..NODES)
         .map(|i| format!("10.213.{subnet}.{}:{PORT}", i + 1))
         .collect();
-    // Retransmit every 10 ms for up to 8 s: a 1.5 s partition never makes a node
-    // suspect another (suspicion would abort transactions whose commit is under way).
+    // Give up on a request only after 8 s: a 1.5 s partition never makes a node suspect
+    // another (suspicion would abort transactions whose commit is under way). The
+    // retransmission timeout is the runtime's own (from the measured round trip).
     std::fs::write(
         &config,
         serde_json::json!({
@@ -367,7 +370,7 @@ fn smallbank_survives_loss_partition_and_injected_faults_across_namespaces() {
                 "threads": 1,
                 "udp_addrs": addrs,
             },
-            "rpc": { "retransmit_timeout_ms": 10, "max_retries": 800 }
+            "rpc": { "give_up_ms": 8000 }
         })
         .to_string(),
     )
@@ -473,6 +476,16 @@ fn smallbank_survives_loss_partition_and_injected_faults_across_namespaces() {
         "  every run: invariant, replicas and history OK; total {:.1} s",
         t_start.elapsed().as_secs_f64()
     ));
+    // A lost datagram costs about one retransmission timeout from the measured round
+    // trip, so 1% loss keeps most of the throughput: 0.82-0.93 of the 0% runs in six
+    // runs here, against 0.18-0.32 with a fixed 10 ms timeout. The bound is looser than
+    // that because the 0% runs themselves spread by up to +-30% while another build
+    // shares the machine; it still fails with fixed timeouts of 5 ms and more (0.30).
+    let at_1 = table[2].1 / base;
+    assert!(
+        at_1 >= 0.5,
+        "1% loss kept only {at_1:.2} of the loss-free throughput"
+    );
     drop(ns);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -15,16 +15,27 @@ pub enum ThreadMap {
     Fixed(ThreadId),
 }
 
+pub use ambidex_transport::rtt::DEFAULT_RTO_MIN;
+
 /// Default largest RPC message (request or response) in bytes; see [`RuntimeConfig::max_message`].
 pub const DEFAULT_MAX_MESSAGE: usize = 64 * 1024;
 
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
-    /// A request without a response for this long is retransmitted (or, after
-    /// `max_retries` retransmissions, failed and its destination suspected).
-    pub retransmit_timeout: Duration,
-    /// Retransmissions before the destination is reported as suspected-failed. FaSST: 0.
-    pub max_retries: u32,
+    /// Floor of the retransmission timeout, which otherwise follows the measured round
+    /// trip to each destination endpoint (SRTT + 4·RTTVAR, RFC 6298). It keeps a peer
+    /// that is merely descheduled from being flooded with retransmissions: see
+    /// [`DEFAULT_RTO_MIN`] for the measurement behind the default.
+    pub rto_min: Duration,
+    /// Ceiling of the timeout, which doubles on every expiry until a fresh sample.
+    pub rto_max: Duration,
+    /// The timeout before a destination's first round trip is measured.
+    pub rto_initial: Duration,
+    /// A request unanswered this long after it was first sent fails
+    /// ([`RpcError::Timeout`]) and its destination's node is suspected (`take_suspects`,
+    /// `on_suspect`). The timeouts are capped by it, so `rto_min == give_up` means no
+    /// retransmission at all (FaSST, [`RuntimeConfig::fasst`]).
+    pub give_up: Duration,
     /// Coalesce requests (and responses) to one endpoint into one datagram.
     pub coalesce: bool,
     pub thread_map: ThreadMap,
@@ -75,8 +86,10 @@ pub struct RuntimeConfig {
 impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
-            retransmit_timeout: Duration::from_millis(20),
-            max_retries: 50,
+            rto_min: DEFAULT_RTO_MIN,
+            rto_max: Duration::from_millis(100),
+            rto_initial: Duration::from_millis(5),
+            give_up: Duration::from_secs(1),
             coalesce: true,
             thread_map: ThreadMap::Peer,
             credits: None,
@@ -136,11 +149,25 @@ impl RuntimeConfig {
     /// FaSST's behaviour (§4.3): no retransmission; the first timeout (1 s) declares the
     /// destination failed.
     pub fn fasst() -> Self {
+        let s = Duration::from_secs(1);
         RuntimeConfig {
-            retransmit_timeout: Duration::from_secs(1),
-            max_retries: 0,
+            rto_min: s,
+            rto_max: s,
+            rto_initial: s,
+            give_up: s,
             ..Default::default()
         }
+    }
+
+    /// The retransmission timeout's bounds in effect, in ns: (initial, min, max), with
+    /// `rto_min <= rto_max <= give_up` (a timeout beyond the give-up time would never be
+    /// used).
+    pub fn rto_bounds_ns(&self) -> (u64, u64, u64) {
+        let ns = |d: Duration| d.as_nanos().min(u64::MAX as u128) as u64;
+        let give_up = ns(self.give_up).max(1);
+        let max = ns(self.rto_max).clamp(1, give_up);
+        let min = ns(self.rto_min).clamp(1, max);
+        (ns(self.rto_initial).clamp(min, max), min, max)
     }
 
     /// Endpoints that may send requests to one endpoint.
@@ -210,7 +237,7 @@ pub enum RpcError {
     },
     /// The handler's response exceeded the limit.
     ResponseTooLarge,
-    /// No response after all retries; the destination is suspected to have failed.
+    /// No response within the give-up time; the destination is suspected to have failed.
     Timeout {
         dest: EndpointAddr,
     },

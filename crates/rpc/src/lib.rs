@@ -27,9 +27,11 @@
 //!   [`RuntimeConfig::busy_wait`] first. See `docs/rpc.md`.
 //! - Credits bound the request datagrams in flight per (thread, destination) so no
 //!   receive queue overflows ([`RuntimeConfig::credits_for`]).
-//! - Lost datagrams: per-request timeouts and retransmission; the server caches the
-//!   responses of a bounded window of request ids per client, so handlers run at most
-//!   once; destinations that stay silent are reported as suspected ([`Runtime::take_suspects`]).
+//! - Lost datagrams: retransmission after a timeout derived from the measured round trip
+//!   to each destination ([`RttEstimator`], RFC 6298); the server caches the responses
+//!   of a bounded window of request ids per client, so handlers run at most once;
+//!   destinations that leave a request unanswered for [`RuntimeConfig::give_up`] are
+//!   reported as suspected ([`Runtime::take_suspects`]).
 //! - Messages up to [`Runtime::max_message`] bytes are segmented and reassembled.
 //! - One-sided READ, WRITE, CAS and FAA are queued beside requests
 //!   ([`Ctx::queue_read`] and the like) and posted with the step's doorbell; a flush
@@ -48,8 +50,11 @@ pub mod reply;
 pub mod runtime;
 pub mod wire;
 
+pub use ambidex_transport::rtt::RttEstimator;
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
-pub use config::{IdleStep, RpcError, RuntimeConfig, ThreadMap, DEFAULT_MAX_MESSAGE};
+pub use config::{
+    IdleStep, RpcError, RuntimeConfig, ThreadMap, DEFAULT_MAX_MESSAGE, DEFAULT_RTO_MIN,
+};
 pub use reply::Reply;
 pub use runtime::{
     Ctx, Flush, Handler, OneSidedError, OpHandle, ReqHandle, RequestInfo, RpcStats, Runtime,

@@ -630,7 +630,7 @@ fn run_case(p: Params, actions: &[Action]) -> Result<CaseReport, TestCaseError> 
         step(&mut c, &mut pending, &mut last, &mut rep)?;
     }
     // Honest traffic only from here: every worker must finish (retransmission heals
-    // drops; 50 retries of 20 ms).
+    // drops; a request fails only after the give-up time, 1 s).
     let mut steps = 0;
     while c.rts.iter().any(|r| r.live_tasks() > 0) {
         step(&mut c, &mut pending, &mut last, &mut rep)?;

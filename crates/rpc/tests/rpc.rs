@@ -45,8 +45,7 @@ fn faulty_runtimes(
     duplicate: f64,
 ) -> Vec<Runtime> {
     let cfg = RuntimeConfig {
-        retransmit_timeout: Duration::from_millis(3),
-        max_retries: 1000,
+        give_up: Duration::from_secs(3),
         ..Default::default()
     };
     endpoints(cc)
@@ -505,7 +504,6 @@ fn credits_stop_overflow_under_burst() {
         let cfg = RuntimeConfig {
             credits,
             coalesce: false,
-            retransmit_timeout: Duration::from_millis(5),
             ..Default::default()
         };
         let mut rts = runtimes(cc.clone(), cfg);
@@ -989,7 +987,7 @@ fn retransmitted_segmented_request_is_answered_once() {
         rt.poll_once();
         // The response is as long as the request: three segments, each its own datagram.
         assert_eq!(tx_datagrams(&rt) - before, 3, "round {round}");
-        clock.advance(RuntimeConfig::default().retransmit_timeout.as_nanos() as u64);
+        clock.advance(RuntimeConfig::default().rto_min.as_nanos() as u64);
     }
     assert_eq!(runs.get(), 1);
     let st = rt.stats();
@@ -1042,7 +1040,7 @@ fn duplicate_requests_do_not_amplify() {
         rt.poll_once();
     }
     assert_eq!(tx_datagrams(&rt), before, "resent sooner than a timeout");
-    clock.advance(RuntimeConfig::default().retransmit_timeout.as_nanos() as u64);
+    clock.advance(RuntimeConfig::default().rto_min.as_nanos() as u64);
     rt.inject(client, &small(2));
     rt.poll_once();
     assert_eq!(
@@ -1062,7 +1060,7 @@ fn reassembly_flood_does_not_starve_other_sources() {
     let fabric = LocalFabric::new(cc.clone()).unwrap();
     let clock = Arc::new(ManualClock::new(1_000_000_000));
     let cfg = RuntimeConfig {
-        max_retries: 5,
+        give_up: Duration::from_millis(120),
         ..Default::default()
     };
     let mut client = Runtime::with_clock(
@@ -1171,4 +1169,298 @@ fn random_batches_get_their_own_responses() {
     }
     step_all(&mut rts, Duration::from_secs(60));
     assert_eq!(done.get(), 4);
+}
+
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+/// An endpoint that loses the datagrams it is told to (a shared switch), for losses at
+/// exact moments.
+struct Lossy {
+    inner: Box<dyn Endpoint>,
+    /// Datagrams still to drop.
+    drop_next: Arc<AtomicU32>,
+}
+
+impl Endpoint for Lossy {
+    fn addr(&self) -> EndpointAddr {
+        self.inner.addr()
+    }
+    fn config(&self) -> &ClusterConfig {
+        self.inner.config()
+    }
+    fn send(&mut self, batch: &[Datagram<'_>]) -> Result<(), ambidex_transport::TransportError> {
+        let mut keep = Vec::new();
+        for d in batch {
+            let drop = self.drop_next.load(Relaxed);
+            if drop > 0 {
+                self.drop_next.store(drop - 1, Relaxed);
+            } else {
+                keep.push(*d);
+            }
+        }
+        self.inner.send(&keep)
+    }
+    fn poll_recv(&mut self, max: usize, sink: &mut dyn FnMut(EndpointAddr, &[u8])) -> usize {
+        self.inner.poll_recv(max, sink)
+    }
+    fn post(
+        &mut self,
+        ops: &[ambidex_transport::OneSidedOp<'_>],
+    ) -> Result<(), ambidex_transport::TransportError> {
+        self.inner.post(ops)
+    }
+    fn poll_cq(&mut self, max: usize, out: &mut Vec<ambidex_transport::Completion>) -> usize {
+        self.inner.poll_cq(max, out)
+    }
+    fn outstanding(&self) -> usize {
+        self.inner.outstanding()
+    }
+    fn wait(&mut self, timeout: Duration) {
+        self.inner.wait(timeout)
+    }
+    fn set_epoch(&mut self, epoch: u32) {
+        self.inner.set_epoch(epoch)
+    }
+    fn counters(&self) -> ambidex_transport::CounterSnapshot {
+        self.inner.counters()
+    }
+}
+
+const US: u64 = 1_000;
+/// Simulated time per step of the pair below: the round trip is one step.
+const STEP: u64 = 10 * US;
+
+/// A client (node 0, its datagrams lost on command) and an ECHO server (node 1) on one
+/// manual clock; one client worker sends `n` requests one after another, each flush's
+/// simulated duration pushed to the returned log.
+struct Pair {
+    client: Runtime,
+    server: Runtime,
+    clock: Arc<ManualClock>,
+    drop_next: Arc<AtomicU32>,
+    /// Requests the worker may still start.
+    go: Rc<Cell<u32>>,
+    /// (start, end) in clock ns of each finished request.
+    done: Rc<RefCell<Vec<(u64, u64)>>>,
+}
+
+impl Pair {
+    fn new(cfg: RuntimeConfig) -> Pair {
+        let clock = Arc::new(ManualClock::new(1_000_000_000));
+        let mut eps = endpoints(ClusterConfig::new(2, 1));
+        let drop_next = Arc::new(AtomicU32::new(0));
+        let server_ep = eps.pop().unwrap();
+        let lossy = Lossy {
+            inner: eps.pop().unwrap(),
+            drop_next: drop_next.clone(),
+        };
+        let mut client = Runtime::with_clock(Box::new(lossy), cfg.clone(), clock.clone()).unwrap();
+        let mut server = Runtime::with_clock(server_ep, cfg, clock.clone()).unwrap();
+        server.register(ECHO, |_, req, resp| resp.extend_from_slice(req));
+        let (go, done) = (Rc::new(Cell::new(0u32)), Rc::new(RefCell::new(Vec::new())));
+        let (g, d, c) = (go.clone(), done.clone(), clock.clone());
+        client.spawn(move |ctx| async move {
+            loop {
+                while g.get() == 0 {
+                    ctx.yield_now().await;
+                }
+                g.set(g.get() - 1);
+                let t0 = c.now_ns();
+                let h = ctx.queue(1, ECHO, b"ping").unwrap();
+                ctx.flush().await.unwrap();
+                ctx.response(h, |r| assert_eq!(r, b"ping")).unwrap();
+                d.borrow_mut().push((t0, c.now_ns()));
+            }
+        });
+        Pair {
+            client,
+            server,
+            clock,
+            drop_next,
+            go,
+            done,
+        }
+    }
+
+    /// Steps both runtimes (the server only if `serve`) and then the clock, `n` times.
+    fn steps(&mut self, n: u32, serve: bool) {
+        for _ in 0..n {
+            self.client.poll_once();
+            if serve {
+                self.server.poll_once();
+            }
+            self.clock.advance(STEP);
+        }
+    }
+
+    /// Runs `n` requests one after another, each answered within a step.
+    fn warm_up(&mut self, n: u32) {
+        self.go.set(n);
+        let want = self.done.borrow().len() + n as usize;
+        for _ in 0..10 * n + 1000 {
+            if self.done.borrow().len() == want {
+                return;
+            }
+            self.steps(1, true);
+        }
+        panic!("warm-up did not finish");
+    }
+
+    fn rtt(&self) -> RttEstimator {
+        self.client.rtt_to(EndpointAddr::new(1, 0)).unwrap()
+    }
+}
+
+fn fast_rto() -> RuntimeConfig {
+    RuntimeConfig {
+        rto_min: Duration::from_micros(300),
+        ..Default::default()
+    }
+}
+
+/// A lost request costs about one retransmission timeout, which follows the measured
+/// round trip (here below `rto_min`, so the floor), not a fixed 20 ms.
+#[test]
+fn a_lost_request_is_recovered_after_about_one_rto() {
+    let mut p = Pair::new(fast_rto());
+    p.warm_up(50);
+    let srtt = p.rtt().srtt().unwrap();
+    assert!(
+        srtt <= 2 * STEP,
+        "the estimate follows the {STEP} ns round trip: {srtt}"
+    );
+    let rto = p.rtt().rto();
+    assert_eq!(rto, 300 * US, "the floor");
+    assert_eq!(p.client.stats().retransmits, 0);
+    p.drop_next.store(1, Relaxed);
+    p.warm_up(1);
+    let (t0, t1) = *p.done.borrow().last().unwrap();
+    let took = t1 - t0;
+    // The deadline, then at most a quarter timeout until the scan sees it, then the
+    // round trip of the retransmission.
+    assert!(took >= rto, "recovered before the timeout: {took} ns");
+    assert!(
+        took <= rto + rto / 4 + 3 * STEP,
+        "recovered after {took} ns, timeout {rto} ns"
+    );
+    assert_eq!(p.client.stats().retransmits, 1);
+}
+
+/// Every expiry doubles the destination's timeout (a silent destination is probed ever
+/// less often), and the next request answered at its first transmission resets it.
+#[test]
+fn retransmissions_back_off_until_a_fresh_sample() {
+    let mut p = Pair::new(fast_rto());
+    p.warm_up(20);
+    let rto = p.rtt().rto();
+    p.go.set(1);
+    // The server stays silent: note when each retransmission goes out.
+    let mut at = Vec::new();
+    let t0 = p.clock.now_ns();
+    let mut seen = p.client.stats().retransmits;
+    while at.len() < 4 {
+        p.steps(1, false);
+        let r = p.client.stats().retransmits;
+        if r > seen {
+            at.push(p.clock.now_ns() - t0);
+            seen = r;
+        }
+        assert!(p.clock.now_ns() - t0 < 100 * rto, "{at:?}");
+    }
+    let gaps: Vec<u64> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    for (k, g) in gaps.iter().enumerate() {
+        // Timeout 2^(k+1) * rto, seen within a quarter of it (plus a step).
+        let want = rto << (k + 1);
+        assert!(
+            *g >= want && *g <= want + want / 4 + STEP,
+            "gap {k}: {g} ns, want {want} ns ({at:?})"
+        );
+    }
+    assert_eq!(p.rtt().backoffs(), 4);
+    // The server answers: the retransmitted request gives no sample, so the backoff
+    // stays; a request answered at once ends it.
+    p.steps(3, true);
+    assert_eq!(p.rtt().backoffs(), 4, "a retransmitted request was sampled");
+    p.warm_up(1);
+    assert_eq!((p.rtt().backoffs(), p.rtt().rto()), (0, rto));
+}
+
+/// Karn's rule: a request answered only after its retransmission says nothing about the
+/// round trip (its response may answer either copy), so a slow answer from a
+/// descheduled peer does not inflate the estimate.
+#[test]
+fn retransmitted_requests_give_no_sample() {
+    let mut p = Pair::new(fast_rto());
+    p.warm_up(50);
+    let before = p.rtt().srtt().unwrap();
+    p.go.set(1);
+    // 3 ms of silence, then the answer (to the original and its retransmissions).
+    p.steps(300, false);
+    assert!(p.client.stats().retransmits >= 2);
+    p.steps(3, true);
+    assert_eq!(p.done.borrow().len(), 51);
+    assert_eq!(p.rtt().srtt(), Some(before), "{:?}", p.rtt());
+}
+
+/// The give-up time runs from a request's first transmission, whatever the
+/// retransmissions: a silent destination is suspected after `give_up`, not before.
+#[test]
+fn a_silent_destination_is_suspected_after_the_give_up_time() {
+    let give_up = Duration::from_millis(50);
+    let mut p = Pair::new(RuntimeConfig {
+        give_up,
+        ..fast_rto()
+    });
+    p.warm_up(5);
+    let failed = Rc::new(RefCell::new(None));
+    let f2 = failed.clone();
+    let c = p.clock.clone();
+    p.client.spawn(move |ctx| async move {
+        let t0 = c.now_ns();
+        ctx.queue(1, ECHO, b"x").unwrap();
+        let r = ctx.flush().await;
+        *f2.borrow_mut() = Some((r, c.now_ns() - t0));
+    });
+    let g = give_up.as_nanos() as u64;
+    p.steps((g / STEP) as u32 - 2, false);
+    assert!(failed.borrow().is_none(), "failed before the give-up time");
+    assert!(p.client.stats().retransmits > 3, "retransmitted meanwhile");
+    assert!(p.client.take_suspects().is_empty());
+    // Scans come every quarter of the shortest timeout in use (at most the initial one).
+    let late = RuntimeConfig::default().rto_initial.as_nanos() as u64 / 4 + 3 * STEP;
+    p.steps((late / STEP) as u32 + 2, false);
+    let (r, took) = failed
+        .borrow()
+        .clone()
+        .expect("failed after the give-up time");
+    let dest = EndpointAddr::new(1, 0);
+    assert_eq!(r, Err(RpcError::Timeout { dest }));
+    assert!(took >= g && took <= g + late, "failed after {took} ns");
+    assert_eq!(p.client.take_suspects(), vec![1]);
+    assert_eq!(p.client.stats().suspected, 1);
+}
+
+/// Requests sent a little apart and lost together expire at different scans, but are
+/// one loss: the timeout doubles once per timeout period, not once per expiry (which
+/// would reach `rto_max` after one burst).
+#[test]
+fn one_burst_of_losses_doubles_the_timeout_once() {
+    let mut p = Pair::new(fast_rto());
+    p.warm_up(20);
+    let rto = p.rtt().rto();
+    // Three requests, 100 us apart, to a server that stays silent.
+    for _ in 0..3 {
+        p.client.spawn(|ctx| async move {
+            ctx.queue(1, ECHO, b"x").unwrap();
+            let _ = ctx.flush().await;
+        });
+        p.steps((100 * US / STEP) as u32, false);
+    }
+    // By 650 us after the first was sent, all three have expired (at 300, 400 and 500
+    // us) and were retransmitted at the scans (every 150 us once doubled), all within
+    // the doubled period of the first expiry.
+    p.steps(((650 * US - 300 * US) / STEP) as u32, false);
+    assert_eq!(p.client.stats().retransmits, 3);
+    assert_eq!(p.rtt().backoffs(), 1, "{:?}", p.rtt());
+    assert_eq!(p.rtt().rto(), 2 * rto);
 }

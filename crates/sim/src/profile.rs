@@ -3,7 +3,7 @@
 //! Every profile keeps to what the protocol survives today: lost, duplicated, reordered
 //! and delayed datagrams and one-sided operations, partitions that heal, and node pauses
 //! (a node not scheduled for a while, as a long GC pause or a descheduled VM), all
-//! shorter than the RPC layer's give-up time (`max_retries` retransmissions, see
+//! shorter than the RPC layer's give-up time (`rpc.give_up_ms`, see
 //! [`crate::defaults`]). Crashes are supported by the network
 //! ([`ambidex_transport_sim::SimNet::crash`]) but not used here: without recovery (a later
 //! issue) a crashed node's locks and half-installed commits are never cleaned up, so a

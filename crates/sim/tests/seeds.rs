@@ -305,10 +305,7 @@ fn bad_specs_are_clear_errors() {
             "nonsense",
             with(ok.clone(), |c| c.txn.mode = "nonsense".into()),
         ),
-        (
-            "retransmit_timeout_ms",
-            with(ok.clone(), |c| c.rpc.retransmit_timeout_ms = 0.0),
-        ),
+        ("rto_min_ms", with(ok.clone(), |c| c.rpc.rto_min_ms = 0.0)),
         (
             "tpcc-no",
             with(spec(WorkloadKind::TpccNo, 1, "none"), |c| {

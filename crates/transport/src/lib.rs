@@ -33,6 +33,7 @@ pub mod onesided;
 pub mod region;
 pub mod ring;
 pub mod ring_endpoint;
+pub mod rtt;
 pub mod types;
 pub mod wait;
 

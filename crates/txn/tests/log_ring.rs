@@ -777,8 +777,7 @@ fn an_incomplete_commits_record_stays_in_the_ring() {
     assert_eq!(keys.len(), 2);
     let mut spec = RunSpec {
         rpc: RuntimeConfig {
-            retransmit_timeout: Duration::from_millis(5),
-            max_retries: 1,
+            give_up: Duration::from_millis(10),
             ..Default::default()
         },
         ..spec(1)

@@ -41,6 +41,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{IdleStep, RpcError, RuntimeConfig, ThreadMap};
 use crate::reply::Reply;
 use crate::wire;
+use ambidex_transport::rtt::RttEstimator;
 use ambidex_transport::{ClusterConfig, CounterSnapshot, Endpoint, EndpointAddr, NodeId};
 use batch::Workers;
 use client::Client;
@@ -66,7 +67,11 @@ pub(crate) struct State {
     clock: Arc<dyn Clock>,
     /// Time read at the start of the current step.
     now: u64,
-    rto: u64,
+    /// `RuntimeConfig::give_up` in ns.
+    give_up: u64,
+    /// Least time between two resends of one cached response: the shortest scan period
+    /// of a client (`rto_min / 4`), which never retransmits a request sooner.
+    resend_gap: u64,
     max_message: usize,
     /// Most parts this runtime puts in a group, and accepts in one: their responses'
     /// budgets (and the item headers) together stay within the wire's message limit.
@@ -146,6 +151,8 @@ impl Runtime {
             .session
             .unwrap_or_else(|| mix32(now ^ ((me.node as u64) << 48) ^ ((me.thread as u64) << 32)));
         let n = cluster.endpoints();
+        let (rto_initial, rto_min, rto_max) = cfg.rto_bounds_ns();
+        let rtt0 = RttEstimator::new(rto_initial, rto_min, rto_max);
         let queue_thread = match cfg.thread_map {
             ThreadMap::Peer => me.thread,
             ThreadMap::Fixed(t) => t,
@@ -161,7 +168,8 @@ impl Runtime {
             me,
             queue_thread,
             threads: cluster.threads_per_node as usize,
-            rto: cfg.retransmit_timeout.as_nanos().max(1) as u64,
+            give_up: cfg.give_up.as_nanos().clamp(1, u64::MAX as u128) as u64,
+            resend_gap: client::scan_period_for(rto_min),
             max_message,
             max_parts: ((wire::MAX_WIRE_MESSAGE as usize - wire::MAX_ITEMS * wire::ITEM_HDR)
                 / max_message)
@@ -170,7 +178,7 @@ impl Runtime {
             last_rx: now,
             busy_wait_ns: cfg.busy_wait_for(ep.host_threads()).as_nanos() as u64,
             workers: Workers::default(),
-            client: Client::new(session, credits, window, n, now),
+            client: Client::new(session, credits, window, n, now, rtt0),
             server: Server::new(n),
             outbox: Outbox::new(limits, n),
             reassembly: Reassembly::new(cfg.reassembly_slots, seg_payload, n),
@@ -227,6 +235,9 @@ impl Runtime {
                 if received > 0 {
                     st.last_rx = st.now;
                 }
+            }
+            if !st.client.sampled.is_empty() {
+                st.client.take_samples(st.now);
             }
             if st.client.inflight > 0 && st.now >= st.client.next_scan {
                 st.scan_timeouts();
@@ -361,6 +372,17 @@ impl Runtime {
     /// Largest request or response this runtime sends or accepts.
     pub fn max_message(&self) -> usize {
         self.core.borrow().st.max_message
+    }
+
+    /// The round-trip estimate and retransmission timeout of this runtime's requests to
+    /// `dest`, once it has sent one there (diagnostics and tests).
+    pub fn rtt_to(&self, dest: EndpointAddr) -> Option<RttEstimator> {
+        let st = &self.core.borrow().st;
+        if dest.node >= st.cluster.nodes || dest.thread >= st.cluster.threads_per_node {
+            return None;
+        }
+        let d = st.cluster.endpoint_index(dest);
+        st.client.dests[d].as_deref().map(|x| x.rtt)
     }
 
     /// Nodes suspected failed since the last call (the cluster layer consumes these).

@@ -176,7 +176,7 @@ impl State {
         if sv.seq == r.seq {
             // Executed before: resend the cached response, never rerun the handler. A
             // duplicate must have the original's form, gets the response once (a
-            // segmented one at its first segment), and at most once per scan period: a
+            // segmented one at its first segment), and at most once per `resend_gap`: a
             // real client retransmits only after its timeout, and nobody can make this
             // server resend a large response faster than it would answer new requests.
             self.stats.duplicate_requests += 1;
@@ -188,7 +188,7 @@ impl State {
                 // was descheduled would hold a stale one and turn real retransmissions
                 // away.
                 let now = self.clock.now_ns();
-                if now >= sv.sent_at.saturating_add(self.scan_period()) {
+                if now >= sv.sent_at.saturating_add(self.resend_gap) {
                     self.respond_cached(s, hdr.session, r.seq, now);
                 }
             }

@@ -145,27 +145,26 @@ impl Config {
 impl RpcSection {
     /// The runtime settings (the rest at `RuntimeConfig`'s defaults).
     pub fn runtime_config(&self) -> Result<RuntimeConfig, ConfigError> {
-        let ms = self.retransmit_timeout_ms;
-        if !(ms.is_finite() && (0.1..=60_000.0).contains(&ms)) {
-            return invalid(
-                "rpc.retransmit_timeout_ms",
-                format!("must be within 0.1..=60000, not {ms}"),
-            );
-        }
-        if self.max_retries > 1_000_000 {
-            return invalid(
-                "rpc.max_retries",
-                format!("must be at most 1000000, not {}", self.max_retries),
-            );
-        }
+        let within = |name: &'static str, ms: f64, lo: f64, hi: f64| {
+            if ms.is_finite() && (lo..=hi).contains(&ms) {
+                Ok(())
+            } else {
+                invalid(name, format!("must be within {lo}..={hi}, not {ms}"))
+            }
+        };
+        let (min, max, give_up) = (self.rto_min_ms, self.rto_max_ms, self.give_up_ms);
+        within("rpc.rto_min_ms", min, 0.01, 60_000.0)?;
+        within("rpc.rto_max_ms", max, min, 60_000.0)?;
+        within("rpc.give_up_ms", give_up, min, 3_600_000.0)?;
         if self.credits == Some(0) {
             return invalid("rpc.credits", "must be at least 1");
         }
         Ok(RuntimeConfig {
             // Whole nanoseconds, rounded: 1 ms stays exactly 1 ms (the simulator's runs
             // depend on it bit for bit).
-            retransmit_timeout: Duration::from_nanos((ms * 1e6).round() as u64),
-            max_retries: self.max_retries,
+            rto_min: ms_duration(min),
+            rto_max: ms_duration(max),
+            give_up: ms_duration(give_up),
             coalesce: self.coalesce,
             credits: self.credits,
             ..RuntimeConfig::default()
@@ -174,11 +173,26 @@ impl RpcSection {
 
     /// How long a request may go unanswered before its destination is suspected.
     pub fn give_up_after(&self) -> Duration {
-        Duration::from_secs_f64(
-            (self.retransmit_timeout_ms.clamp(0.0, 60_000.0) / 1000.0)
-                * (self.max_retries.min(1_000_000) as f64 + 1.0),
-        )
+        ms_duration(self.give_up_ms.clamp(0.0, 3_600_000.0))
     }
+
+    /// The udp backend's one-sided retransmission with these bounds and give-up time,
+    /// as a NIC's retry budget is set with the RPC timeouts (for
+    /// `UdpNode::open_with`; the rest at `UdpOptions`' defaults).
+    pub fn udp_options(&self) -> Result<ambidex_transport_udp::UdpOptions, ConfigError> {
+        let rt = self.runtime_config()?;
+        Ok(ambidex_transport_udp::UdpOptions {
+            rto_min: rt.rto_min,
+            rto_max: rt.rto_max,
+            give_up: rt.give_up,
+            ..Default::default()
+        })
+    }
+}
+
+/// `ms` milliseconds in whole nanoseconds, rounded (NaN: zero).
+fn ms_duration(ms: f64) -> Duration {
+    Duration::from_nanos((ms * 1e6).round() as u64)
 }
 
 impl TxnSection {

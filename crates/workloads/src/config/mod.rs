@@ -142,15 +142,18 @@ impl Default for ClusterSection {
     }
 }
 
-/// RPC retransmission and batching. A request unanswered for `retransmit_timeout_ms` is
-/// sent again, and after `max_retries` retransmissions its destination is suspected
-/// failed and the transaction aborts: size them so that the longest expected outage is
-/// shorter than `retransmit_timeout_ms * (max_retries + 1)`.
+/// RPC retransmission and batching. A request unanswered for a timeout derived from the
+/// measured round trip (at least `rto_min_ms`, at most `rto_max_ms`, doubling while the
+/// destination stays silent) is sent again; one unanswered `give_up_ms` after it was
+/// first sent has its destination suspected failed and the transaction aborts: make
+/// `give_up_ms` longer than the longest expected outage. `rto_min_ms = give_up_ms`
+/// means no retransmission (FaSST).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RpcSection {
-    pub retransmit_timeout_ms: f64,
-    pub max_retries: u32,
+    pub rto_min_ms: f64,
+    pub rto_max_ms: f64,
+    pub give_up_ms: f64,
     /// Coalesce requests (and responses) to one endpoint into one datagram.
     pub coalesce: bool,
     /// Overrides the per-(thread, destination) credit budget derived from recv_depth.
@@ -162,8 +165,9 @@ impl Default for RpcSection {
     fn default() -> Self {
         let d = RuntimeConfig::default();
         RpcSection {
-            retransmit_timeout_ms: d.retransmit_timeout.as_secs_f64() * 1000.0,
-            max_retries: d.max_retries,
+            rto_min_ms: d.rto_min.as_secs_f64() * 1000.0,
+            rto_max_ms: d.rto_max.as_secs_f64() * 1000.0,
+            give_up_ms: d.give_up.as_secs_f64() * 1000.0,
             coalesce: d.coalesce,
             credits: d.credits,
         }

@@ -3,6 +3,7 @@
 use super::*;
 use ambidex_rpc::RuntimeConfig;
 use std::path::Path;
+use std::time::Duration;
 
 fn file(name: &str, text: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ambx-config-{}", std::process::id()));
@@ -29,8 +30,16 @@ fn defaults_are_todays() {
     );
     let rt = c.rpc.runtime_config().unwrap();
     let d = RuntimeConfig::default();
-    assert_eq!(rt.retransmit_timeout, d.retransmit_timeout);
-    assert_eq!(rt.max_retries, d.max_retries);
+    assert_eq!(
+        (rt.rto_min, rt.rto_max, rt.give_up),
+        (d.rto_min, d.rto_max, d.give_up)
+    );
+    assert_eq!(c.rpc.give_up_after(), d.give_up);
+    // The udp backend's one-sided operations give up when the RPCs do.
+    let mut r = c.rpc.clone();
+    r.give_up_ms = 8000.0;
+    let u = r.udp_options().unwrap();
+    assert_eq!((u.rto_min, u.give_up), (d.rto_min, Duration::from_secs(8)));
     assert!(!c.txn.txn_config().unwrap().skip_validation_for_tests);
 }
 
@@ -38,12 +47,12 @@ fn defaults_are_todays() {
 fn toml_and_json_files_read_the_same_over_the_base() {
     let t = file(
         "a.toml",
-        "[cluster]\nnodes = 4\n[rpc]\nmax_retries = 7\n[txn]\nmode = \"fasst\"\n\
+        "[cluster]\nnodes = 4\n[rpc]\ngive_up_ms = 7\n[txn]\nmode = \"fasst\"\n\
          [run]\nworkload = \"tpcc\"\ncoroutines = 3\n",
     );
     let j = file(
         "a.json",
-        r#"{"cluster": {"nodes": 4}, "rpc": {"max_retries": 7}, "txn": {"mode": "fasst"},
+        r#"{"cluster": {"nodes": 4}, "rpc": {"give_up_ms": 7}, "txn": {"mode": "fasst"},
             "run": {"workload": "tpcc", "coroutines": 3}}"#,
     );
     let a = Config::read(&t, &Config::default()).unwrap();
@@ -68,14 +77,14 @@ fn toml_and_json_files_read_the_same_over_the_base() {
             Ok(c.run.workload)
         );
     }
-    assert_eq!(a.rpc.max_retries, 7);
+    assert_eq!(a.rpc.give_up_ms, 7.0);
     assert_eq!(a.coroutines(), 3);
     a.validate().unwrap();
     // What the file leaves out keeps the base's value (the simulator's base differs).
     let mut base = Config::default();
-    base.rpc.retransmit_timeout_ms = 1.0;
+    base.rpc.rto_min_ms = 1.0;
     let s = Config::read(&t, &base).unwrap();
-    assert_eq!((s.rpc.retransmit_timeout_ms, s.rpc.max_retries), (1.0, 7));
+    assert_eq!((s.rpc.rto_min_ms, s.rpc.give_up_ms), (1.0, 7.0));
     // A written file reads back the same.
     let w = file("w.json", "");
     a.write(&w).unwrap();
@@ -118,8 +127,24 @@ fn bad_values_are_typed_errors() {
         other => panic!("{other:?}"),
     };
     let mut c = Config::default();
-    c.rpc.retransmit_timeout_ms = -1.0;
-    assert_eq!(field(c), "rpc.retransmit_timeout_ms");
+    c.rpc.rto_min_ms = -1.0;
+    assert_eq!(field(c), "rpc.rto_min_ms");
+    let mut c = Config::default();
+    c.rpc.rto_max_ms = c.rpc.rto_min_ms / 2.0;
+    assert_eq!(field(c), "rpc.rto_max_ms");
+    let mut c = Config::default();
+    c.rpc.give_up_ms = c.rpc.rto_min_ms / 2.0;
+    assert_eq!(field(c), "rpc.give_up_ms");
+    let mut c = Config::default();
+    c.rpc.give_up_ms = f64::NAN;
+    assert_eq!(field(c), "rpc.give_up_ms");
+    // FaSST's setting (no retransmission, failed after 1 s) is expressible.
+    let mut c = Config::default();
+    (c.rpc.rto_min_ms, c.rpc.rto_max_ms, c.rpc.give_up_ms) = (1000.0, 1000.0, 1000.0);
+    let rt = c.rpc.runtime_config().unwrap();
+    let f = RuntimeConfig::fasst();
+    assert_eq!(rt.rto_bounds_ns(), f.rto_bounds_ns());
+    assert_eq!(rt.give_up, f.give_up);
     let mut c = Config::default();
     c.cluster.replication = 4;
     assert_eq!(field(c), "cluster.replication");

@@ -8,6 +8,7 @@ use crate::config::RpcError;
 use crate::runtime::batch::{endpoint_of, WorkerBatch, Workers};
 use crate::runtime::seq_array::SeqArray;
 use crate::wire;
+use ambidex_transport::rtt::RttEstimator;
 
 /// A request (or group) in flight.
 #[derive(Clone, Copy, Default)]
@@ -24,7 +25,11 @@ pub(crate) struct WindowEntry {
     pub first: u16,
     /// Credit slot of its datagram(s).
     pub slot: u16,
+    /// Retransmissions so far (Karn's rule: a retransmitted request gives no sample).
     pub retries: u32,
+    /// Step time of its first transmission: the start of its round trip and of its
+    /// give-up time.
+    pub sent: u64,
     pub deadline: u64,
 }
 
@@ -47,10 +52,21 @@ pub(crate) struct Destination {
     pub win: SeqArray<WindowEntry>,
     /// Window entries in flight.
     pub inflight: u32,
+    /// Round trips to this endpoint, and the retransmission timeout they give.
+    pub rtt: RttEstimator,
+    /// Send time of the oldest request settled in this step that was sent once (its
+    /// round trip ends at the step's clock read); `NO_SAMPLE` if none.
+    pub sample_sent: u64,
+    /// The timeout doubles at most once per timeout period: before this time, further
+    /// expiries belong to the same loss (TCP's one timer per connection).
+    pub next_backoff: u64,
 }
 
+/// `Destination::sample_sent` without a pending sample.
+pub(crate) const NO_SAMPLE: u64 = u64::MAX;
+
 impl Destination {
-    pub fn new(credits: u32, window: usize) -> Destination {
+    pub fn new(credits: u32, window: usize, rtt: RttEstimator) -> Destination {
         Destination {
             credits,
             slot_free: (0..credits as u16).rev().collect(),
@@ -59,6 +75,9 @@ impl Destination {
             ack: 1,
             win: SeqArray::new(window, |_| WindowEntry::default()),
             inflight: 0,
+            rtt,
+            sample_sent: NO_SAMPLE,
+            next_backoff: 0,
         }
     }
 
@@ -69,17 +88,10 @@ impl Destination {
     }
 
     /// Opens the window entry of the next seq: `count` items (0: a lone request) of
-    /// worker `worker`'s batch from its request `first`, in credit slot `slot`. Returns
-    /// the seq.
+    /// worker `worker`'s batch from its request `first`, in credit slot `slot`, sent at
+    /// `now` and due one timeout later. Returns the seq.
     #[inline(always)]
-    pub fn open_entry(
-        &mut self,
-        count: u8,
-        worker: u16,
-        first: u16,
-        slot: u16,
-        deadline: u64,
-    ) -> u64 {
+    pub fn open_entry(&mut self, count: u8, worker: u16, first: u16, slot: u16, now: u64) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.slots[slot as usize].remaining += 1;
@@ -92,7 +104,8 @@ impl Destination {
             first,
             slot,
             retries: 0,
-            deadline,
+            sent: now,
+            deadline: now + self.rtt.rto(),
         };
         self.inflight += 1;
         seq
@@ -214,8 +227,9 @@ impl Client {
         let mut err = None;
         for &d in &self.need_touched {
             let n = std::mem::take(&mut self.need[d as usize]);
-            let dest = self.dests[d as usize]
-                .get_or_insert_with(|| Box::new(Destination::new(self.credits, self.window)));
+            let dest = self.dests[d as usize].get_or_insert_with(|| {
+                Box::new(Destination::new(self.credits, self.window, self.rtt0))
+            });
             if n.dgrams > self.credits as usize || n.reqs > self.window {
                 err = Some(RpcError::BatchTooLarge {
                     dest: endpoint_of(d as usize, threads),

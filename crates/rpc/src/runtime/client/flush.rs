@@ -133,7 +133,7 @@ impl State {
     #[inline(never)]
     fn encode_batch(&mut self, id: u16) {
         let lim = self.outbox.limits;
-        let deadline = self.now + self.rto;
+        let now = self.now;
         let session = self.client.session;
         let flush = self.stats.flushes;
         let b = &mut self.workers.batches[id as usize];
@@ -150,7 +150,7 @@ impl State {
                 // Alone, in segments, each holding a credit.
                 let segs = (hi - lo).div_ceil(lim.seg_payload);
                 let slot = dest.alloc_slot(segs as u16);
-                let seq = dest.open_entry(0, id, i as u16, slot, deadline);
+                let seq = dest.open_entry(0, id, i as u16, slot, now);
                 self.outbox.push_request_segments(
                     d,
                     session,
@@ -190,7 +190,7 @@ impl State {
             if t.cur_slot == NO_SLOT {
                 t.cur_slot = dest.alloc_slot(1);
             }
-            let seq = dest.open_entry(1, id, i as u16, t.cur_slot, deadline);
+            let seq = dest.open_entry(1, id, i as u16, t.cur_slot, now);
             t.put_group(seq, 1, item, flush, id, i as u16);
             entries += 1;
         }
@@ -206,7 +206,7 @@ impl State {
         self.stats.rpcs_issued += nreq as u64;
         self.stats.flushes += 1;
         if self.client.next_scan <= self.now {
-            self.client.next_scan = self.now + self.scan_period();
+            self.client.next_scan = self.now + self.client.scan_period;
         }
     }
 
@@ -249,7 +249,7 @@ impl State {
     fn encode_one_dest(&mut self, id: u16) {
         let lim = self.outbox.limits;
         let mtu = lim.mtu;
-        let deadline = self.now + self.rto;
+        let now = self.now;
         let session = self.client.session;
         let key = open_key(wire::KIND_REQUEST, session);
         let flush = self.stats.flushes;
@@ -271,7 +271,7 @@ impl State {
             && t.cur_slot != NO_SLOT
             && t.has_room(key, wire::REC_HDR + b.arena.len(), mtu)
         {
-            let seq = dest.open_entry(nreq as u8, id, 0, t.cur_slot, deadline);
+            let seq = dest.open_entry(nreq as u8, id, 0, t.cur_slot, now);
             t.put_group(seq, nreq as u8, &b.arena, flush, id, (nreq - 1) as u16);
             (entries, i) = (1, nreq);
         }
@@ -305,7 +305,7 @@ impl State {
                 j += 1;
             }
             // The group's requests are consecutive: `QueuedRequest::next` as queued.
-            let seq = dest.open_entry((j - i) as u8, id, i as u16, t.cur_slot, deadline);
+            let seq = dest.open_entry((j - i) as u8, id, i as u16, t.cur_slot, now);
             t.put_group(
                 seq,
                 (j - i) as u8,

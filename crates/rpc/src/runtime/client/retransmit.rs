@@ -1,46 +1,59 @@
 //! Retransmission and suspicion. A request (or group) without a response by its
-//! deadline is sent again, whole, through the outbox; after `max_retries` its
-//! destination is suspected (reported to the cluster layer) and every request to it
+//! deadline is sent again, whole, through the outbox. The deadline is one retransmission
+//! timeout of its destination endpoint after sending: the measured round trip plus four
+//! deviations (`RttEstimator`), so a lost datagram costs about a round trip rather than a
+//! fixed timeout; expiries double the destination's timeout (once per timeout period)
+//! until a request sent once is answered. A request still unanswered `give_up` after it was first sent has
+//! its destination suspected (reported to the cluster layer) and every request to it
 //! fails, so that a worker never waits forever on a dead node.
 
+use super::scan_period_for;
 use crate::runtime::batch::ReqStatus;
 use crate::runtime::State;
 use crate::wire;
 use ambidex_transport::NodeId;
 
 impl State {
-    /// How often a runtime with requests in flight looks for expired deadlines.
-    #[inline]
-    pub(crate) fn scan_period(&self) -> u64 {
-        (self.rto / 4).max(50_000)
-    }
-
     /// Retransmits requests past their deadline; fails them (and suspects their
-    /// destination) once the retries are used up.
+    /// destination) once one has waited `give_up`. Sets the next scan from the shortest
+    /// timeout in use.
     #[inline(never)]
     pub(crate) fn scan_timeouts(&mut self) {
         let now = self.now;
-        self.client.next_scan = now + self.scan_period();
+        let give_up = self.give_up;
         let session = self.client.session;
+        let mut shortest = self.client.rtt0.rto();
         for d in 0..self.client.dests.len() {
             let Some(dest) = self.client.dests[d].as_deref_mut() else {
                 continue;
             };
             if dest.inflight == 0 {
+                shortest = shortest.min(dest.rtt.rto());
                 continue;
             }
-            let mut give_up = false;
+            let (mut backed_off, mut dead) = (false, false);
             for seq in dest.ack..dest.next_seq {
                 let e = dest.win.at_mut(seq);
                 if !e.live || e.deadline > now {
                     continue;
                 }
-                if e.retries >= self.cfg.max_retries {
-                    give_up = true;
+                // Deadlines never pass `sent + give_up`, so this is on time.
+                if now.saturating_sub(e.sent) >= give_up {
+                    dead = true;
                     break;
                 }
+                // Expiries within one timeout period are one loss (TCP has one timer
+                // per connection): one doubling. Doubling at each scan that finds one
+                // would reach `rto_max` after a single burst of losses.
+                if !backed_off && now >= dest.next_backoff {
+                    backed_off = true;
+                    dest.rtt.back_off();
+                    dest.next_backoff = now.saturating_add(dest.rtt.rto());
+                }
                 e.retries += 1;
-                e.deadline = now + self.rto;
+                e.deadline = now
+                    .saturating_add(dest.rtt.rto())
+                    .min(e.sent.saturating_add(give_up));
                 self.stats.retransmits += 1;
                 let e = *e;
                 let batches = &self.workers.batches;
@@ -68,13 +81,17 @@ impl State {
                 self.outbox
                     .push_group(d, session, dest.ack, seq, e.count, body, items());
             }
-            if give_up {
+            if dead {
                 self.suspect(d);
+            } else {
+                shortest = shortest.min(dest.rtt.rto());
             }
         }
+        self.client.scan_period = scan_period_for(shortest);
+        self.client.next_scan = now + self.client.scan_period;
     }
 
-    /// Destination `d` stayed silent through every retry: its node is suspected, and
+    /// Destination `d` left a request unanswered for `give_up`: its node is suspected, and
     /// every request to it fails (its workers see `RpcError::Timeout`).
     fn suspect(&mut self, d: usize) {
         let node = (d / self.threads) as NodeId;

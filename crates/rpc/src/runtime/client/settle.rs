@@ -3,6 +3,7 @@
 //! response arenas, and queues each worker whose whole batch is in. Every response is
 //! checked against the live window first; anything else is counted and dropped.
 
+use super::dest::NO_SAMPLE;
 use super::Destination;
 use crate::runtime::batch::{status_of, ReqStatus, Workers};
 use crate::runtime::State;
@@ -92,10 +93,13 @@ impl Destination {
 impl State {
     /// The response records of one datagram from destination `s` (its session is ours).
     /// Whole responses settle inline, with the destination looked up once and the
-    /// counters added once per datagram; segments go through reassembly.
+    /// counters added once per datagram; segments go through reassembly. The oldest
+    /// request settled that was sent once gives the round-trip sample, taken at the
+    /// step's clock read (`Client::take_samples`); segmented responses give none.
     #[inline(always)]
     pub(crate) fn on_responses(&mut self, s: usize, recs: wire::Records<'_>) {
         let (mut entries, mut reqs) = (0u64, 0u64);
+        let mut oldest = NO_SAMPLE;
         let mut dest = self.client.dest(s);
         for r in recs {
             if r.seq >= dest.next_seq {
@@ -109,6 +113,8 @@ impl State {
             }
             // A group's response is a group of as many items; a lone request's is not.
             let count = e.count;
+            // Karn's rule: a retransmitted request's response may answer either copy.
+            let sent = if e.retries == 0 { e.sent } else { NO_SAMPLE };
             if r.group != (count > 0) || (r.group && r.tag != count) {
                 self.stats.rx_malformed += 1;
                 continue;
@@ -120,6 +126,7 @@ impl State {
                 } else if dest.settle_group(r.seq, r.payload, &mut self.workers) {
                     entries += 1;
                     reqs += count as u64;
+                    oldest = oldest.min(sent);
                 } else {
                     self.stats.rx_malformed += 1;
                 }
@@ -136,12 +143,18 @@ impl State {
             }
             entries += 1;
             reqs += 1;
+            oldest = oldest.min(sent);
             dest.settle_entry(r.seq, status, Some(r.payload), &mut self.workers);
         }
         if entries > 0 {
             dest.inflight -= entries as u32;
+            let first = oldest != NO_SAMPLE && dest.sample_sent == NO_SAMPLE;
+            dest.sample_sent = dest.sample_sent.min(oldest);
             self.client.inflight -= entries;
             self.stats.rpcs_completed += reqs;
+            if first {
+                self.client.sampled.push(s as u32);
+            }
         }
     }
 

@@ -25,12 +25,14 @@
 //!   responses of the last [`WINDOW`] sequence numbers to answer retransmitted
 //!   duplicates without executing them again (a CAS or FAA never runs twice), and drops
 //!   anything else. The initiator keeps at most [`WINDOW`] requests in flight per target
-//!   node (the rest wait locally), retransmits a request after a timeout that doubles
-//!   from [`UdpOptions::rto_initial`] up to [`UdpOptions::rto_max`], delivers completions
-//!   in post order per target node, and after [`UdpOptions::max_retries`] retransmissions
-//!   of one request fails every pending operation to that node with
-//!   [`AccessError::Timeout`] and starts a new session (like a QP entering the error
-//!   state: a timed-out operation may or may not have executed).
+//!   node (the rest wait locally), retransmits a request after a timeout derived from
+//!   the measured round trip to that node ([`RttEstimator`]: SRTT + 4·RTTVAR within
+//!   [`UdpOptions::rto_min`]..=[`UdpOptions::rto_max`], doubling while the node is
+//!   silent; Karn's rule), delivers completions in post order per target node, and once
+//!   a request has gone unanswered for [`UdpOptions::give_up`] since it was first sent
+//!   fails every pending operation to that node with [`AccessError::Timeout`] and starts
+//!   a new session (like a QP entering the error state: a timed-out operation may or may
+//!   not have executed).
 //!
 //! There are no hidden threads: all progress (serving requests, retransmitting, landing
 //! READ data) happens inside `poll_recv`, `poll_cq`, `wait` and `post`.
@@ -42,6 +44,7 @@ use ambidex_transport::clock::{duration_ns, SharedClock, SystemClock};
 use ambidex_transport::counters::{Counter, CounterSnapshot, Counters};
 use ambidex_transport::local::RegionTable;
 use ambidex_transport::onesided;
+use ambidex_transport::rtt::{RttEstimator, DEFAULT_RTO_MIN};
 use ambidex_transport::{
     AccessError, ClusterConfig, Completion, Datagram, Endpoint, EndpointAddr, LocalBuf, NodeId,
     NodeTransport, OneSidedKind, OneSidedOp, OpCode, Perms, Region, RegionId, RemoteAddr,
@@ -73,12 +76,17 @@ const MAX_SPARE: usize = 256;
 /// Tuning of the one-sided reliability protocol, and a test-only loss injector.
 #[derive(Clone, Debug)]
 pub struct UdpOptions {
-    /// First retransmission timeout of a one-sided request.
+    /// Retransmission timeout before the first round trip to a node is measured.
     pub rto_initial: Duration,
-    /// Ceiling of the doubling retransmission timeout.
+    /// Floor of the measured retransmission timeout (a descheduled target answers late;
+    /// see [`DEFAULT_RTO_MIN`]).
+    pub rto_min: Duration,
+    /// Ceiling of the retransmission timeout, which doubles while a node is silent.
     pub rto_max: Duration,
-    /// Retransmissions of one request before its node's operations fail with `Timeout`.
-    pub max_retries: u32,
+    /// A request unanswered this long after it was first sent fails its node's
+    /// operations with `Timeout`. The same default as the RPC runtime's `give_up`, as a
+    /// NIC's retry budget and the RPC timeouts are set together.
+    pub give_up: Duration,
     /// How long `send` waits for room in a full kernel send buffer before giving up.
     pub send_patience: Duration,
     /// Drops and duplicates one-sided requests and responses this node sends (tests).
@@ -97,14 +105,24 @@ impl Default for UdpOptions {
     fn default() -> Self {
         UdpOptions {
             rto_initial: Duration::from_millis(5),
-            rto_max: Duration::from_millis(200),
-            // 5+10+...+200 ms: about 2.5 s of silence before giving up.
-            max_retries: 16,
+            rto_min: DEFAULT_RTO_MIN,
+            rto_max: Duration::from_millis(100),
+            give_up: Duration::from_secs(1),
             send_patience: Duration::from_millis(50),
             loss: None,
             gso: true,
             clock: SystemClock::shared(),
         }
+    }
+}
+
+impl UdpOptions {
+    /// A fresh estimator of these bounds (the ceiling at most `give_up`).
+    fn estimator(&self) -> RttEstimator {
+        let give_up = duration_ns(self.give_up).max(1);
+        let max = duration_ns(self.rto_max).clamp(1, give_up);
+        let min = duration_ns(self.rto_min).clamp(1, max);
+        RttEstimator::new(duration_ns(self.rto_initial), min, max)
     }
 }
 
@@ -438,6 +456,8 @@ struct Pending {
     pkt: Vec<u8>,
     /// Clock time (ns) of the next retransmission.
     deadline: u64,
+    /// Clock time (ns) of the first transmission.
+    sent: u64,
     retries: u32,
     done: Option<(Result<(), AccessError>, u64)>,
 }
@@ -449,6 +469,10 @@ struct Peer {
     front_seq: u64,
     sent_upto: u64,
     ops: VecDeque<Pending>,
+    /// Round trips to the node, and the retransmission timeout they give.
+    rtt: RttEstimator,
+    /// The timeout doubles at most once per timeout period (one loss, one doubling).
+    next_backoff: u64,
 }
 
 fn new_session(old: u32) -> u32 {
@@ -537,12 +561,15 @@ impl UdpEndpoint {
                 l.seed ^ (cfg.endpoint_index(addr) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             (SmallRng::seed_from_u64(seed), l)
         });
+        let rtt = sh.opts.estimator();
         let peers = (0..cfg.nodes)
             .map(|_| Peer {
                 session: new_session(0),
                 front_seq: 0,
                 sent_upto: 0,
                 ops: VecDeque::new(),
+                rtt,
+                next_backoff: 0,
             })
             .collect();
         let streams = (0..cfg.endpoints()).map(|_| None).collect();
@@ -828,6 +855,12 @@ impl Core {
         if op.done.is_some() {
             return;
         }
+        let now = self.sh.opts.clock.now_ns();
+        // Karn's rule: the response to a retransmitted request may answer either copy.
+        if op.retries == 0 {
+            peer.rtt.sample(now.saturating_sub(op.sent));
+            peer.next_backoff = 0;
+        }
         let status = match (r.status, op.read) {
             (Ok(()), Some((dest, len))) => {
                 if r.data.len() != len as usize {
@@ -847,7 +880,7 @@ impl Core {
         };
         op.done = Some((status, r.value));
         self.deliver(x);
-        self.pump(x, self.now());
+        self.pump(x, now);
     }
 
     /// Moves the finished operations at the head of node `x`'s stream to the completion
@@ -886,16 +919,6 @@ impl Core {
             .endpoint_index(EndpointAddr::new(node as NodeId, thread))
     }
 
-    /// Retransmission timeout (ns) after `retries` retransmissions: doubling, capped.
-    fn rto(&self, retries: u32) -> u64 {
-        let o = &self.sh.opts;
-        duration_ns(
-            o.rto_initial
-                .saturating_mul(1u32 << retries.min(20))
-                .min(o.rto_max),
-        )
-    }
-
     fn now(&self) -> u64 {
         self.sh.opts.clock.now_ns()
     }
@@ -903,14 +926,16 @@ impl Core {
     /// Transmits node `x`'s queued operations as far as the window allows.
     fn pump(&mut self, x: usize, now: u64) {
         let dst = self.target_endpoint(x);
-        let deadline = now.saturating_add(self.rto(0));
         let peer = &mut self.peers[x];
+        // At most `give_up` (the estimator's ceiling) after sending.
+        let deadline = now.saturating_add(peer.rtt.rto());
         let end = peer.front_seq + peer.ops.len() as u64;
         let mut sent = false;
         while peer.sent_upto < end && peer.sent_upto < peer.front_seq + WINDOW as u64 {
             let op = &mut peer.ops[(peer.sent_upto - peer.front_seq) as usize];
             wire::set_epoch(&mut op.pkt, self.lim.epoch);
             op.deadline = deadline;
+            op.sent = now;
             self.out.push(&op.pkt, dst, &self.counters);
             peer.sent_upto += 1;
             sent = true;
@@ -920,29 +945,38 @@ impl Core {
         }
     }
 
-    /// Retransmits overdue requests; fails a node's stream whose request ran out of
-    /// retries.
+    /// Retransmits overdue requests; fails a node's stream whose request has waited
+    /// `give_up` since it was first sent.
     fn run_timers(&mut self, now: u64) {
+        let give_up = duration_ns(self.sh.opts.give_up);
         let mut next: Option<u64> = None;
         for x in 0..self.peers.len() {
             let dst = self.target_endpoint(x);
             let mut failed = false;
             let inflight = (self.peers[x].sent_upto - self.peers[x].front_seq) as usize;
             for i in 0..inflight {
-                let (retries, deadline, done) = {
+                let (sent, deadline, done) = {
                     let o = &self.peers[x].ops[i];
-                    (o.retries, o.deadline, o.done.is_some())
+                    (o.sent, o.deadline, o.done.is_some())
                 };
                 if done {
                     continue;
                 }
                 if deadline <= now {
-                    if retries >= self.sh.opts.max_retries {
+                    // Deadlines never pass `sent + give_up`, so this is on time.
+                    if now.saturating_sub(sent) >= give_up {
                         failed = true;
                         break;
                     }
-                    let d = now.saturating_add(self.rto(retries + 1));
-                    let o = &mut self.peers[x].ops[i];
+                    let peer = &mut self.peers[x];
+                    if now >= peer.next_backoff {
+                        peer.rtt.back_off();
+                        peer.next_backoff = now.saturating_add(peer.rtt.rto());
+                    }
+                    let d = now
+                        .saturating_add(peer.rtt.rto())
+                        .min(sent.saturating_add(give_up));
+                    let o = &mut peer.ops[i];
                     o.retries += 1;
                     o.deadline = d;
                     wire::set_epoch(&mut o.pkt, self.lim.epoch);
@@ -1179,6 +1213,7 @@ impl Endpoint for UdpEndpoint {
                 read,
                 pkt,
                 deadline: 0,
+                sent: 0,
                 retries: 0,
                 done: None,
             });

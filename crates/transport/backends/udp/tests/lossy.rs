@@ -193,10 +193,11 @@ fn window_bounds_inflight_and_keeps_order() {
 
 #[test]
 fn silent_target_times_out_then_recovers() {
+    let give_up = Duration::from_millis(30);
     let opts = UdpOptions {
         rto_initial: Duration::from_millis(1),
         rto_max: Duration::from_millis(4),
-        max_retries: 4,
+        give_up,
         ..UdpOptions::default()
     };
     // Node 1's sockets are bound but nobody polls them.
@@ -211,10 +212,14 @@ fn silent_target_times_out_then_recovers() {
             signaled: i == 39,
         })
         .collect();
-    ep.post(&ops).unwrap();
+    // Before the post, which sends the first requests.
     let start = Instant::now();
+    ep.post(&ops).unwrap();
     let got = completions(&mut *ep, 40);
-    assert!(start.elapsed() < Duration::from_secs(2));
+    // The give-up time runs from the first transmission, whatever the retransmissions.
+    let took = start.elapsed();
+    assert!(took >= give_up && took < Duration::from_secs(2), "{took:?}");
+    assert!(ep.counters().get("onesided_retransmits") >= 4);
     assert!(got.iter().all(|c| c.status == Err(AccessError::Timeout)));
     let ids: Vec<u64> = got.iter().map(|c| c.wr_id).collect();
     assert_eq!(ids, (0..40).collect::<Vec<u64>>());
