@@ -11,7 +11,7 @@
 //! not collected yet (their number is bounded by the keys ever inserted).
 
 use crate::log_ring::{LogRegion, LogRingConfig};
-use ambidex_cluster::{ConfigCell, Configuration, Placement};
+use ambidex_cluster::{ConfigCell, Configuration, NodeState, Placement};
 use ambidex_store::layout::MAGIC;
 use ambidex_store::{
     Catalog, Header, LocationCache, LockOwner, LogRegionDesc, Table, TableConfig, TableDesc,
@@ -40,8 +40,9 @@ pub struct TableSpec {
 
 pub struct NodeDb {
     pub node: NodeId,
-    /// The configuration this node runs in (its placement changes with the epoch).
-    config: ConfigCell,
+    /// The configuration this node runs in (its placement changes with the epoch) and
+    /// the stage of its epoch, shared with the node's cluster agent.
+    cluster: Arc<NodeState>,
     /// Node ids of the cluster and copies per key (fixed for its life).
     nodes: u16,
     replication: u16,
@@ -177,7 +178,7 @@ impl NodeDb {
             log_region,
             log_ring_config: rings,
             node,
-            config: ConfigCell::new(config),
+            cluster: NodeState::new(config, transport.config().threads_per_node as u32),
             nodes,
             replication,
             location_cache: LocationCache::new(cache_entries),
@@ -191,12 +192,17 @@ impl NodeDb {
 
     /// The configuration this node runs in, shared by its threads.
     pub fn config(&self) -> &ConfigCell {
-        &self.config
+        &self.cluster.config
+    }
+
+    /// What the node's threads and its cluster agent share.
+    pub fn cluster(&self) -> &Arc<NodeState> {
+        &self.cluster
     }
 
     /// The current placement.
     pub fn placement(&self) -> Placement {
-        self.config.with(|c| c.placement.clone())
+        self.config().with(|c| c.placement.clone())
     }
 
     /// Node ids of the cluster (`0..nodes`; fixed for its life).
@@ -459,7 +465,7 @@ impl NodeDb {
     /// Stores `value` for `key` if this node holds a copy of it; returns whether it did.
     pub fn load(&self, table: u32, key: u64, value: &[u8]) -> Result<bool, String> {
         if !self
-            .config
+            .config()
             .with(|c| c.placement.stores(self.node, table, key))
         {
             return Ok(false);
