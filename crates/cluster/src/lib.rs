@@ -13,7 +13,7 @@
 //!   suspicions, the stages of a reconfiguration (adopt, recover, run) and joins.
 //! - [`lease`]: a node's side of its lease.
 //! - [`manager`]: the manager as a node calls it ([`ManagerClient`]); the embedded
-//!   manager. The etcd manager is not built yet.
+//!   manager, and the etcd manager (cargo feature `etcd`).
 
 pub mod config;
 pub mod lease;
@@ -24,6 +24,8 @@ pub mod placement;
 pub use config::{ConfigCell, ConfigView, Configuration};
 pub use lease::LeaseKeeper;
 pub use manager::embedded::{EmbeddedClient, EmbeddedManager};
+#[cfg(feature = "etcd")]
+pub use manager::etcd::{EtcdClient, EtcdManager};
 pub use manager::{ManagerClient, ManagerError};
 pub use membership::{ClusterState, Grant, Membership, Refusal, Stage};
 pub use placement::{Placement, PlacementError, MAX_NODES};
