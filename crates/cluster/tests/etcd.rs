@@ -353,3 +353,32 @@ fn malformed_keys_in_etcd_are_protocol_errors() {
     let r = c.state_after(1, Duration::from_millis(500));
     assert!(matches!(r, Err(ManagerError::Protocol(_))), "{r:?}");
 }
+
+#[test]
+fn state_after_waits_on_a_watch_that_outlives_the_call_timeout() {
+    let Some(etcd) = Etcd::start("watch") else {
+        return;
+    };
+    let lease = Duration::from_secs(10);
+    etcd.bootstrap("w", Configuration::initial(3, 3).unwrap(), lease);
+    let mut a = etcd.connect("w", 0, 1, lease);
+    let waiter = std::thread::spawn(move || {
+        let start = Instant::now();
+        let s = a.state_after(1, Duration::from_secs(6)).unwrap();
+        (s, start.elapsed(), a)
+    });
+    std::thread::sleep(Duration::from_millis(2_500));
+    let put_at = Instant::now();
+    etcd.put_raw("/ambidex/w/join/2", "2");
+    let (s, waited, a) = waiter.join().unwrap();
+    let s = s.expect("the change is seen");
+    eprintln!(
+        "etcd manager: a change seen {} ms after it was written, by a call waiting {} ms",
+        put_at.elapsed().as_millis(),
+        waited.as_millis()
+    );
+    assert_eq!((s.config.epoch, s.stage), (2, Stage::Adopt));
+    assert!(waited >= Duration::from_millis(2_500), "{waited:?}");
+    assert!(put_at.elapsed() < Duration::from_secs(1));
+    assert_eq!(a.watch_restarts(), 0, "the watch lasted");
+}

@@ -54,6 +54,9 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// loss means another node published, so the state moves on; this bounds a call).
 const MAX_ROUNDS: usize = 16;
 
+/// How long a look for events already arrived waits.
+const DRAIN: Duration = Duration::from_millis(1);
+
 /// How often [`ManagerClient::state_after`] reads when it has no watch (it lost it and
 /// could not make a new one).
 const POLL: Duration = Duration::from_millis(50);
@@ -229,6 +232,8 @@ pub struct EtcdClient {
     /// The etcd revision of the last read: a new watch starts after it.
     read_at: i64,
     epoch_start: Instant,
+    /// Watches made again after one broke or was cancelled (for reports).
+    watch_restarts: u64,
 }
 
 impl EtcdClient {
@@ -243,6 +248,16 @@ impl EtcdClient {
         lease: Duration,
     ) -> Result<EtcdClient, ManagerError> {
         let mut conn = Conn::open(endpoints, cluster)?;
+        let not_bootstrapped = |conn: &Conn| {
+            ManagerError::Protocol(format!(
+                "cluster {} has no state in etcd (not bootstrapped)",
+                conn.keys.root()
+            ))
+        };
+        // Checked first: no lease key is left under a cluster that does not exist.
+        if conn.read()?.0.is_none() {
+            return Err(not_bootstrapped(&conn));
+        }
         let (lease_id, ttl) = conn.grant(ttl_secs(lease))?;
         let key = conn.keys.lease(node);
         let mine = lease_value(incarnation, false);
@@ -263,10 +278,7 @@ impl EtcdClient {
         )?;
         let (snap, read_at) = conn.read()?;
         let Some(last) = snap else {
-            return Err(ManagerError::Protocol(format!(
-                "cluster {} has no state in etcd (not bootstrapped)",
-                conn.keys.root()
-            )));
+            return Err(not_bootstrapped(&conn));
         };
         let mut c = EtcdClient {
             conn,
@@ -279,6 +291,7 @@ impl EtcdClient {
             last,
             read_at,
             epoch_start: Instant::now(),
+            watch_restarts: 0,
         };
         c.rewatch();
         Ok(c)
@@ -287,6 +300,11 @@ impl EtcdClient {
     /// The etcd lease TTL granted, in seconds (etcd may raise it to its minimum).
     pub fn ttl_secs(&self) -> i64 {
         self.ttl
+    }
+
+    /// How many times the watch of the cluster's keys broke and was made again.
+    pub fn watch_restarts(&self) -> u64 {
+        self.watch_restarts
     }
 
     /// The state as last read.
@@ -425,15 +443,25 @@ impl EtcdClient {
             self.rewatch();
             return true;
         };
-        match self.conn.within(wait, w.message()) {
-            None => false,
-            Some(Ok(Some(m))) if !m.canceled() => true,
-            // Cancelled (compacted past) or broken: read again and start a new one.
-            Some(_) => {
-                self.watch = None;
-                true
+        // At least DRAIN: the connection's task runs only inside this call, and must
+        // get to read what already arrived.
+        let mut limit = wait.max(DRAIN);
+        let mut changed = false;
+        for _ in 0..64 {
+            match self.conn.within(limit, w.message()) {
+                None => return changed,
+                Some(Ok(Some(m))) if !m.canceled() => changed = true,
+                // Cancelled (compacted past) or broken: read again and start a new one.
+                Some(_) => {
+                    self.watch = None;
+                    self.watch_restarts += 1;
+                    return true;
+                }
             }
+            // Events that came together cost one read.
+            limit = DRAIN;
         }
+        changed
     }
 
     /// This node's lease key says it is revoked (or names another incarnation).
