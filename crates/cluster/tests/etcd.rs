@@ -200,7 +200,7 @@ fn a_silent_node_is_removed_the_rest_recover_and_it_rejoins_as_a_new_incarnation
         "etcd manager: node 2's failure seen {} ms after its last renewal (lease {} ms, etcd TTL {} s)",
         detected.as_millis(),
         LEASE.as_millis(),
-        ttl_secs(LEASE)
+        c0.ttl_secs()
     );
     // Never before the node's own lease ran out (it may still serve until then), and
     // within the TTL, etcd's 500 ms scan for expired leases and a renewal period.
