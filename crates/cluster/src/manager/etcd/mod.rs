@@ -38,7 +38,7 @@ pub mod keys;
 use super::{ManagerClient, ManagerError};
 use crate::config::Configuration;
 use crate::membership::decide::{self, Change};
-use crate::membership::{ClusterState, Grant, Refusal, Stage, SUSPICION_TTL_NS};
+use crate::membership::{ClusterState, Event, EventKind, Grant, Refusal, Stage, SUSPICION_TTL_NS};
 use ambidex_transport::NodeId;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp,
@@ -211,6 +211,9 @@ pub struct Pending {
     on: i64,
     /// Whether the acknowledgements are for an older state then (a new epoch or stage).
     clears_acks: bool,
+    /// What it reports, once published; and the epoch decided on.
+    events: Vec<EventKind>,
+    from_epoch: u32,
 }
 
 impl Pending {
@@ -236,6 +239,8 @@ pub struct EtcdClient {
     epoch_start: Instant,
     /// Watches made again after one broke or was cancelled (for reports).
     watch_restarts: u64,
+    /// What this node published (other nodes publish the rest).
+    events: Vec<Event>,
 }
 
 impl EtcdClient {
@@ -294,6 +299,7 @@ impl EtcdClient {
             read_at,
             epoch_start: Instant::now(),
             watch_restarts: 0,
+            events: Vec::new(),
         };
         c.rewatch();
         Ok(c)
@@ -302,6 +308,13 @@ impl EtcdClient {
     /// The etcd lease TTL granted, in seconds (etcd may raise it to its minimum).
     pub fn ttl_secs(&self) -> i64 {
         self.ttl
+    }
+
+    /// What this node published, at node time (ns since it connected): each change is
+    /// published by the one node whose transaction won, so a report merges every
+    /// node's.
+    pub fn events(&self) -> &[Event] {
+        &self.events
     }
 
     /// How many times the watch of the cluster's keys broke and was made again.
@@ -343,22 +356,30 @@ impl EtcdClient {
         self.revoke_suspected()?;
         let s = &self.last;
         let change = decide::next_change(s.state(), s.alive(), s.acked(), &s.joining);
-        let record = match change {
+        let (record, events) = match change {
             None => return Ok(None),
-            Some(Change::Publish { state, .. }) => Record {
-                state,
-                failed: None,
-            },
-            Some(Change::Fail { why }) => Record {
-                state: s.state().clone(),
-                failed: Some(why),
-            },
+            Some(Change::Publish { state, events }) => (
+                Record {
+                    state,
+                    failed: None,
+                },
+                events,
+            ),
+            Some(Change::Fail { why }) => (
+                Record {
+                    state: s.state().clone(),
+                    failed: Some(why.clone()),
+                },
+                vec![EventKind::Failed { why }],
+            ),
         };
         Ok(Some(Pending {
             clears_acks: record.state.stage != s.state().stage
                 || record.state.config.epoch != s.state().config.epoch,
             record,
             on: s.state_mod_revision,
+            events,
+            from_epoch: s.state().config.epoch,
         }))
     }
 
@@ -376,7 +397,20 @@ impl EtcdClient {
         let t = Txn::new()
             .when([Compare::mod_revision(keys.state(), CompareOp::Equal, p.on)])
             .and_then(ops);
-        self.conn.txn(t)
+        let won = self.conn.txn(t)?;
+        if won {
+            let at_ns = self.now_ns();
+            let epoch = p.record.state.config.epoch;
+            for what in p.events {
+                // The expiry happened in the old epoch (as Membership reports it).
+                let epoch = match what {
+                    EventKind::LeaseExpired { .. } => p.from_epoch,
+                    _ => epoch,
+                };
+                self.events.push(Event { at_ns, epoch, what });
+            }
+        }
+        Ok(won)
     }
 
     /// Takes every decision due, deciding again whenever another node published first.
@@ -408,7 +442,7 @@ impl EtcdClient {
         for (n, l) in due {
             let (lease, _) = self.conn.grant(self.ttl)?;
             let key = self.conn.keys.lease(n);
-            self.conn.txn(
+            let won = self.conn.txn(
                 Txn::new()
                     .when([Compare::mod_revision(
                         key.clone(),
@@ -421,6 +455,14 @@ impl EtcdClient {
                         Some(PutOptions::new().with_lease(lease)),
                     )]),
             )?;
+            if won {
+                let (at_ns, epoch) = (self.now_ns(), self.last.state().config.epoch);
+                self.events.push(Event {
+                    at_ns,
+                    epoch,
+                    what: EventKind::Revoked { node: n },
+                });
+            }
         }
         Ok(())
     }
@@ -613,13 +655,20 @@ impl ManagerClient for EtcdClient {
             }
             // One new revision for the whole batch.
             next.revision = s.revision + 1;
+            let events = if next.config.placement.syncing().next().is_none() {
+                vec![EventKind::Rereplicated]
+            } else {
+                Vec::new()
+            };
             let p = Pending {
+                from_epoch: next.config.epoch,
                 record: Record {
                     state: next,
                     failed: None,
                 },
                 on: self.last.state_mod_revision,
                 clears_acks: false,
+                events,
             };
             if self.publish(p)? {
                 return Ok(());
