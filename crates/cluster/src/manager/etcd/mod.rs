@@ -24,8 +24,9 @@
 //! 1 s leases. etcd looks for expired leases every 500 ms, so a failure is seen
 //! between the TTL and the TTL + 0.5 s after the last renewal: tests/etcd.rs measured
 //! 1.32-1.47 s with 1 s leases (2.1-2.5 s with etcd's defaults and their 2 s
-//! minimum), on a shared 2-core machine, also with three busy loops beside. The 50 ms goal of recovery is the embedded
-//! manager's; etcd's is seconds, the price of a manager that survives machines.
+//! minimum), on a shared 2-core machine, also with three busy loops beside. The 50 ms
+//! goal of recovery is the embedded manager's; etcd's is seconds, the price of a
+//! manager that survives machines.
 //!
 //! The client runs a current-thread tokio runtime of its own and blocks on it: its
 //! callers are plain threads. Between calls nothing runs; the watch's events wait in
