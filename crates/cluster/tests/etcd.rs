@@ -7,6 +7,7 @@
 //! TTL is 1.5 election timeouts rounded up to a second, so leases of 1 s are granted
 //! as asked (with the defaults, 100 ms and 1 s, the minimum is 2 s).
 
+use ambidex_cluster::manager::etcd::keys::lease_value;
 use ambidex_cluster::manager::etcd::ttl_secs;
 use ambidex_cluster::{
     ClusterState, Configuration, EtcdClient, EtcdManager, ManagerClient, ManagerError, Refusal,
@@ -329,6 +330,7 @@ fn racing_publications_make_exactly_one_new_epoch() {
     let mut b = etcd.connect("r", 1, 1, lease);
     // Node 2 restarted (as another program would write it): both decide to remove its
     // old incarnation, on the same state.
+    etcd.put_raw("/ambidex/r/lease/2", &lease_value(2, false));
     etcd.put_raw("/ambidex/r/join/2", "2");
     let pa = a.decide().unwrap().expect("a decision");
     let pb = b.decide().unwrap().expect("a decision");
@@ -400,6 +402,7 @@ fn state_after_waits_on_a_watch_that_outlives_the_call_timeout() {
     });
     std::thread::sleep(Duration::from_millis(2_500));
     let put_at = Instant::now();
+    etcd.put_raw("/ambidex/w/lease/2", &lease_value(2, false));
     etcd.put_raw("/ambidex/w/join/2", "2");
     let (s, waited, a) = waiter.join().unwrap();
     let s = s.expect("the change is seen");

@@ -265,6 +265,18 @@ impl Snapshot {
             .fold(0, |m, (n, _)| m | (1 << n))
     }
 
+    /// The joiners whose lease holds (for their new incarnation): one that died while
+    /// it waited is not made a member only to be removed again.
+    pub fn live_joiners(&self) -> Vec<(NodeId, u64)> {
+        self.joining
+            .iter()
+            .copied()
+            .filter(|&(n, i)| {
+                matches!(self.leases[n as usize], Some(l) if l.incarnation == i && !l.revoked)
+            })
+            .collect()
+    }
+
     /// Bit i: node i (as the member's incarnation) acknowledged the current stage.
     pub fn acked(&self) -> u64 {
         let s = self.state();
@@ -327,15 +339,21 @@ mod tests {
                 kv(&k.ack(1, Stage::Adopt, 1), "3"),
                 kv(&k.suspect(2, 0), ""),
                 kv(&k.join(1), "4"),
+                kv(&k.join(2), "4"),
+                kv(&k.lease(1), &lease_value(4, false)),
             ],
         )
         .unwrap()
         .unwrap();
-        assert_eq!(s.alive(), 0b101);
+        assert_eq!(s.alive(), 0b101, "node 1's key names its next incarnation");
+        assert_eq!(
+            s.live_joiners(),
+            vec![(1, 4)],
+            "node 2's joiner has no lease"
+        );
         assert!(s.leases[2].unwrap().revoked);
         assert_eq!(s.acked(), 0b001, "node 1's ack names another incarnation");
         assert_eq!(s.reporters(2), 0b001);
-        assert_eq!(s.joining, vec![(1, 4)]);
         assert!(Snapshot::parse(&k, []).unwrap().is_none());
     }
 

@@ -356,7 +356,8 @@ impl EtcdClient {
         }
         self.revoke_suspected()?;
         let s = &self.last;
-        let change = decide::next_change(s.state(), s.alive(), s.acked(), &s.joining);
+        let joining = s.live_joiners();
+        let change = decide::next_change(s.state(), s.alive(), s.acked(), &joining);
         let (record, events) = match change {
             None => return Ok(None),
             Some(Change::Publish { state, events }) => (
@@ -680,6 +681,9 @@ impl ManagerClient for EtcdClient {
         ))
     }
 
+    /// The node must go on calling [`ManagerClient::renew`] while it waits (refused
+    /// until it is a member): that keeps its etcd lease, and a joiner whose lease
+    /// expired is not admitted.
     fn join(&mut self) -> Result<(), ManagerError> {
         self.advance()?;
         self.check_failed()?;
