@@ -34,24 +34,22 @@
 //!
 //! [`decide`]: crate::membership::decide
 
+mod bootstrap;
+mod conn;
 pub mod keys;
 
+pub use bootstrap::EtcdManager;
+use conn::{unreachable, Conn, CALL_TIMEOUT};
+
 use super::{ManagerClient, ManagerError};
-use crate::config::Configuration;
 use crate::membership::decide::{self, Change};
 use crate::membership::{ClusterState, Event, EventKind, Grant, Refusal, Stage, SUSPICION_TTL_NS};
 use ambidex_transport::NodeId;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp,
-    WatchOptions, WatchStream,
+    Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp, WatchOptions, WatchStream,
 };
-use keys::{lease_value, Keys, Kv, Record, Snapshot};
-use std::future::Future;
+use keys::{lease_value, Record, Snapshot};
 use std::time::{Duration, Instant};
-use tokio::runtime::Runtime;
-
-/// How long one etcd call may take before the manager counts as unreachable.
-const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How many times a node decides again after losing a publication in a row (each
 /// loss means another node published, so the state moves on; this bounds a call).
@@ -64,144 +62,10 @@ const DRAIN: Duration = Duration::from_millis(1);
 /// could not make a new one).
 const POLL: Duration = Duration::from_millis(50);
 
-fn unreachable(e: impl std::fmt::Display) -> ManagerError {
-    ManagerError::Unreachable(e.to_string())
-}
-
 /// The etcd lease TTL (whole seconds) for a lease of `lease`: rounded up, never
 /// shorter, so the etcd lease outlives the node's own estimate.
 pub fn ttl_secs(lease: Duration) -> i64 {
     (lease.as_nanos().div_ceil(1_000_000_000) as i64).max(1)
-}
-
-/// A connection to etcd and the runtime that drives it.
-struct Conn {
-    rt: Runtime,
-    client: Client,
-    keys: Keys,
-}
-
-impl Conn {
-    fn open(endpoints: &[&str], cluster: &str) -> Result<Conn, ManagerError> {
-        let keys = Keys::new(cluster)?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(unreachable)?;
-        let opts = ConnectOptions::new()
-            .with_connect_timeout(CALL_TIMEOUT)
-            .with_timeout(CALL_TIMEOUT);
-        let client = rt
-            .block_on(Client::connect(endpoints, Some(opts)))
-            .map_err(unreachable)?;
-        Ok(Conn { rt, client, keys })
-    }
-
-    /// Runs `f` for at most `limit`; `None` if it did not finish.
-    fn within<T>(&self, limit: Duration, f: impl Future<Output = T>) -> Option<T> {
-        // The timer needs the runtime's context: made inside it.
-        self.rt
-            .block_on(async { tokio::time::timeout(limit, f).await.ok() })
-    }
-
-    /// Runs `f` to completion, at most [`CALL_TIMEOUT`].
-    fn run<T, E: std::fmt::Display>(
-        &self,
-        f: impl Future<Output = Result<T, E>>,
-    ) -> Result<T, ManagerError> {
-        match self.within(CALL_TIMEOUT, f) {
-            Some(r) => r.map_err(unreachable),
-            None => Err(ManagerError::Unreachable("etcd call timed out".into())),
-        }
-    }
-
-    /// Reads every key of the cluster; `None` if it has no state (not bootstrapped).
-    /// Also returns the etcd revision read at.
-    fn read(&mut self) -> Result<(Option<Snapshot>, i64), ManagerError> {
-        let mut kv = self.client.kv_client();
-        let root = self.keys.root().to_string();
-        let resp = self.run(kv.get(root, Some(GetOptions::new().with_prefix())))?;
-        let at = resp.header().map_or(0, |h| h.revision());
-        let snap = Snapshot::parse(
-            &self.keys,
-            resp.kvs().iter().map(|k| Kv {
-                key: k.key(),
-                value: k.value(),
-                mod_revision: k.mod_revision(),
-                lease: k.lease(),
-            }),
-        )?;
-        Ok((snap, at))
-    }
-
-    fn grant(&mut self, ttl: i64) -> Result<(i64, i64), ManagerError> {
-        let mut l = self.client.lease_client();
-        let g = self.run(l.grant(ttl, None))?;
-        Ok((g.id(), g.ttl()))
-    }
-
-    fn txn(&mut self, t: Txn) -> Result<bool, ManagerError> {
-        let mut kv = self.client.kv_client();
-        Ok(self.run(kv.txn(t))?.succeeded())
-    }
-
-    fn put(&mut self, key: String, value: String, lease: i64) -> Result<(), ManagerError> {
-        let mut kv = self.client.kv_client();
-        let opts = (lease != 0).then(|| PutOptions::new().with_lease(lease));
-        self.run(kv.put(key, value, opts)).map(drop)
-    }
-}
-
-/// Creates clusters in etcd.
-pub struct EtcdManager;
-
-impl EtcdManager {
-    /// Creates cluster `cluster` in `config` (stage Run) unless it exists; every
-    /// member's lease runs for `lease` from now, so the nodes have that long to
-    /// connect. Returns whether it created it.
-    pub fn bootstrap(
-        endpoints: &[&str],
-        cluster: &str,
-        config: Configuration,
-        lease: Duration,
-    ) -> Result<bool, ManagerError> {
-        config
-            .check()
-            .map_err(|e| ManagerError::Protocol(e.to_string()))?;
-        let mut c = Conn::open(endpoints, cluster)?;
-        let (lease_id, _) = c.grant(ttl_secs(lease))?;
-        let mut ops = Vec::new();
-        for n in config.placement.members() {
-            ops.push(TxnOp::put(
-                c.keys.lease(n),
-                lease_value(config.incarnations[n as usize], false),
-                Some(PutOptions::new().with_lease(lease_id)),
-            ));
-        }
-        let record = Record {
-            state: ClusterState {
-                config,
-                stage: Stage::Run,
-                revision: 1,
-            },
-            failed: None,
-        };
-        ops.push(TxnOp::put(c.keys.state(), record.encode(), None));
-        let created = c.txn(
-            Txn::new()
-                .when([Compare::create_revision(
-                    c.keys.state(),
-                    CompareOp::Equal,
-                    0,
-                )])
-                .and_then(ops),
-        )?;
-        if !created {
-            let mut l = c.client.lease_client();
-            c.run(l.revoke(lease_id))?;
-        }
-        Ok(created)
-    }
 }
 
 /// A decision taken on one read, to be published ([`EtcdClient::publish`]).
