@@ -16,7 +16,7 @@
 //!   acknowledges the stages its threads reached) and the [`NodeState`] the threads
 //!   read.
 //! - [`manager`]: the manager as a node calls it ([`ManagerClient`]); the embedded
-//!   manager. The etcd manager is not built yet.
+//!   manager, and the etcd manager (cargo feature `etcd`).
 
 pub mod agent;
 pub mod config;
@@ -29,6 +29,8 @@ pub use agent::{Agent, NodeState};
 pub use config::{ConfigCell, ConfigView, Configuration};
 pub use lease::LeaseKeeper;
 pub use manager::embedded::{EmbeddedClient, EmbeddedManager};
+#[cfg(feature = "etcd")]
+pub use manager::etcd::{EtcdClient, EtcdManager};
 pub use manager::{ManagerClient, ManagerError};
 pub use membership::{ClusterState, Grant, Membership, Refusal, Stage};
 pub use placement::{Placement, PlacementError, MAX_NODES};

@@ -2,12 +2,15 @@
 //! managers behind it. The embedded one ([`embedded`]) runs the [`Membership`] state
 //! machine in one place (the launcher of a local, shm or udp cluster) and answers
 //! nodes directly (in process) or over their control channel ([`Request`] and
-//! [`Response`] are what crosses it). The etcd one keeps the state and the leases in
-//! etcd (not built yet).
+//! [`Response`] are what crosses it). The etcd one ([`etcd`], cargo feature `etcd`)
+//! keeps the state and the leases in etcd, and every node takes the manager's
+//! decisions itself.
 //!
 //! [`Membership`]: crate::Membership
 
 pub mod embedded;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 
 use crate::membership::{ClusterState, Grant, Refusal, Stage};
 use ambidex_transport::NodeId;

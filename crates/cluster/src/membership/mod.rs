@@ -1,8 +1,9 @@
 //! The configuration manager's state machine, sans IO: it is driven by the time passed
 //! in and by what nodes report (lease renewals, suspicions, acknowledgements, joins,
 //! finished copies), and answers with the [`ClusterState`] every node must follow. The
-//! embedded manager runs one; with etcd, every node runs one over what it reads from
-//! etcd and the first to publish a new state wins (a compare-and-swap on its revision).
+//! embedded manager runs one. Its decisions are the pure functions of [`decide`]: with
+//! etcd, every node takes them over what it reads from etcd and the first to publish a
+//! new state wins (a compare-and-swap on the state key's revision).
 //!
 //! A reconfiguration (FaRM SOSP'15 §5, simplified to a cluster-wide pause):
 //!
@@ -24,8 +25,9 @@
 //! restarted node joins as a new incarnation once the cluster runs; the join is a
 //! reconfiguration too (it is made a backup of the partitions short of copies).
 
+pub mod decide;
+
 use crate::config::Configuration;
-use crate::placement::PlacementError;
 use ambidex_transport::NodeId;
 use serde::{Deserialize, Serialize};
 
@@ -174,20 +176,7 @@ impl Membership {
         if let Some(why) = &self.failed {
             return Err(Refusal::Failed(why.clone()));
         }
-        let Some(&member) = self.state.config.incarnations.get(node as usize) else {
-            return Err(Refusal::UnknownNode(node));
-        };
-        if !self.state.config.placement.is_member(node) || incarnation > member {
-            return Err(Refusal::NotMember { node, incarnation });
-        }
-        if incarnation < member {
-            return Err(Refusal::StaleIncarnation {
-                node,
-                got: incarnation,
-                member,
-            });
-        }
-        Ok(())
+        decide::check_member(&self.state, node, incarnation)
     }
 
     /// Renews `node`'s lease (the running incarnation of a member, not revoked).
@@ -218,8 +207,8 @@ impl Membership {
         let list = &mut self.suspicions[node as usize];
         list.retain(|&(r, t)| r != reporter && now.saturating_sub(t) < SUSPICION_TTL_NS);
         list.push((reporter, now));
-        let others = members.count_ones() - 1;
-        if list.len() as u32 * 2 > others && self.revoked & (1 << node) == 0 {
+        let reporters = list.iter().fold(0u64, |m, &(r, _)| m | (1 << r));
+        if decide::revokes(&self.state, node, reporters) && self.revoked & (1 << node) == 0 {
             self.revoked |= 1 << node;
             self.push_event(now, EventKind::Revoked { node });
         }
@@ -230,22 +219,15 @@ impl Membership {
         if self.check_member(node, incarnation).is_err()
             || epoch != self.state.config.epoch
             || stage != self.state.stage
-            || stage == Stage::Run
         {
             return;
         }
         self.acked |= 1 << node;
-        if self.acked & self.members() == self.members() {
+        if let Some(next) = decide::after_acks(&self.state, self.acked) {
             self.acked = 0;
-            self.state.revision += 1;
-            let (next, ev) = match self.state.stage {
-                Stage::Adopt => (Stage::Recover, EventKind::Adopted),
-                _ => (Stage::Run, EventKind::Recovered),
-            };
-            self.state.stage = next;
-            self.push_event(now, ev);
-            if next == Stage::Run && self.state.config.placement.syncing().next().is_none() {
-                self.push_event(now, EventKind::Rereplicated);
+            self.state = next;
+            for ev in decide::stage_events(&self.state) {
+                self.push_event(now, ev);
             }
         }
     }
@@ -256,16 +238,7 @@ impl Membership {
         if let Some(why) = &self.failed {
             return Err(Refusal::Failed(why.clone()));
         }
-        let Some(&member) = self.state.config.incarnations.get(node as usize) else {
-            return Err(Refusal::UnknownNode(node));
-        };
-        if incarnation <= member {
-            return Err(Refusal::StaleIncarnation {
-                node,
-                got: incarnation,
-                member,
-            });
-        }
+        decide::check_join(&self.state, node, incarnation)?;
         self.joining.retain(|&(n, _)| n != node);
         self.joining.push((node, incarnation));
         Ok(())
@@ -273,16 +246,13 @@ impl Membership {
 
     /// `node` holds an up-to-date copy of partition `p` now.
     pub fn synced(&mut self, node: NodeId, incarnation: u64, p: u32, now: u64) {
-        if self.check_member(node, incarnation).is_err()
-            || p >= self.state.config.placement.partitions()
-        {
+        if self.check_member(node, incarnation).is_err() {
             return;
         }
-        if self.state.config.placement.mark_synced(p, node) {
-            self.state.revision += 1;
-            if self.state.config.placement.syncing().next().is_none() {
-                self.push_event(now, EventKind::Rereplicated);
-            }
+        if decide::mark_synced(&mut self.state, node, p)
+            && self.state.config.placement.syncing().next().is_none()
+        {
+            self.push_event(now, EventKind::Rereplicated);
         }
     }
 
@@ -292,27 +262,55 @@ impl Membership {
         if self.failed.is_some() {
             return false;
         }
-        let members = self.members();
-        let mut gone = 0u64;
-        for n in 0..self.expiry.len() {
-            if members & (1 << n) != 0 && now > self.expiry[n] {
-                gone |= 1 << n;
+        let alive = (0..self.expiry.len())
+            .filter(|&n| now <= self.expiry[n])
+            .fold(0u64, |m, n| m | (1 << n));
+        match decide::next_change(&self.state, alive, self.acked, &self.joining) {
+            None => false,
+            Some(decide::Change::Fail { why }) => {
+                self.push_event(now, EventKind::Failed { why: why.clone() });
+                self.failed = Some(why);
+                true
+            }
+            Some(decide::Change::Publish { state, events }) => {
+                self.apply(state, events, now);
+                true
             }
         }
-        // A member restarted as a new incarnation: the old one is gone (it restarted).
-        for &(n, _) in &self.joining {
-            if members & (1 << n) != 0 {
-                gone |= 1 << n;
+    }
+
+    /// Installs a state decided by [`decide`], with what follows from it here.
+    fn apply(&mut self, state: ClusterState, events: Vec<EventKind>, now: u64) {
+        let before = self.members();
+        let after = state.config.placement.member_mask();
+        let removed = before & !after;
+        let joined = after & !before;
+        for n in 0..self.suspicions.len() {
+            if removed & (1 << n) != 0 {
+                self.suspicions[n].clear();
+            }
+            // A joiner's lease starts now: it renews as soon as it adopts.
+            if joined & (1 << n) != 0 {
+                self.expiry[n] = now + self.lease_ns;
             }
         }
-        if gone != 0 {
-            self.push_event(now, EventKind::LeaseExpired { nodes: gone });
-            return self.reconfigure(gone, now);
+        self.revoked &= !removed;
+        self.joining.retain(|&(n, _)| joined & (1 << n) == 0);
+        let epoch_before = self.state.config.epoch;
+        self.state = state;
+        self.acked = 0;
+        for ev in events {
+            // The expiry happened in the old epoch.
+            let epoch = match ev {
+                EventKind::LeaseExpired { .. } => epoch_before,
+                _ => self.state.config.epoch,
+            };
+            self.events.push(Event {
+                at_ns: now,
+                epoch,
+                what: ev,
+            });
         }
-        if self.state.stage == Stage::Run && !self.joining.is_empty() {
-            return self.admit(now);
-        }
-        false
     }
 
     /// The next time [`Membership::tick`] may change something.
@@ -323,56 +321,6 @@ impl Membership {
             .map(|n| self.expiry[n] + 1)
             .min()
             .unwrap_or(u64::MAX)
-    }
-
-    fn reconfigure(&mut self, gone: u64, now: u64) -> bool {
-        match self.state.config.without(gone) {
-            Ok(next) => {
-                for n in 0..self.suspicions.len() {
-                    if gone & (1 << n) != 0 {
-                        self.suspicions[n].clear();
-                    }
-                }
-                self.revoked &= !gone;
-                self.publish(next, gone, 0, now);
-            }
-            Err(e) => self.fail(e, now),
-        }
-        true
-    }
-
-    fn admit(&mut self, now: u64) -> bool {
-        let mut next = self.state.config.clone();
-        let mut joined = 0u64;
-        for (n, inc) in std::mem::take(&mut self.joining) {
-            match next.with_member(n, inc) {
-                Ok(c) => next = c,
-                Err(e) => {
-                    self.fail(e, now);
-                    return true;
-                }
-            }
-            joined |= 1 << n;
-            // Its lease starts now: it renews as soon as it adopts.
-            self.expiry[n as usize] = now + self.lease_ns;
-        }
-        next.epoch = self.state.config.epoch + 1;
-        self.publish(next, 0, joined, now);
-        true
-    }
-
-    fn publish(&mut self, config: Configuration, removed: u64, joined: u64, now: u64) {
-        self.state.config = config;
-        self.state.stage = Stage::Adopt;
-        self.state.revision += 1;
-        self.acked = 0;
-        self.push_event(now, EventKind::Reconfigured { removed, joined });
-    }
-
-    fn fail(&mut self, e: PlacementError, now: u64) {
-        let why = e.to_string();
-        self.push_event(now, EventKind::Failed { why: why.clone() });
-        self.failed = Some(why);
     }
 
     fn push_event(&mut self, at_ns: u64, what: EventKind) {
