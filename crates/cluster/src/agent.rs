@@ -13,7 +13,7 @@ use crate::lease::LeaseKeeper;
 use crate::manager::{ManagerClient, ManagerError};
 use crate::membership::Stage;
 use ambidex_transport::clock::SharedClock;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -23,15 +23,30 @@ pub struct NodeState {
     pub config: ConfigCell,
     /// The stage of the current epoch (a [`Stage`] as u8).
     stage: AtomicU8,
-    /// Threads that moved to the current epoch / finished recovering in it.
-    adopted: AtomicU32,
-    recovered: AtomicU32,
-    /// The epoch those two counts are of.
-    counted_epoch: AtomicU32,
+    /// Threads that moved to the current epoch / finished recovering in it, each with
+    /// the epoch counted in its high 32 bits (one word, so a late count of an older
+    /// epoch can never land in a newer one's).
+    adopted: AtomicU64,
+    recovered: AtomicU64,
     threads: u32,
     fenced: AtomicBool,
+    /// When this node's lease runs out (its clock, ns): `u64::MAX` without a manager,
+    /// 0 until the agent's first renewal is granted.
+    lease_until: AtomicU64,
     /// Why the node stopped, once fenced or the manager failed.
     why: Mutex<Option<String>>,
+}
+
+fn count_word(epoch: u32, n: u32) -> u64 {
+    (epoch as u64) << 32 | n as u64
+}
+
+/// Adds one to `c` if it counts `epoch` (a compare-and-swap: a count of an older epoch
+/// that loses the race to `enter` is dropped, not moved to the new epoch).
+fn count(c: &AtomicU64, epoch: u32) {
+    let _ = c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+        ((w >> 32) as u32 == epoch).then_some(w + 1)
+    });
 }
 
 fn stage_code(s: Stage) -> u8 {
@@ -57,11 +72,11 @@ impl NodeState {
         Arc::new(NodeState {
             config: ConfigCell::new(config),
             stage: AtomicU8::new(stage_code(Stage::Run)),
-            adopted: AtomicU32::new(threads),
-            recovered: AtomicU32::new(threads),
-            counted_epoch: AtomicU32::new(epoch),
+            adopted: AtomicU64::new(count_word(epoch, threads)),
+            recovered: AtomicU64::new(count_word(epoch, threads)),
             threads,
             fenced: AtomicBool::new(false),
+            lease_until: AtomicU64::new(u64::MAX),
             why: Mutex::new(None),
         })
     }
@@ -72,11 +87,18 @@ impl NodeState {
         stage_of(self.stage.load(Ordering::Acquire))
     }
 
-    /// Whether transactions may run: stage Run and not fenced.
+    /// Whether transactions may run at `now` (this node's clock): stage Run, and
+    /// serving.
     #[inline]
-    pub fn running(&self) -> bool {
-        self.stage.load(Ordering::Acquire) == stage_code(Stage::Run)
-            && !self.fenced.load(Ordering::Relaxed)
+    pub fn running(&self, now: u64) -> bool {
+        self.stage.load(Ordering::Acquire) == stage_code(Stage::Run) && self.serving(now)
+    }
+
+    /// Whether this node may serve at `now`: not fenced and its lease holds (checked
+    /// here, at every call, not only when the agent next looks).
+    #[inline]
+    pub fn serving(&self, now: u64) -> bool {
+        !self.fenced.load(Ordering::Relaxed) && now < self.lease_until.load(Ordering::Acquire)
     }
 
     /// Whether this node must stop serving (its lease ran out or was refused).
@@ -100,29 +122,25 @@ impl NodeState {
 
     /// A thread has moved to `epoch` (it sends nothing of an older one any more).
     pub fn adopted(&self, epoch: u32) {
-        if self.counted_epoch.load(Ordering::Acquire) == epoch {
-            self.adopted.fetch_add(1, Ordering::AcqRel);
-        }
+        count(&self.adopted, epoch);
     }
 
     /// A thread has recovered its share of `epoch`.
     pub fn recovered(&self, epoch: u32) {
-        if self.counted_epoch.load(Ordering::Acquire) == epoch {
-            self.recovered.fetch_add(1, Ordering::AcqRel);
-        }
+        count(&self.recovered, epoch);
     }
 
-    fn all(&self, c: &AtomicU32, epoch: u32) -> bool {
-        self.counted_epoch.load(Ordering::Acquire) == epoch
-            && c.load(Ordering::Acquire) >= self.threads
+    fn all(&self, c: &AtomicU64, epoch: u32) -> bool {
+        c.load(Ordering::Acquire) >= count_word(epoch, self.threads)
     }
 
-    /// Moves to a newer configuration at `stage` (the counts restart).
-    fn enter(&self, config: Configuration, stage: Stage) {
+    /// Moves to a newer configuration at `stage` (the counts restart). The agent
+    /// does this when the manager publishes one; tests drive a node directly.
+    pub fn enter(&self, config: Configuration, stage: Stage) {
         let epoch = config.epoch;
-        self.adopted.store(0, Ordering::Release);
-        self.recovered.store(0, Ordering::Release);
-        self.counted_epoch.store(epoch, Ordering::Release);
+        self.adopted.store(count_word(epoch, 0), Ordering::Release);
+        self.recovered
+            .store(count_word(epoch, 0), Ordering::Release);
         self.stage.store(stage_code(stage), Ordering::Release);
         self.config.store(config);
     }
@@ -147,10 +165,14 @@ impl Agent {
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         let handle = std::thread::Builder::new().name(name).spawn(move || {
+            // No lease until the first renewal is granted.
+            state.lease_until.store(0, Ordering::Release);
+            let started = clock.now_ns();
             let mut a = Loop {
                 keeper: LeaseKeeper::new(lease.as_nanos().max(1) as u64),
                 revision: 0,
                 acked: None,
+                started,
                 clock,
             };
             while !st.load(Ordering::SeqCst) && !state.fenced() {
@@ -180,6 +202,7 @@ struct Loop {
     revision: u64,
     /// The (epoch, stage) last acknowledged.
     acked: Option<(u32, Stage)>,
+    started: u64,
     clock: SharedClock,
 }
 
@@ -195,7 +218,12 @@ impl Loop {
         if self.keeper.due(now) {
             let sent = self.keeper.sending(now);
             match client.renew() {
-                Ok(_) => self.keeper.granted(sent),
+                Ok(_) => {
+                    self.keeper.granted(sent);
+                    state
+                        .lease_until
+                        .store(self.keeper.valid_until(), Ordering::Release);
+                }
                 Err(ManagerError::Refused(r)) => {
                     self.keeper.revoked();
                     return Err(ManagerError::Refused(r));
@@ -205,9 +233,12 @@ impl Loop {
                 Err(_) => {}
             }
         }
-        if !self.keeper.valid(self.clock.now_ns()) && self.keeper.valid_until() > 0 {
+        let now = self.clock.now_ns();
+        if !self.keeper.valid(now)
+            && (self.keeper.valid_until() > 0 || now > self.started + self.keeper.lease_ns())
+        {
             return Err(ManagerError::Unreachable(
-                "the lease ran out before it was renewed".into(),
+                "the lease ran out (or was never granted) before it was renewed".into(),
             ));
         }
         // Wait for a change at most until the next renewal (and briefly while the
@@ -218,6 +249,9 @@ impl Loop {
         } else {
             period.min(Duration::from_micros(200))
         };
+        // Never past the lease's end: the node is fenced then, not a period later.
+        let left = self.keeper.valid_until().saturating_sub(now).max(50_000);
+        let wait = wait.min(Duration::from_nanos(left));
         if let Some(s) = client.state_after(self.revision, wait)? {
             self.revision = s.revision;
             if s.config.epoch > state.config.epoch() {
@@ -307,11 +341,17 @@ mod tests {
             })
             .collect();
         std::thread::sleep(Duration::from_millis(100));
-        assert!(states.iter().all(|s| s.running() && s.config.epoch() == 1));
+        let now = || SystemClock::shared().now_ns();
+        assert!(states
+            .iter()
+            .all(|s| s.running(now()) && s.config.epoch() == 1));
         let killed = Instant::now();
         agents[2] = None;
         let deadline = killed + Duration::from_secs(5);
-        while !(states[0].running() && states[1].running() && states[0].config.epoch() == 2) {
+        while !(states[0].running(now())
+            && states[1].running(now())
+            && states[0].config.epoch() == 2)
+        {
             assert!(
                 Instant::now() < deadline,
                 "never recovered: {:?}",
@@ -358,5 +398,73 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert!(s.why().unwrap().contains("not a member"), "{:?}", s.why());
+    }
+
+    /// A manager that never answers.
+    struct Silent;
+    impl ManagerClient for Silent {
+        fn renew(&mut self) -> Result<crate::Grant, ManagerError> {
+            Err(ManagerError::Unreachable("silent".into()))
+        }
+        fn state_after(
+            &mut self,
+            _: u64,
+            wait: Duration,
+        ) -> Result<Option<crate::ClusterState>, ManagerError> {
+            std::thread::sleep(wait);
+            Ok(None)
+        }
+        fn ack(&mut self, _: u32, _: Stage) -> Result<(), ManagerError> {
+            Ok(())
+        }
+        fn suspect(&mut self, _: ambidex_transport::NodeId) -> Result<(), ManagerError> {
+            Ok(())
+        }
+        fn synced(&mut self, _: &[u32]) -> Result<(), ManagerError> {
+            Ok(())
+        }
+        fn join(&mut self) -> Result<(), ManagerError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_node_never_granted_a_lease_never_serves_and_is_fenced() {
+        let lease = Duration::from_millis(20);
+        let s = NodeState::new(Configuration::initial(3, 3).unwrap(), 1);
+        let clock = SystemClock::shared();
+        assert!(s.serving(clock.now_ns()), "without a manager a node serves");
+        let _a = Agent::start(
+            "agent".into(),
+            Box::new(Silent),
+            s.clone(),
+            lease,
+            clock.clone(),
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!s.running(clock.now_ns()), "served without a lease");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !s.fenced() {
+            assert!(Instant::now() < deadline, "never fenced");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_late_count_of_an_older_epoch_is_not_counted_in_a_newer_one() {
+        let s = NodeState::new(Configuration::initial(3, 3).unwrap(), 2);
+        let next = Configuration::initial(3, 3)
+            .unwrap()
+            .without(1 << 2)
+            .unwrap();
+        s.enter(next.clone(), Stage::Adopt);
+        s.recovered(1);
+        s.adopted(1);
+        s.adopted(2);
+        assert!(!s.all(&s.adopted, 2));
+        s.adopted(2);
+        assert!(s.all(&s.adopted, 2));
+        assert!(!s.all(&s.recovered, 2));
     }
 }

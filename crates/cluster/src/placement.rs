@@ -44,6 +44,8 @@ pub enum PlacementError {
     },
     #[error("no member is left")]
     NoMembers,
+    #[error("node {0} is a member already")]
+    AlreadyMember(NodeId),
     #[error("malformed placement: {0}")]
     Malformed(String),
 }
@@ -248,17 +250,12 @@ impl Placement {
         if node >= self.nodes {
             return Err(PlacementError::UnknownNode(node));
         }
+        // A member is listed with its copies: adding it again would drop them.
+        if self.is_member(node) {
+            return Err(PlacementError::AlreadyMember(node));
+        }
         let mut next = self.edit();
         next.members |= 1 << node;
-        // The joiner may still be listed from before it left if it was the last copy
-        // holder considered (never as up to date: it lost its memory).
-        for p in 0..self.partitions {
-            let list: Vec<(NodeId, bool)> = next.list(p);
-            if list.iter().any(|&(n, _)| n == node) {
-                let kept: Vec<_> = list.into_iter().filter(|&(n, _)| n != node).collect();
-                next.set_list(p, &kept);
-            }
-        }
         next.fill_up();
         Ok(next.finish())
     }
@@ -457,13 +454,25 @@ impl TryFrom<PlacementRepr> for Placement {
             if list.is_empty() || list.len() > r.replication as usize {
                 return bad(format!("partition {p} has {} replicas", list.len()));
             }
-            if sync >> list.len() != 0 || sync & 1 != 0 {
+            // In u16: a list of 8 would shift a u8 by its width.
+            if (sync as u16) >> list.len() != 0 || sync & 1 != 0 {
                 return bad(format!("partition {p}: syncing mask {sync:#x}"));
             }
             for (i, &n) in list.iter().enumerate() {
                 if n >= r.nodes || list[..i].contains(&n) {
                     return bad(format!("partition {p}: replica {n} unknown or repeated"));
                 }
+            }
+            // What every change keeps: replicas are members, and a partition has R of
+            // them whenever R members exist.
+            let members = r.members.count_ones() as usize;
+            if list.iter().any(|&n| r.members & (1 << n) == 0)
+                || list.len() != members.min(r.replication as usize)
+            {
+                return bad(format!(
+                    "partition {p}: replicas {list:?} are not {} members",
+                    members.min(r.replication as usize)
+                ));
             }
             let with: Vec<(NodeId, bool)> = list
                 .iter()
@@ -581,6 +590,20 @@ mod tests {
     }
 
     #[test]
+    fn eight_copies_round_trip_with_a_syncing_one() {
+        let p = Placement::new(9, 8).unwrap().without(1).unwrap();
+        assert!(p.syncing().next().is_some());
+        let s = serde_json::to_string(&p).unwrap();
+        assert_eq!(serde_json::from_str::<Placement>(&s).unwrap(), p);
+    }
+
+    #[test]
+    fn a_member_cannot_join_again() {
+        let p = Placement::new(3, 1).unwrap();
+        assert_eq!(p.with_member(0), Err(PlacementError::AlreadyMember(0)));
+    }
+
+    #[test]
     fn serde_round_trips_and_refuses_malformed_lists() {
         let p = Placement::new(5, 3).unwrap().without(1 << 4).unwrap();
         let s = serde_json::to_string(&p).unwrap();
@@ -592,6 +615,12 @@ mod tests {
         v["replicas"][3] = serde_json::json!([9]);
         assert!(serde_json::from_value::<Placement>(v.clone()).is_err());
         v["replicas"][3] = serde_json::json!([]);
+        assert!(serde_json::from_value::<Placement>(v.clone()).is_err());
+        // Node 4 failed: listing it, or keeping fewer copies than members allow, is not
+        // a placement any change makes.
+        v["replicas"][3] = serde_json::json!([0, 1, 4]);
+        assert!(serde_json::from_value::<Placement>(v.clone()).is_err());
+        v["replicas"][3] = serde_json::json!([0, 1]);
         assert!(serde_json::from_value::<Placement>(v).is_err());
     }
 }

@@ -60,7 +60,7 @@ fn up_to_date(p: &Placement, part: u32) -> Vec<u16> {
 proptest! {
     #[test]
     fn changes_keep_placements_well_formed(
-        (nodes, r, changes) in (1u16..8).prop_flat_map(|n| (Just(n), 1..=n))
+        (nodes, r, changes) in (1u16..11).prop_flat_map(|n| (Just(n), 1..=n.min(ambidex_cluster::placement::MAX_REPLICATION)))
             .prop_flat_map(|(n, r)| (Just(n), Just(r), prop::collection::vec(change(n), 0..24)))
     ) {
         let mut p = Placement::new(nodes, r).unwrap();

@@ -244,12 +244,18 @@ pub fn truncate_ring<R: RespBuf>(
 }
 
 /// Applies a transaction's writes at a backup; the whole request is checked first.
-/// Takes writes recovered from surviving log records (a member's recovery; the
-/// members of the current epoch are trusted, as for their log rings): each installed
+/// Takes writes recovered from surviving log records (a member's recovery, at stage
+/// Recover; the members of the current epoch are trusted, as for their log rings; the
+/// transport drops what other epochs send): each installed
 /// under its coordinator's lock, applied to an older copy, or skipped. Answers with
 /// the entries that met another transaction's lock, to be sent again; writes that do
 /// not fit a table are counted as bad requests and not sent again.
 pub fn recover<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
+    // Only while the cluster recovers: a late or crafted RECOVER in any other stage
+    // could overwrite what transactions committed since.
+    if db.cluster().stage() != ambidex_cluster::Stage::Recover {
+        return refuse(db, resp);
+    }
     let Ok(r) = RecoverReq::decode(req) else {
         return refuse(db, resp);
     };

@@ -9,6 +9,7 @@
 
 mod common;
 
+use ambidex_cluster::Stage;
 use ambidex_store::LockOwner;
 use ambidex_txn::log_ring::format;
 use ambidex_txn::messages::{LockToken, WriteKind, WriteRec};
@@ -161,7 +162,7 @@ fn survivors_install_logged_transactions_and_release_the_rest() {
         .without(1 << DEAD)
         .unwrap();
     for db in &c.dbs[..3] {
-        assert!(db.config().store(next.clone()));
+        db.cluster().enter(next.clone(), Stage::Recover);
     }
     let stats = Arc::new(Mutex::new(RecoveryStats::default()));
     let st = stats.clone();

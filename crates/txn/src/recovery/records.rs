@@ -7,17 +7,27 @@ use crate::log_ring::region::{scan_ring_with, ScanMode};
 use crate::messages::{Reader, WriteRec};
 
 /// Calls `f(txn, write)` for every write of every record in `log` (a thread's log
-/// replica). Returns the records read. A record that does not decode (it came from
-/// the network) ends at its first bad write.
+/// replica). Returns the records read. A record that does not decode whole (it came
+/// from the network) is skipped whole: part of a transaction is never replayed.
 pub fn in_log(log: &LogReplica, f: &mut dyn FnMut(u64, &WriteRec<'_>)) -> u64 {
     let mut n = 0;
+    let mut writes = Vec::new();
     for (txn, rec) in log.iter() {
-        n += 1;
+        writes.clear();
         let mut r = Reader::new(&rec.writes);
-        while r.pos() < rec.writes.len() {
+        let whole = loop {
+            if r.pos() >= rec.writes.len() {
+                break true;
+            }
             match WriteRec::decode(&mut r) {
-                Ok(w) => f(txn, &w),
-                Err(_) => break,
+                Ok(w) => writes.push(w),
+                Err(_) => break false,
+            }
+        };
+        if whole {
+            n += 1;
+            for w in &writes {
+                f(txn, w);
             }
         }
     }

@@ -306,7 +306,9 @@ impl EtcdClient {
             .filter(|(n, l)| !l.revoked && decide::revokes(s.state(), *n, s.reporters(*n)))
             .collect();
         for (n, l) in due {
-            let (lease, _) = self.conn.grant(self.ttl)?;
+            // A second more than the node's own lease: a renewal it sent just before
+            // this revocation commits may extend its own estimate by a whole lease.
+            let (lease, _) = self.conn.grant(self.ttl + 1)?;
             let key = self.conn.keys.lease(n);
             let won = self.conn.txn(
                 Txn::new()
