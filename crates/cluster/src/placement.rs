@@ -157,6 +157,16 @@ impl Placement {
         self.syncing[p as usize]
     }
 
+    /// The up-to-date replicas of partition `p` (not syncing), primary first.
+    pub fn up_to_date_of(&self, p: u32) -> impl Iterator<Item = NodeId> + '_ {
+        let mask = self.syncing[p as usize];
+        self.replicas_of(p)
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| mask & (1 << i) == 0)
+            .map(|(_, &n)| n)
+    }
+
     /// The replicas of `key`, primary first.
     #[inline]
     pub fn replicas(&self, table: u32, key: u64) -> &[NodeId] {

@@ -48,13 +48,7 @@ fn well_formed(p: &Placement) -> Result<(), String> {
 }
 
 fn up_to_date(p: &Placement, part: u32) -> Vec<u16> {
-    let s = p.syncing_of(part);
-    p.replicas_of(part)
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| s & (1 << i) == 0)
-        .map(|(_, &n)| n)
-        .collect()
+    p.up_to_date_of(part).collect()
 }
 
 proptest! {
