@@ -160,7 +160,8 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
     std::thread::spawn(move || read_commands(tx));
 
     // The transport first: the tables live in regions registered on it.
-    let transport = transports::open_node(&cfg.cluster, node)?;
+    let udp = cfg.rpc.udp_options().map_err(|e| e.to_string())?;
+    let transport = transports::open_node_with(&cfg.cluster, node, udp)?;
     let loaded = load_node(&cfg, transport)?;
     ev.send(
         "ready",

@@ -278,7 +278,8 @@ fn run_all<W: Workload>(
     for (i, &coroutines) in counts.iter().enumerate() {
         // A fresh transport per run (endpoints are taken once), the transport first and
         // the tables in its regions: every point of a sweep loads the same data afresh.
-        let cluster = InProcess::open(&cfg.cluster)?;
+        let udp = cfg.rpc.udp_options().map_err(|e| e.to_string())?;
+        let cluster = InProcess::open_with(&cfg.cluster, udp)?;
         let t0 = Instant::now();
         let dbs = build_and_load(
             &*wl,

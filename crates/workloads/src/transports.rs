@@ -6,6 +6,7 @@
 use crate::config::{ClusterSection, Transport};
 use ambidex_transport::local::LocalFabric;
 use ambidex_transport::{NodeId, SharedNode};
+use ambidex_transport_udp::UdpOptions;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -56,8 +57,20 @@ pub fn destroy(c: &ClusterSection) {
     }
 }
 
-/// Opens node `node` of a multi-process cluster in this process.
+/// Opens node `node` of a multi-process cluster in this process (udp: one-sided
+/// retransmission at the backend's defaults).
 pub fn open_node(c: &ClusterSection, node: NodeId) -> Result<SharedNode, String> {
+    open_node_with(c, node, UdpOptions::default())
+}
+
+/// [`open_node`] with the udp backend's one-sided retransmission set by `udp` (a
+/// workload run passes `RpcSection::udp_options`, so one-sided operations give up when
+/// its RPCs do).
+pub fn open_node_with(
+    c: &ClusterSection,
+    node: NodeId,
+    udp: UdpOptions,
+) -> Result<SharedNode, String> {
     if node >= c.nodes {
         return Err(format!(
             "node {node} is not in this {}-node cluster",
@@ -79,7 +92,7 @@ pub fn open_node(c: &ClusterSection, node: NodeId) -> Result<SharedNode, String>
             if c.udp_addrs.is_empty() {
                 return Err("a udp cluster needs udp_addrs (one base address per node)".into());
             }
-            ambidex_transport_udp::UdpNode::open(&c.cluster_config()?, &c.udp_addrs, node)
+            ambidex_transport_udp::UdpNode::open_with(&c.cluster_config()?, &c.udp_addrs, node, udp)
                 .map_err(|e| e.to_string())
         }
     }
@@ -95,6 +108,11 @@ pub struct InProcess {
 impl InProcess {
     /// Opens every node of `c` here (fresh shm directory or loopback ports if `c` has none).
     pub fn open(c: &ClusterSection) -> Result<InProcess, String> {
+        Self::open_with(c, UdpOptions::default())
+    }
+
+    /// [`InProcess::open`] with the udp backend's options (see [`open_node_with`]).
+    pub fn open_with(c: &ClusterSection, udp: UdpOptions) -> Result<InProcess, String> {
         let mut c = c.clone();
         on_this_host(&mut c);
         if c.transport == Transport::Local {
@@ -112,7 +130,7 @@ impl InProcess {
             _fabric: None,
         };
         for n in 0..ip.cluster.nodes {
-            ip.nodes.push(open_node(&ip.cluster, n)?);
+            ip.nodes.push(open_node_with(&ip.cluster, n, udp.clone())?);
         }
         Ok(ip)
     }
