@@ -160,12 +160,6 @@ impl ConfigView {
         }
         c.clone()
     }
-
-    /// The cached configuration, without looking at the cell.
-    #[inline]
-    pub fn cached(&self) -> Rc<Configuration> {
-        self.cached.borrow().clone()
-    }
 }
 
 #[cfg(test)]

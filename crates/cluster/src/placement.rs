@@ -201,11 +201,6 @@ impl Placement {
             .take(self.replication as usize)
     }
 
-    /// Partitions whose primary is `node`.
-    pub fn primary_of(&self, node: NodeId) -> impl Iterator<Item = u32> + '_ {
-        (0..self.partitions).filter(move |&p| self.replicas_of(p)[0] == node)
-    }
-
     /// (partition, replica index) of every syncing replica.
     pub fn syncing(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
         (0..self.partitions).flat_map(move |p| {
@@ -278,9 +273,8 @@ impl Placement {
         };
         let was = self.syncing[p as usize] & (1 << i) != 0;
         if was {
-            let mut s = self.syncing.to_vec();
-            s[p as usize] &= !(1 << i);
-            self.syncing = s.into();
+            // In place unless another placement shares the masks (then copied once).
+            Arc::make_mut(&mut self.syncing)[p as usize] &= !(1 << i);
         }
         was
     }

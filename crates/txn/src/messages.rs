@@ -728,10 +728,11 @@ pub struct RecoverReq<'a> {
 
 impl<'a> RecoverReq<'a> {
     /// Appends one (transaction, write) entry to a request being built in `b` (start
-    /// it with [`RecoverReq::begin`]); returns the entries so far.
-    pub fn push(b: &mut Vec<u8>, txn: u64, w: &WriteRec<'_>) -> u16 {
+    /// it with [`RecoverReq::begin`]): `write` is a [`WriteRec`] as
+    /// [`WriteRec::encode`] wrote it. Returns the entries so far.
+    pub fn push(b: &mut Vec<u8>, txn: u64, write: &[u8]) -> u16 {
         put_u64(b, txn);
-        w.encode(b);
+        b.extend_from_slice(write);
         let n = u16::from_le_bytes([b[0], b[1]]) + 1;
         b[..2].copy_from_slice(&n.to_le_bytes());
         n

@@ -33,9 +33,11 @@ fn table() -> TableSpec {
     }
 }
 
-/// A transaction id of coordinator (node 3, thread 0).
-fn txn_of_dead(seq: u64) -> u64 {
-    (1 << 62) | (DEAD as u64) << 46 | seq
+/// A transaction id of coordinator (`node`, thread 0), as its thread numbers them.
+fn txn_of(node: u16, seq: u64) -> u64 {
+    let id = (1 << 62) | (node as u64) << 46 | seq;
+    assert_eq!(ambidex_txn::coordinator_of(id), (node, 0));
+    id
 }
 
 fn balance(db: &NodeDb, key: u64) -> (i64, u64) {
@@ -110,7 +112,7 @@ fn survivors_install_logged_transactions_and_release_the_rest() {
     // the backups of both keys (nodes other than the dead coordinator).
     let (a, b) = (key_on(0, 0), key_on(1, 0));
     let (ta, tb) = (lock(&c, a, owner(1)), lock(&c, b, owner(1)));
-    let t1 = txn_of_dead(1);
+    let t1 = txn_of(DEAD, 1);
     let mut backups: Vec<u16> = p
         .backups(T, a)
         .chain(p.backups(T, b))
@@ -142,7 +144,7 @@ fn survivors_install_logged_transactions_and_release_the_rest() {
             .version,
     };
     for r in p.backups(T, d).filter(|&n| n != DEAD) {
-        append(&c, r, txn_of_dead(2), owner(3), &[(d, 7, td)]);
+        append(&c, r, txn_of(DEAD, 2), owner(3), &[(d, 7, td)]);
     }
 
     // T4, of a live coordinator (node 2): locked g (primary 0) and logged at g's
@@ -151,7 +153,7 @@ fn survivors_install_logged_transactions_and_release_the_rest() {
     let g = key_on(0, 1);
     let live = LockOwner::new(2, 0, 4).unwrap();
     let tg = lock(&c, g, live);
-    let t4 = (1 << 62) | 2 << 46 | 9;
+    let t4 = txn_of(2, 9);
     for r in p.backups(T, g).filter(|&n| n != DEAD && n != 2) {
         append(&c, r, t4, live, &[(g, 55, tg)]);
     }

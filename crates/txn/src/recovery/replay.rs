@@ -135,11 +135,8 @@ async fn send(
             if req.len() + e.write.len() + 8 > REQUEST_BYTES || chunk.len() == u16::MAX as usize {
                 flush_chunk(&mut req, &mut chunk, &mut out);
             }
-            let mut r = crate::messages::Reader::new(&e.write);
-            if let Ok(w) = WriteRec::decode(&mut r) {
-                RecoverReq::push(&mut req, e.txn, &w);
-                chunk.push(i);
-            }
+            RecoverReq::push(&mut req, e.txn, &e.write);
+            chunk.push(i);
         }
         flush_chunk(&mut req, &mut chunk, &mut out);
         let _ = ctx.flush().await;
