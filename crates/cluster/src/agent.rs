@@ -13,6 +13,7 @@ use crate::lease::LeaseKeeper;
 use crate::manager::{ManagerClient, ManagerError};
 use crate::membership::Stage;
 use ambidex_transport::clock::SharedClock;
+use ambidex_transport::NodeId;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -35,6 +36,9 @@ pub struct NodeState {
     lease_until: AtomicU64,
     /// Why the node stopped, once fenced or the manager failed.
     why: Mutex<Option<String>>,
+    /// Nodes this node's threads found silent, for the agent to report
+    /// ([`NodeState::suspect`]).
+    suspects: Mutex<Vec<NodeId>>,
 }
 
 fn count_word(epoch: u32, n: u32) -> u64 {
@@ -78,6 +82,7 @@ impl NodeState {
             fenced: AtomicBool::new(false),
             lease_until: AtomicU64::new(u64::MAX),
             why: Mutex::new(None),
+            suspects: Mutex::new(Vec::new()),
         })
     }
 
@@ -132,6 +137,19 @@ impl NodeState {
 
     fn all(&self, c: &AtomicU64, epoch: u32) -> bool {
         c.load(Ordering::Acquire) >= count_word(epoch, self.threads)
+    }
+
+    /// A thread's requests to `node` went unanswered (the RPC layer gave up): the agent
+    /// reports it to the manager, which revokes a node a majority suspects.
+    pub fn suspect(&self, node: NodeId) {
+        let mut s = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
+        if !s.contains(&node) {
+            s.push(node);
+        }
+    }
+
+    fn take_suspects(&self) -> Vec<NodeId> {
+        std::mem::take(&mut *self.suspects.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Moves to a newer configuration at `stage` (the counts restart). The agent
@@ -264,6 +282,16 @@ impl Loop {
                 if s.config != *state.config.load() {
                     let placement = s.config.placement;
                     state.config.update_same_epoch(|c| c.placement = placement);
+                }
+            }
+        }
+        for node in state.take_suspects() {
+            // Only members are worth reporting; a failed report is retried by the
+            // next suspicion (the RPC layer suspects again at its next give-up).
+            if state.config.with(|c| c.placement.is_member(node)) {
+                match client.suspect(node) {
+                    Err(ManagerError::Refused(r)) => return Err(ManagerError::Refused(r)),
+                    _ => {}
                 }
             }
         }

@@ -49,6 +49,17 @@ pub struct RunSpec {
     /// Stop the workers after this long (`None`: they finish on their own).
     pub duration: Option<Duration>,
     pub history: Option<SinkFactory>,
+    /// Leases and reconfiguration (issue 18): with `Some`, an in-process run starts an
+    /// embedded manager and one agent per node ([`run`]); node processes get theirs
+    /// from their launcher. `None`: no leases, the configuration never changes.
+    pub manager: Option<ManagerSpec>,
+}
+
+/// How a run's nodes hold leases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ManagerSpec {
+    /// The lease period; renewed at a fifth of it.
+    pub lease: Duration,
 }
 
 impl Default for RunSpec {
@@ -60,6 +71,7 @@ impl Default for RunSpec {
             fault: None,
             duration: None,
             history: None,
+            manager: None,
         }
     }
 }
