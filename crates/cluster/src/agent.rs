@@ -289,9 +289,8 @@ impl Loop {
             // Only members are worth reporting; a failed report is retried by the
             // next suspicion (the RPC layer suspects again at its next give-up).
             if state.config.with(|c| c.placement.is_member(node)) {
-                match client.suspect(node) {
-                    Err(ManagerError::Refused(r)) => return Err(ManagerError::Refused(r)),
-                    _ => {}
+                if let Err(ManagerError::Refused(r)) = client.suspect(node) {
+                    return Err(ManagerError::Refused(r));
                 }
             }
         }
