@@ -46,11 +46,13 @@
 pub mod bench;
 pub mod clock;
 pub mod config;
+pub mod epoch;
 pub mod reply;
 pub mod runtime;
 pub mod wire;
 
 pub use ambidex_transport::rtt::RttEstimator;
+pub use epoch::EpochWatch;
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use config::{
     IdleStep, RpcError, RuntimeConfig, ThreadMap, DEFAULT_MAX_MESSAGE, DEFAULT_RTO_MIN,

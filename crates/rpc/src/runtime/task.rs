@@ -199,6 +199,12 @@ impl Ctx {
         self.core.borrow().st.cluster.clone()
     }
 
+    /// The epoch the runtime sends in now (see [`crate::Runtime::follow`]).
+    #[inline]
+    pub fn epoch(&self) -> u32 {
+        self.core.borrow().st.epoch
+    }
+
     /// This coroutine's index in its runtime.
     pub fn id(&self) -> u16 {
         self.id
