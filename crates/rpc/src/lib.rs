@@ -52,11 +52,11 @@ pub mod runtime;
 pub mod wire;
 
 pub use ambidex_transport::rtt::RttEstimator;
-pub use epoch::EpochWatch;
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use config::{
     IdleStep, RpcError, RuntimeConfig, ThreadMap, DEFAULT_MAX_MESSAGE, DEFAULT_RTO_MIN,
 };
+pub use epoch::EpochWatch;
 pub use reply::Reply;
 pub use runtime::{
     Ctx, Flush, Handler, OneSidedError, OpHandle, ReqHandle, RequestInfo, RpcStats, Runtime,

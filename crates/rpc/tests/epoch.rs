@@ -104,7 +104,10 @@ fn both_sides_in_the_new_epoch_talk_and_the_old_epoch_is_dropped() {
         rts[0].poll_once();
         rts[1].poll_once();
     }
-    assert!(out.borrow().is_none(), "an epoch behind, node 1 drops the request");
+    assert!(
+        out.borrow().is_none(),
+        "an epoch behind, node 1 drops the request"
+    );
     assert!(rts[1].endpoint_counters().get("rx_dropped_wrong_epoch") > 0);
     ws[1].epoch.fetch_add(1, Ordering::SeqCst);
     let t0 = std::time::Instant::now();

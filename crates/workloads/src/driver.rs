@@ -144,6 +144,7 @@ pub fn run_spec(cfg: &Config, coroutines: usize, node: Option<NodeId>) -> Result
         duration: None,
         history: None,
         manager: None,
+        kill: None,
     })
 }
 

@@ -104,6 +104,9 @@ pub(crate) struct WorkerBatch {
     /// The epoch its first request or operation was queued in: a batch of an older
     /// epoch is failed, never sent.
     pub epoch: u32,
+    /// The epoch the coroutine works for ([`Ctx::bind_epoch`](super::Ctx::bind_epoch);
+    /// 0: the runtime's, whatever it is when a batch starts).
+    pub bound: u32,
 }
 
 impl WorkerBatch {
@@ -123,6 +126,7 @@ impl WorkerBatch {
             ops: 0,
             unsignaled_failed: 0,
             epoch: 0,
+            bound: 0,
         }
     }
 

@@ -533,7 +533,7 @@ impl State {
         let b = &mut self.workers.batches[id as usize];
         let h = b.push(id, d as u32, rtype, payload, group_cap, self.threads)?;
         if h.0 == 0 && b.ops == 0 {
-            b.epoch = self.epoch;
+            b.epoch = if b.bound != 0 { b.bound } else { self.epoch };
         }
         Ok(h)
     }

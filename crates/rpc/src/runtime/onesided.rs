@@ -341,7 +341,7 @@ impl State {
             Phase::WaitCredit | Phase::InFlight => return Err(OneSidedError::FlushInProgress),
         }
         if b.ops == 0 && b.reqs.is_empty() {
-            b.epoch = epoch;
+            b.epoch = if b.bound != 0 { b.bound } else { epoch };
         }
         if b.ops == u16::MAX {
             return Err(OneSidedError::Invalid(AccessError::TooLarge));

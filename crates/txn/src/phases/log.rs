@@ -150,6 +150,62 @@ fn queue_repairs(ctx: &Ctx, w: &mut RingWriter, i: usize, signaled: bool, ops: &
     }
 }
 
+/// Queues the record `rec` (its sequence number set to the reservation's) into ring
+/// `w` (target `i`) at reservation `res`, in WRITEs of at most `max` bytes, the last
+/// signaled. False if one could not be queued.
+fn queue_record(
+    ctx: &Ctx,
+    w: &mut RingWriter,
+    i: usize,
+    res: &Reservation,
+    rec: &mut [u8],
+    max: usize,
+    ops: &mut Vec<Op>,
+) -> bool {
+    format::set_seq(rec, res.seq);
+    let mut off = 0;
+    while off < rec.len() {
+        let end = (off + max).min(rec.len());
+        let at = w.addr(res.pos + off as u64);
+        match ctx.queue_write(at, &rec[off..end], end == rec.len()) {
+            Ok(h) => ops.push(Op {
+                at: i,
+                h,
+                repair: None,
+            }),
+            Err(_) => return false,
+        }
+        off = end;
+    }
+    true
+}
+
+/// Queues the pad before reservation `res` (it wraps the ring) into ring `w` (target
+/// `i`), unsignaled. False if it could not be queued.
+fn queue_pad(
+    ctx: &Ctx,
+    w: &mut RingWriter,
+    i: usize,
+    res: &Reservation,
+    ops: &mut Vec<Op>,
+) -> bool {
+    let Some((pos, seq)) = res.pad else {
+        return true;
+    };
+    let pad = format::pad(w.ring_bytes() - pos % w.ring_bytes(), seq);
+    match ctx.queue_write(w.addr(pos), &pad, false) {
+        Ok(h) => {
+            ops.push(Op {
+                at: i,
+                h,
+                repair: None,
+            });
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 /// Queues a truncation of ring `w` at replica `r` (target `i`) if one is due at `now`
 /// (`urgent`: the ring is full), noting it in `truncs` as (target, handle, head asked).
 fn queue_truncation(
@@ -190,42 +246,61 @@ impl Txn<'_> {
             n += 1;
         }
         self.th.log.borrow_mut().append(self.id, me, &body);
+        self.own_record = true;
+        let mut pending = std::mem::take(&mut self.bufs.targets);
+        pending.clear();
+        pending.extend(placement.log_replicas(me).skip(1));
         let mut handles = std::mem::take(&mut self.bufs.handles);
-        handles.clear();
         let mut req = std::mem::take(&mut self.bufs.req);
-        let mut queued = Ok(());
-        for replica in placement.log_replicas(me).skip(1) {
-            req.clear();
-            self.th.with_truncations(replica, |ids| {
-                LogReq::encode(&mut req, self.id, n, &body, ids)
-            });
-            match self.ctx.queue(replica, rtype::LOG, &req) {
-                Ok(h) => handles.push(h),
-                Err(_) => {
-                    queued = Err(AbortReason::Timeout);
-                    break;
+        let mut first = true;
+        let result = loop {
+            handles.clear();
+            let mut queued = Ok(());
+            for &replica in pending.iter() {
+                req.clear();
+                self.th.with_truncations(replica, |ids| {
+                    LogReq::encode(&mut req, self.id, n, &body, ids)
+                });
+                match self.ctx.queue(replica, rtype::LOG, &req) {
+                    Ok(h) => handles.push(h),
+                    Err(_) => {
+                        queued = Err(AbortReason::Timeout);
+                        break;
+                    }
                 }
             }
-        }
+            if queued.is_err() || pending.is_empty() {
+                if first && queued.is_err() && self.ctx.epoch() == self.config.epoch {
+                    // Nothing was sent: the record exists only here, and goes.
+                    self.th.log.borrow_mut().truncate(self.id);
+                    self.own_record = false;
+                    break queued;
+                }
+                break queued.and(Ok(())).or(Err(AbortReason::EpochChanged));
+            }
+            let _ = self.ctx.flush().await;
+            let mut k = 0;
+            pending.retain(|_| {
+                let acked = self.ctx.response(handles[k], Ack::is_ok).unwrap_or(false);
+                k += 1;
+                !acked
+            });
+            if pending.is_empty() {
+                break Ok(());
+            }
+            // Some replica may hold the record: the transaction is committed from now
+            // on, so it is sent again until every replica has it or the cluster moves
+            // to a configuration whose recovery decides it.
+            if self.ctx.epoch() != self.config.epoch {
+                break Err(AbortReason::EpochChanged);
+            }
+            self.th.stats.borrow_mut().log_retries += 1;
+            first = false;
+        };
         self.bufs.req = req;
         self.bufs.body = body;
-        if queued.is_err() || handles.is_empty() {
-            self.bufs.handles = handles;
-            return queued;
-        }
-        let flushed = self.ctx.flush().await.is_ok();
-        let mut result = Ok(());
-        for &h in &handles {
-            let acked = self.ctx.response(h, Ack::is_ok).unwrap_or(false);
-            if !acked || !flushed {
-                // The record may sit at some replicas; recovery resolves it as aborted
-                // since not all replicas have it.
-                self.th.log.borrow_mut().truncate(self.id);
-                result = Err(AbortReason::Timeout);
-                break;
-            }
-        }
         self.bufs.handles = handles;
+        self.bufs.targets = pending;
         result
     }
 
@@ -244,6 +319,7 @@ impl Txn<'_> {
             return Err(AbortReason::LogRecordTooLarge);
         };
         self.th.log.borrow_mut().append(self.id, me, &body);
+        self.own_record = true;
         let mut rec = std::mem::take(&mut self.bufs.req);
         rec.clear();
         format::encode_record(&mut rec, 0, self.id, self.owner, n, &body);
@@ -265,9 +341,11 @@ impl Txn<'_> {
         };
         self.bufs.targets = targets;
         self.bufs.req = rec;
-        if r.is_err() {
-            // As with LOG RPCs: a record at only some replicas is resolved as aborted.
+        if r.is_err() && self.ctx.epoch() == self.config.epoch {
+            // Failed before any WRITE was posted (a full ring, an unknown one): the
+            // record exists only here, and goes.
             self.th.log.borrow_mut().truncate(self.id);
+            self.own_record = false;
         }
         r
     }
@@ -324,31 +402,11 @@ impl Txn<'_> {
                 };
                 // Repairs first: the record's signaled WRITE confirms them.
                 queue_repairs(ctx, w, i, false, ops);
-                if let Some((pos, seq)) = res.pad {
-                    let pad = format::pad(w.ring_bytes() - pos % w.ring_bytes(), seq);
-                    match ctx.queue_write(w.addr(pos), &pad, false) {
-                        Ok(h) => ops.push(Op {
-                            at: i,
-                            h,
-                            repair: None,
-                        }),
-                        Err(_) => failed |= 1 << i,
-                    }
+                if !queue_pad(ctx, w, i, res, ops) {
+                    failed |= 1 << i;
                 }
-                format::set_seq(rec, res.seq);
-                let mut off = 0;
-                while off < rec.len() && failed & (1 << i) == 0 {
-                    let end = (off + max).min(rec.len());
-                    let at = w.addr(res.pos + off as u64);
-                    match ctx.queue_write(at, &rec[off..end], end == rec.len()) {
-                        Ok(h) => ops.push(Op {
-                            at: i,
-                            h,
-                            repair: None,
-                        }),
-                        Err(_) => failed |= 1 << i,
-                    }
-                    off = end;
+                if failed & (1 << i) == 0 && !queue_record(ctx, w, i, res, rec, max, ops) {
+                    failed |= 1 << i;
                 }
                 queue_truncation(ctx, w, r, i, false, now, truncs);
             }
@@ -364,30 +422,62 @@ impl Txn<'_> {
         };
         flush(ctx, ops).await;
         unresolved.defuse();
-        let mut rings = th.rings.borrow_mut();
-        for o in ops.iter() {
-            let ok = ctx.op_result(o.h).is_ok();
-            let Some(w) = rings.at(targets[o.at]) else {
-                continue;
-            };
-            match o.repair {
-                Some(rep) if !ok => w.repair_failed(rep),
-                Some(_) => {
-                    w.repair_landed();
-                    rings.stats.repairs += 1;
+        {
+            let mut rings = th.rings.borrow_mut();
+            for o in ops.iter() {
+                let ok = ctx.op_result(o.h).is_ok();
+                let Some(w) = rings.at(targets[o.at]) else {
+                    continue;
+                };
+                match o.repair {
+                    Some(rep) if !ok => w.repair_failed(rep),
+                    Some(_) => {
+                        w.repair_landed();
+                        rings.stats.repairs += 1;
+                    }
+                    None if !ok => failed |= 1 << o.at,
+                    None => {}
                 }
-                None if !ok => failed |= 1 << o.at,
-                None => {}
             }
+            truncations_answered(ctx, &mut rings, targets, truncs);
         }
-        truncations_answered(ctx, &mut rings, targets, truncs);
+        // A record that may have landed anywhere is committed: the failed WRITEs are
+        // posted again (same place, same bytes) until they land or the configuration
+        // changes, whose recovery then decides the transaction.
+        while failed != 0 && ctx.epoch() == self.config.epoch {
+            th.stats.borrow_mut().log_retries += failed.count_ones() as u64;
+            ops.clear();
+            {
+                let mut rings = th.rings.borrow_mut();
+                for (i, (&r, res)) in targets.iter().zip(res.iter()).enumerate() {
+                    if failed & (1 << i) == 0 {
+                        continue;
+                    }
+                    let Some(w) = rings.at(r) else { continue };
+                    if res.pad.is_none() || queue_pad(ctx, w, i, res, ops) {
+                        queue_record(ctx, w, i, res, rec, max, ops);
+                    }
+                }
+            }
+            flush(ctx, ops).await;
+            let mut landed = u64::MAX;
+            for o in ops.iter() {
+                if ctx.op_result(o.h).is_err() {
+                    landed &= !(1 << o.at);
+                }
+            }
+            let mut queued = 0u64;
+            for o in ops.iter() {
+                queued |= 1 << o.at;
+            }
+            failed &= !(landed & queued);
+        }
+        let mut rings = th.rings.borrow_mut();
         for (i, (&r, res)) in targets.iter().zip(res.iter()).enumerate() {
             let Some(w) = rings.at(r) else { continue };
             if failed & (1 << i) != 0 {
-                w.failed(self.id, res);
-            } else if failed != 0 {
-                // Landed, but the transaction aborts: the record is voided before it
-                // may be truncated, since a replica applies what it truncates.
+                // Never landed, and the configuration changed: the slot is voided
+                // (recovery installs the transaction from the records that exist).
                 w.failed(self.id, res);
             } else {
                 w.logged(self.id);
@@ -402,7 +492,7 @@ impl Txn<'_> {
         // Only complete WRITEs count: a failed flush whose WRITEs all completed (a
         // truncation timed out, say) still logged the record everywhere.
         if failed != 0 {
-            return Err(AbortReason::Timeout);
+            return Err(AbortReason::EpochChanged);
         }
         Ok(())
     }

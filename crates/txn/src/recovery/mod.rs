@@ -29,6 +29,9 @@
 pub mod locks;
 pub mod records;
 pub mod replay;
+pub mod thread;
+
+pub use thread::{NodeWatch, ThreadRecovery};
 
 /// What one thread's recovery did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -45,8 +48,11 @@ pub struct RecoveryStats {
     pub busy_retries: u64,
     /// Writes a replica refused (malformed or foreign records).
     pub refused: u64,
-    /// Locks of failed coordinators released.
+    /// Locks of the old epoch released.
     pub locks_released: u64,
+    /// Replays started again after one could not finish (a replica kept a key
+    /// locked, or did not answer).
+    pub replays_repeated: u64,
 }
 
 impl RecoveryStats {
@@ -59,6 +65,7 @@ impl RecoveryStats {
         self.busy_retries += o.busy_retries;
         self.refused += o.refused;
         self.locks_released += o.locks_released;
+        self.replays_repeated += o.replays_repeated;
     }
 
     /// Counts a replica's outcome of one write.
