@@ -328,6 +328,8 @@ impl NodeDb {
         let descs: Vec<TableDesc> = cat
             .iter()
             .filter(|d| d.region.node != self.node)
+            // Only members are reached (a node removed before the check is not).
+            .filter(|d| self.config().with(|c| c.placement.is_member(d.region.node)))
             .copied()
             .collect();
         let mut verified = 0;
