@@ -180,6 +180,9 @@ impl TxnThread {
         let view = Rc::new(ConfigView::new(db.config()));
         handlers::register(rt, db.clone(), view.clone(), log.clone());
         rt.follow(Arc::new(recovery::NodeWatch(db.cluster().clone())));
+        // The RPC layer's suspicions go to the node's agent, which reports them.
+        let state = db.cluster().clone();
+        rt.on_suspect(move |node| state.suspect(node));
         let addr = rt.addr();
         if let Err(e) = LockOwner::new(db.node, addr.thread, 0) {
             panic!("cannot install the transaction layer: {e}");

@@ -362,11 +362,17 @@ fn spawn_node_until(
                         recovery.step(&mut rt, &th);
                     }
                 }));
-                if dead.load(Ordering::SeqCst) {
-                    // Crashed: nothing more of this thread runs; its workers count as
-                    // done so the others' run can end.
+                // Workers that will never return (a crash, a panic) count as done, so
+                // the others' run can end.
+                let give_up_rest = || {
                     crew.live
-                        .fetch_sub(coroutines.saturating_sub(returned.get()), Ordering::SeqCst);
+                        .fetch_sub(coroutines.saturating_sub(returned.get()), Ordering::SeqCst)
+                };
+                if dead.load(Ordering::SeqCst) {
+                    give_up_rest();
+                    // Crashed: nothing more of this thread runs. Its endpoint stays
+                    // registered (as a dead machine's NIC still takes datagrams), so
+                    // the runtime is leaked, not dropped.
                     std::mem::forget(rt);
                     return;
                 }
@@ -378,8 +384,7 @@ fn spawn_node_until(
                         .unwrap_or_else(|| "a panic".into());
                     crew.fail(format!("thread {t} of node {n} panicked: {what}"));
                     crew.stop.store(true, Ordering::SeqCst);
-                    crew.live
-                        .fetch_sub(coroutines.saturating_sub(returned.get()), Ordering::SeqCst);
+                    give_up_rest();
                     return;
                 }
                 let r = finish_thread(&mut rt, &th);

@@ -164,7 +164,10 @@ impl<'c> Txn<'c> {
         if self.started {
             return Ok(());
         }
-        let state = self.th.db.cluster().clone();
+        // An `Rc` of the thread, not an `Arc` clone of the node's state: every thread's
+        // transactions pass here, and an `Arc` count is one cache line for all of them.
+        let th = self.th.clone();
+        let state = th.db.cluster();
         while !state.running(self.ctx.step_ns()) {
             if state.fenced() {
                 // Yield once, so a worker retrying at once does not starve the thread.
@@ -222,7 +225,7 @@ impl<'c> Txn<'c> {
     /// it is committed once recovery is done (the node runs again in a newer epoch).
     /// Returns false if the node was fenced instead: then only the survivors know.
     async fn await_recovery(&self) -> bool {
-        let state = self.th.db.cluster().clone();
+        let state = self.th.db.cluster();
         loop {
             if state.fenced() {
                 return false;

@@ -10,8 +10,8 @@ mod common;
 use ambidex_cluster::Placement;
 use ambidex_txn::policy::Policy;
 use ambidex_txn::runner::{self, ManagerSpec, RunSpec, Worker, WorkerCtx};
-use ambidex_txn::{TableSpec, Txn, TxnConfig, WriteKind};
-use common::{Backend, TestCluster};
+use ambidex_txn::{TableSpec, TxnConfig};
+use common::{random_transfer, Backend, TestCluster};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,13 +19,6 @@ use std::time::{Duration, Instant};
 const ACCOUNTS: u32 = 1;
 const N_ACCOUNTS: u64 = 24;
 const INITIAL: i64 = 1000;
-
-fn rng_next(s: &mut u64) -> u64 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    *s
-}
 
 /// Sum of the balances at the primaries `placement` names (its members only).
 fn money_at_primaries(c: &TestCluster, placement: &Placement) -> i64 {
@@ -82,20 +75,8 @@ fn kill_one(policy: Policy, kill_at: Duration) {
                 ^ w.coroutine as u64
                 | 1;
             while !w.stop.load(Ordering::Relaxed) {
-                let a = rng_next(&mut seed) % N_ACCOUNTS;
-                let b = (a + 1 + rng_next(&mut seed) % (N_ACCOUNTS - 1)) % N_ACCOUNTS;
-                let amount = (rng_next(&mut seed) % 50) as i64;
-                let mut t = Txn::begin(&w.ctx, &w.th);
-                let ia = t.write(ACCOUNTS, a, WriteKind::Update);
-                let ib = t.write(ACCOUNTS, b, WriteKind::Update);
-                if t.execute().await.is_err() {
-                    continue;
-                }
-                let va = i64::from_le_bytes(t.get(ia).unwrap().try_into().unwrap());
-                let vb = i64::from_le_bytes(t.get(ib).unwrap().try_into().unwrap());
-                t.set(ia, &(va - amount).to_le_bytes());
-                t.set(ib, &(vb + amount).to_le_bytes());
-                if t.commit().await.is_ok() && start.elapsed() > kill_at + Duration::from_millis(5)
+                if random_transfer(&w, ACCOUNTS, N_ACCOUNTS, &mut seed).await
+                    && start.elapsed() > kill_at + Duration::from_millis(5)
                 {
                     ak.fetch_add(1, Ordering::Relaxed);
                 }
@@ -115,10 +96,7 @@ fn kill_one(policy: Policy, kill_at: Duration) {
         kill: Some((2, kill_at)),
         ..Default::default()
     };
-    let t0 = Instant::now();
-    let r = runner::run(&c.nodes, &c.dbs, &spec, worker);
-    eprintln!("run took {:?}", t0.elapsed());
-    let r = r.unwrap();
+    let r = runner::run(&c.nodes, &c.dbs, &spec, worker).unwrap();
     eprintln!(
         "after kill {} committed {} aborts {:?} by_recovery {} incomplete {} epoch {:?} events {:?}",
         after_kill.load(Ordering::Relaxed),

@@ -11,10 +11,13 @@
 //!   ACK). Truncations go as RING_TRUNCATE RPCs in the same flush when due, so they cost
 //!   no round trip; a full ring makes the coordinator send one alone and wait (yielding)
 //!   for the replica's acknowledgement, up to `LogRingConfig::full_wait`, then abort
-//!   with `log_full`. It never writes over records the replica has not released. A
-//!   WRITE that fails (error completion, or never posted) aborts the transaction with
-//!   `timeout`, as a failed LOG RPC does: its own node's record is removed and its slot
-//!   at the failed replicas is voided by the ring's next flush.
+//!   with `log_full`. It never writes over records the replica has not released.
+//!
+//! Once a record may be at some replica the transaction is committed (the rule of
+//! [`crate::recovery`]): a LOG RPC or WRITE that fails is sent again until it lands or
+//! the configuration changes, and then recovery decides it (`EpochChanged` here). Only
+//! a failure before anything was sent (a full or unknown ring, a request that cannot be
+//! queued) aborts, removing the coordinator's own record.
 
 use crate::log_ring::format;
 use crate::log_ring::writer::{Repair, Reservation, RingWriter, TRUNCATION_LOST_NS};
@@ -254,8 +257,11 @@ impl Txn<'_> {
         let mut req = std::mem::take(&mut self.bufs.req);
         let mut first = true;
         let result = loop {
+            if pending.is_empty() {
+                break Ok(());
+            }
             handles.clear();
-            let mut queued = Ok(());
+            let mut queued = true;
             for &replica in pending.iter() {
                 req.clear();
                 self.th.with_truncations(replica, |ids| {
@@ -264,24 +270,35 @@ impl Txn<'_> {
                 match self.ctx.queue(replica, rtype::LOG, &req) {
                     Ok(h) => handles.push(h),
                     Err(_) => {
-                        queued = Err(AbortReason::Timeout);
+                        queued = false;
                         break;
                     }
                 }
             }
-            if queued.is_err() || pending.is_empty() {
-                if first && queued.is_err() && self.ctx.epoch() == self.config.epoch {
+            if !queued {
+                if self.ctx.epoch() != self.config.epoch {
+                    break Err(AbortReason::EpochChanged);
+                }
+                if first {
                     // Nothing was sent: the record exists only here, and goes.
                     self.th.log.borrow_mut().truncate(self.id);
                     self.own_record = false;
-                    break queued;
+                    break Err(AbortReason::Timeout);
                 }
-                break queued.and(Ok(())).or(Err(AbortReason::EpochChanged));
+                // Sent before: committed, so tried again (the flush below sends what
+                // was queued, and fails at once if the epoch changed meanwhile).
+                if handles.is_empty() {
+                    self.ctx.yield_now().await;
+                    continue;
+                }
             }
             let _ = self.ctx.flush().await;
             let mut k = 0;
             pending.retain(|_| {
-                let acked = self.ctx.response(handles[k], Ack::is_ok).unwrap_or(false);
+                // Replicas not queued in this round (a queue failed) stay pending.
+                let acked = handles
+                    .get(k)
+                    .is_some_and(|&h| self.ctx.response(h, Ack::is_ok).unwrap_or(false));
                 k += 1;
                 !acked
             });
@@ -459,18 +476,21 @@ impl Txn<'_> {
                     }
                 }
             }
-            flush(ctx, ops).await;
-            let mut landed = u64::MAX;
-            for o in ops.iter() {
-                if ctx.op_result(o.h).is_err() {
-                    landed &= !(1 << o.at);
-                }
+            if ops.is_empty() {
+                // Nothing could be queued: let the runtime step (and the epoch change).
+                ctx.yield_now().await;
+                continue;
             }
-            let mut queued = 0u64;
+            flush(ctx, ops).await;
+            // A target stays failed unless it had WRITEs this round and all landed.
+            let (mut queued, mut errors) = (0u64, 0u64);
             for o in ops.iter() {
                 queued |= 1 << o.at;
+                if ctx.op_result(o.h).is_err() {
+                    errors |= 1 << o.at;
+                }
             }
-            failed &= !(landed & queued);
+            failed &= !(queued & !errors);
         }
         let mut rings = th.rings.borrow_mut();
         for (i, (&r, res)) in targets.iter().zip(res.iter()).enumerate() {
