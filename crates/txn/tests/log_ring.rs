@@ -7,6 +7,7 @@
 
 mod common;
 
+use ambidex_rpc::Runtime;
 use ambidex_transport::local::LocalFabric;
 use ambidex_transport::{
     ClusterConfig, Completion, CounterSnapshot, Datagram, Endpoint, EndpointAddr, OneSidedKind,
@@ -23,7 +24,7 @@ use common::{Backend, TestCluster};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const ACCOUNTS: u32 = 1;
 const N_ACCOUNTS: u64 = 12;
@@ -381,29 +382,91 @@ fn a_ring_whose_head_record_is_torn_is_never_overwritten_and_ends_in_log_full() 
     c.assert_money_at_primaries(ACCOUNTS, N_ACCOUNTS, INITIAL);
 }
 
-/// Starts thread 0 of node `n` with `worker` as its one coroutine, to be driven by hand
-/// (`poll_once`): the tests below decide which node runs when.
-fn start_by_hand<F, Fut>(
+// ---- Clusters driven by hand ----
+
+/// A cluster of `nodes` nodes of one thread each, replication `r` and rings of the
+/// default size, whose threads the test drives by hand ([`start_by_hand`],
+/// [`poll_until`]): the tests below decide which node runs when. The start-up check is
+/// skipped (its outcome recorded beforehand).
+fn hand_cluster(nodes: u16, r: u16) -> TestCluster {
+    let c = cluster(nodes, 1, r, LogRingConfig::default());
+    for db in &c.dbs {
+        db.record_verification(Ok(0));
+    }
+    c
+}
+
+/// The first `m` keys whose primary is `node`.
+fn keys_of(c: &TestCluster, node: u16, m: usize) -> Vec<u64> {
+    let keys: Vec<u64> = (0..N_ACCOUNTS)
+        .filter(|&k| c.placement.primary(ACCOUNTS, k) == node)
+        .take(m)
+        .collect();
+    assert_eq!(keys.len(), m, "too few keys of node {node}");
+    keys
+}
+
+/// Starts thread 0 of node `n` on endpoint `ep` with `worker` as each coroutine, to be
+/// driven by hand (`poll_once`); `done(c)` runs once coroutine c returned.
+fn start_on<F, Fut, D>(
     c: &TestCluster,
     n: usize,
+    ep: Box<dyn Endpoint>,
     spec: &RunSpec,
     worker: F,
-) -> (ambidex_rpc::Runtime, std::rc::Rc<ambidex_txn::TxnThread>)
+    done: D,
+) -> (Runtime, std::rc::Rc<ambidex_txn::TxnThread>)
 where
     F: Fn(WorkerCtx) -> Fut + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
+    D: Fn(usize) + 'static,
 {
     runner::start_thread(
-        c.nodes[n].endpoint(0).unwrap(),
+        ep,
         ambidex_rpc::SystemClock::shared(),
         spec,
         c.dbs[n].clone(),
         None,
         Arc::new(std::sync::atomic::AtomicBool::new(false)),
         worker,
-        |_| {},
+        done,
     )
     .unwrap()
+}
+
+/// [`start_on`] the node's own endpoint, nothing called at the coroutines' end.
+fn start_by_hand<F, Fut>(
+    c: &TestCluster,
+    n: usize,
+    spec: &RunSpec,
+    worker: F,
+) -> (Runtime, std::rc::Rc<ambidex_txn::TxnThread>)
+where
+    F: Fn(WorkerCtx) -> Fut + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    start_on(c, n, c.nodes[n].endpoint(0).unwrap(), spec, worker, |_| {})
+}
+
+/// How long [`poll_until`] waits: far more than any of these tests needs, so reaching
+/// it is a failure, not a slow machine.
+const HAND_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Polls the runtimes `rts` in turn until `until()` holds, or [`HAND_DEADLINE`] passed
+/// (the caller's assertions then fail).
+fn poll_until(rts: &mut [&mut Runtime], until: impl Fn() -> bool) {
+    let deadline = Instant::now() + HAND_DEADLINE;
+    while !until() && Instant::now() < deadline {
+        for rt in rts.iter_mut() {
+            rt.poll_once();
+        }
+    }
+}
+
+/// Polls the runtimes `rts` in turn for `d` (for what no event tells the end of).
+fn poll_for(rts: &mut [&mut Runtime], d: Duration) {
+    let until = Instant::now() + d;
+    poll_until(rts, || Instant::now() >= until);
 }
 
 // ---- Reading rings of hand-made bytes ----
@@ -622,14 +685,9 @@ fn a_failed_log_write_is_sent_again_until_it_lands_and_the_transaction_commits()
     use std::rc::Rc;
 
     const FAILURES: u32 = 3;
-    let c = cluster(3, 1, 3, LogRingConfig::default());
-    for db in &c.dbs {
-        db.record_verification(Ok(0));
-    }
+    let c = hand_cluster(3, 3);
     // A key of node 0: its backups (nodes 1 and 2) each get the record in their ring.
-    let key = (0..N_ACCOUNTS)
-        .find(|&k| c.placement.primary(ACCOUNTS, k) == 0)
-        .unwrap();
+    let key = keys_of(&c, 0, 1)[0];
     let mut backups: Vec<u16> = c.placement.backups(ACCOUNTS, key).collect();
     backups.sort();
     assert_eq!(backups, vec![1, 2]);
@@ -647,13 +705,11 @@ fn a_failed_log_write_is_sent_again_until_it_lands_and_the_transaction_commits()
     let outcomes: Rc<RefCell<Vec<Outcome>>> = Default::default();
     let first_rings: Rc<RefCell<Option<[Vec<u64>; 2]>>> = Default::default();
     let (o, fr, dbs) = (outcomes.clone(), first_rings.clone(), c.dbs.clone());
-    let (mut rt0, th0) = runner::start_thread(
+    let (mut rt0, th0) = start_on(
+        &c,
+        0,
         ep,
-        ambidex_rpc::SystemClock::shared(),
         &spec(1),
-        c.dbs[0].clone(),
-        None,
-        Arc::new(std::sync::atomic::AtomicBool::new(false)),
         move |w: WorkerCtx| {
             let (o, fr, dbs) = (o.clone(), fr.clone(), dbs.clone());
             async move {
@@ -681,20 +737,14 @@ fn a_failed_log_write_is_sent_again_until_it_lands_and_the_transaction_commits()
             }
         },
         |_| {},
-    )
-    .unwrap();
+    );
     let (mut rt1, th1) = start_by_hand(&c, 1, &spec(1), |_| async {});
     let (mut rt2, th2) = start_by_hand(&c, 2, &spec(1), |_| async {});
     // Until every transaction returned and node 0's rings are drained (the replicas
     // released, and so applied, every record).
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !(outcomes.borrow().len() == n && th0.stats().log_records_held == 0)
-        && std::time::Instant::now() < deadline
-    {
-        rt0.poll_once();
-        rt1.poll_once();
-        rt2.poll_once();
-    }
+    poll_until(&mut [&mut rt0, &mut rt1, &mut rt2], || {
+        outcomes.borrow().len() == n && th0.stats().log_records_held == 0
+    });
     let outcomes = outcomes.borrow();
     assert_eq!(outcomes.len(), n, "{outcomes:?}");
     assert!(outcomes.iter().all(|o| o.1.is_ok()), "{outcomes:?}");
@@ -757,16 +807,10 @@ fn a_dropped_commits_landed_record_is_voided_and_never_applied() {
     use std::task::Poll;
 
     const DROPPED_VALUE: i64 = 4242;
-    let c = cluster(2, 1, 2, LogRingConfig::default());
-    for db in &c.dbs {
-        db.record_verification(Ok(0));
-    }
+    let c = hand_cluster(2, 2);
     // Keys of node 0 (backup: node 1): the dropped commit writes the first, the later
     // transactions the second, so nothing later overwrites the first at the backup.
-    let keys: Vec<u64> = (0..N_ACCOUNTS)
-        .filter(|&k| c.placement.primary(ACCOUNTS, k) == 0)
-        .take(2)
-        .collect();
+    let keys = keys_of(&c, 0, 2);
     let (dropped_key, later_key) = (keys[0], keys[1]);
     let n = TRUNCATE_EVERY as usize * 2;
     /// What the test saw of the dropped transaction's record at node 1.
@@ -850,13 +894,9 @@ fn a_dropped_commits_landed_record_is_voided_and_never_applied() {
     });
     let (mut rt1, th1) = start_by_hand(&c, 1, &spec(1), |_| async {});
     // Until both coroutines returned and node 0's rings are drained.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !(done.get() == 2 && th0.stats().log_records_held == 0)
-        && std::time::Instant::now() < deadline
-    {
-        rt0.poll_once();
-        rt1.poll_once();
-    }
+    poll_until(&mut [&mut rt0, &mut rt1], || {
+        done.get() == 2 && th0.stats().log_records_held == 0
+    });
     let seen = seen.borrow();
     assert_eq!(done.get(), 2, "{seen:?}");
     let dropped = seen.dropped.unwrap();
@@ -989,19 +1029,12 @@ fn an_incomplete_commits_record_stays_in_the_ring() {
     use std::cell::{Cell, RefCell};
     use std::rc::Rc;
 
-    let c = cluster(3, 1, 3, LogRingConfig::default());
-    for db in &c.dbs {
-        db.record_verification(Ok(0));
-    }
+    let c = hand_cluster(3, 3);
     // Keys whose primary is node 1 (backups: nodes 2 and 0). Execute, lock, validate
     // and log are one-sided (the local fabric serves them without node 1's CPU); only
     // the commit's COMMIT_PRIMARY needs node 1. The first transaction writes the first
     // key while node 1 is silent; the later ones write the second.
-    let keys: Vec<u64> = (0..N_ACCOUNTS)
-        .filter(|&k| c.placement.primary(ACCOUNTS, k) == 1)
-        .take(2)
-        .collect();
-    assert_eq!(keys.len(), 2);
+    let keys = keys_of(&c, 1, 2);
     let mut spec = RunSpec {
         rpc: RuntimeConfig {
             give_up: Duration::from_millis(10),
@@ -1038,25 +1071,14 @@ fn an_incomplete_commits_record_stays_in_the_ring() {
     });
     let (mut rt1, _th1) = start_by_hand(&c, 1, &spec, |_| async {});
     let (mut rt2, th2) = start_by_hand(&c, 2, &spec, |_| async {});
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
     // Node 1 is silent until the first transaction is done.
-    while outcomes.borrow().is_empty() && std::time::Instant::now() < deadline {
-        rt0.poll_once();
-        rt2.poll_once();
-    }
+    poll_until(&mut [&mut rt0, &mut rt2], || !outcomes.borrow().is_empty());
     node1_up.set(true);
-    while outcomes.borrow().len() < n && std::time::Instant::now() < deadline {
-        rt0.poll_once();
-        rt1.poll_once();
-        rt2.poll_once();
-    }
-    // The drain at the worker's end.
-    let until = std::time::Instant::now() + Duration::from_millis(200);
-    while std::time::Instant::now() < until {
-        rt0.poll_once();
-        rt1.poll_once();
-        rt2.poll_once();
-    }
+    let all = &mut [&mut rt0, &mut rt1, &mut rt2];
+    poll_until(all, || outcomes.borrow().len() >= n);
+    // The drain at the worker's end (it cannot pass the incomplete record: it gives up,
+    // later than this, so there is no end to wait for).
+    poll_for(all, Duration::from_millis(200));
     let outcomes = outcomes.borrow();
     assert_eq!(outcomes.len(), n);
     assert!(outcomes.iter().all(|o| o.1), "{outcomes:?}");
@@ -1087,14 +1109,8 @@ fn a_commit_dropped_at_its_log_flush_does_not_block_the_ring() {
     use std::rc::Rc;
     use std::task::Poll;
 
-    let c = cluster(2, 1, 2, LogRingConfig::default());
-    for db in &c.dbs {
-        db.record_verification(Ok(0));
-    }
-    let keys: Vec<u64> = (0..N_ACCOUNTS)
-        .filter(|&k| c.placement.primary(ACCOUNTS, k) == 0)
-        .take(2)
-        .collect();
+    let c = hand_cluster(2, 2);
+    let keys = keys_of(&c, 0, 2);
     let n = TRUNCATE_EVERY as usize * 3;
     let outcomes: Rc<RefCell<Vec<bool>>> = Default::default();
     let (o, ks) = (outcomes.clone(), keys.clone());
@@ -1128,11 +1144,7 @@ fn a_commit_dropped_at_its_log_flush_does_not_block_the_ring() {
         }
     });
     let (mut rt1, th1) = start_by_hand(&c, 1, &spec(1), |_| async {});
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while outcomes.borrow().len() < n + 1 && std::time::Instant::now() < deadline {
-        rt0.poll_once();
-        rt1.poll_once();
-    }
+    poll_until(&mut [&mut rt0, &mut rt1], || outcomes.borrow().len() > n);
     let outcomes = outcomes.borrow();
     assert_eq!(outcomes.len(), n + 1);
     assert!(outcomes.iter().all(|&ok| ok), "{outcomes:?}");
@@ -1167,27 +1179,19 @@ fn the_drain_completes_after_a_dropped_flush_that_carried_a_truncation() {
     use std::rc::Rc;
     use std::task::Poll;
 
-    let c = cluster(2, 1, 2, LogRingConfig::default());
-    for db in &c.dbs {
-        db.record_verification(Ok(0));
-    }
-    let keys: Vec<u64> = (0..N_ACCOUNTS)
-        .filter(|&k| c.placement.primary(ACCOUNTS, k) == 0)
-        .take(2)
-        .collect();
+    let c = hand_cluster(2, 2);
+    let keys = keys_of(&c, 0, 2);
     let before = TRUNCATE_EVERY as usize;
     let phase: Rc<Cell<u32>> = Default::default();
     let done: Rc<Cell<u32>> = Default::default();
     let dropped_pending: Rc<RefCell<Option<bool>>> = Default::default();
     let (p, ks, dp) = (phase.clone(), keys.clone(), dropped_pending.clone());
     let d2 = done.clone();
-    let (mut rt0, th0) = runner::start_thread(
+    let (mut rt0, th0) = start_on(
+        &c,
+        0,
         c.nodes[0].endpoint(0).unwrap(),
-        ambidex_rpc::SystemClock::shared(),
         &spec(2),
-        c.dbs[0].clone(),
-        None,
-        Arc::new(std::sync::atomic::AtomicBool::new(false)),
         move |w: WorkerCtx| {
             let (p, ks, dp) = (p.clone(), ks.clone(), dp.clone());
             async move {
@@ -1222,23 +1226,16 @@ fn the_drain_completes_after_a_dropped_flush_that_carried_a_truncation() {
             }
         },
         move |_| d2.set(d2.get() + 1),
-    )
-    .unwrap();
+    );
     let (mut rt1, th1) = start_by_hand(&c, 1, &spec(1), |_| async {});
-    let start = std::time::Instant::now();
-    let deadline = start + Duration::from_secs(20);
-    while done.get() < 2 && std::time::Instant::now() < deadline {
-        rt0.poll_once();
-        rt1.poll_once();
-    }
+    let start = Instant::now();
+    let all = &mut [&mut rt0, &mut rt1];
+    poll_until(all, || done.get() >= 2);
     // Not held up by the dropped truncation until it is taken as lost (1 s).
     let took = start.elapsed();
     assert!(took < Duration::from_millis(700), "{took:?}");
-    let until = std::time::Instant::now() + Duration::from_millis(200);
-    while std::time::Instant::now() < until {
-        rt0.poll_once();
-        rt1.poll_once();
-    }
+    // The drain at the thread's end: until every record is released.
+    poll_until(all, || th0.stats().log_records_held == 0);
     assert_eq!(done.get(), 2);
     assert_eq!(*dropped_pending.borrow(), Some(true));
     let lr = th0.stats().log_ring;
