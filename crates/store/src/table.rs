@@ -480,6 +480,28 @@ impl Table {
         released
     }
 
+    /// Appends to `out` the keys of present items (locked or not; deleted keys keep
+    /// their item as a tombstone value) among item numbers `from..from + max`; returns
+    /// where to go on, or `None` past the last item. Safe while the table is written:
+    /// items are never freed, so a present item's key never changes. For scans that
+    /// read each key afterwards (re-replication).
+    pub fn keys_from(&self, from: u32, max: u32, out: &mut Vec<u64>) -> Option<u32> {
+        let l = &self.desc.layout;
+        let used = self.next_item.load(Ordering::Acquire).min(l.capacity);
+        let from = from.max(1);
+        if from > used {
+            return None;
+        }
+        let end = used.min(from.saturating_add(max.max(1)) - 1);
+        for r in from..=end {
+            let Some(off) = l.item_off(r) else { continue };
+            if Header::version_of(self.hdr(off).load(Ordering::Acquire)) & 1 == 1 {
+                out.push(self.w(off + 8).load(Ordering::Acquire));
+            }
+        }
+        Some(end + 1)
+    }
+
     /// Calls `f(key, value)` for every present item. Only meaningful while no thread
     /// writes the table (replica-consistency checks after a run); locked items are skipped.
     pub fn for_each(&self, mut f: impl FnMut(u64, &[u8])) {
