@@ -335,20 +335,27 @@ impl NodeDb {
             .copied()
             .collect();
         let mut verified = 0;
+        // A node removed while the check runs (it failed meanwhile) is not reached: its
+        // READ's failure is not the check's.
+        let gone = |n: NodeId| !self.config().with(|c| c.placement.is_member(n));
         // One READ per batch: a batch's READs share this coroutine's scratch slice.
         for d in &descs {
-            let h = ctx
-                .queue_read(d.region.at(0), SUPERBLOCK as u32, true)
-                .map_err(|e| self.check_error(d, &e.to_string()))?;
-            ctx.flush()
-                .await
-                .map_err(|e| self.check_error(d, &e.to_string()))?;
-            let words = ctx
-                .read_result(h, |b| {
+            let read = async {
+                let h = ctx
+                    .queue_read(d.region.at(0), SUPERBLOCK as u32, true)
+                    .map_err(|e| e.to_string())?;
+                ctx.flush().await.map_err(|e| e.to_string())?;
+                ctx.read_result(h, |b| {
                     let w = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap());
                     [w(0), w(1), w(2)]
                 })
-                .map_err(|e| self.check_error(d, &e.to_string()))?;
+                .map_err(|e| e.to_string())
+            };
+            let words = match read.await {
+                Ok(w) => w,
+                Err(_) if gone(d.region.node) => continue,
+                Err(e) => return Err(self.check_error(d, &e)),
+            };
             let want = [MAGIC, d.table_id as u64, d.layout.len];
             if words != want {
                 return Err(self.check_error(
@@ -368,10 +375,11 @@ impl NodeDb {
             let d = cat
                 .log_region(n)
                 .ok_or_else(|| self.log_check_error(&what, "not in the catalog"))?;
-            let words = self
-                .read_superblock(ctx, d.region.at(0))
-                .await
-                .map_err(|e| self.log_check_error(&what, &e))?;
+            let words = match self.read_superblock(ctx, d.region.at(0)).await {
+                Ok(w) => w,
+                Err(_) if gone(n) => continue,
+                Err(e) => return Err(self.log_check_error(&what, &e)),
+            };
             let want = LogRegion::superblock_of(d);
             if words != want {
                 return Err(self.log_check_error(

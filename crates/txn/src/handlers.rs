@@ -13,9 +13,9 @@ use crate::db::NodeDb;
 use crate::log::LogReplica;
 use crate::log_ring::format;
 use crate::messages::{
-    rtype, Ack, CommitBackupReq, CommitPrimaryReq, LockReq, LockResp, LogReq, ReadReq, ReadResp,
-    RecoverReq, RecoverResp, RespBuf, RingTruncateReq, RingTruncateResp, Status, TruncateReq,
-    UnlockReq, ValidateReq, ValidateResp,
+    rtype, Ack, CommitBackupReq, CommitPrimaryReq, CopyDoneReq, CopyReq, LockReq, LockResp,
+    LogReq, ReadReq, ReadResp, RecoverReq, RecoverResp, RespBuf, RingTruncateReq,
+    RingTruncateResp, Status, TruncateReq, UnlockReq, ValidateReq, ValidateResp,
 };
 use ambidex_cluster::{ConfigView, Placement};
 use ambidex_rpc::{RequestInfo, Runtime};
@@ -71,6 +71,10 @@ pub fn register(
     });
     let d = db.clone();
     rt.register(rtype::RECOVER, move |_, req, resp| recover(&d, req, resp));
+    let d = db.clone();
+    rt.register(rtype::COPY, move |_, req, resp| copy(&d, req, resp));
+    let d = db.clone();
+    rt.register(rtype::COPY_DONE, move |_, req, resp| copy_done(&d, req, resp));
     let d = db.clone();
     rt.register(rtype::COMMIT_BACKUP, move |_, req, resp| {
         commit_backup(&d, req, resp)
@@ -270,6 +274,75 @@ pub fn recover<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
         }
     }
     RecoverResp::encode(Status::Ok, &busy, resp);
+}
+
+/// Whether this node holds a syncing copy of partition `p` in the running epoch: the
+/// only copies COPY and COPY_DONE may change (a late or crafted one changes nothing
+/// else, and nothing during recovery).
+fn syncing_here(db: &NodeDb, placement: &Placement, p: u32) -> bool {
+    let me = db.node;
+    p < placement.partitions()
+        && placement
+            .replicas_of(p)
+            .iter()
+            .position(|&n| n == me)
+            .is_some_and(|i| placement.syncing_of(p) & (1 << i) != 0)
+}
+
+/// Applies a primary's copies of its items to this node's syncing copies, each only if
+/// newer than the copy here (a transaction's write may have reached it first:
+/// backups take every write while syncing). Refused whole if any item is not for a
+/// syncing copy here or does not fit its table.
+pub fn copy<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
+    if db.cluster().stage() != ambidex_cluster::Stage::Run {
+        return refuse(db, resp);
+    }
+    let Ok(r) = CopyReq::decode(req) else {
+        return refuse(db, resp);
+    };
+    let ok = db.config().with(|c| {
+        r.items().all(|it| {
+            syncing_here(db, &c.placement, c.placement.partition(it.table, it.key))
+                && db
+                    .table(it.table)
+                    .is_some_and(|(spec, _)| it.stored.len() == crate::db::META + spec.value_size)
+        })
+    });
+    if !ok {
+        return refuse(db, resp);
+    }
+    for it in r.items() {
+        if let Some((_, t)) = db.table(it.table) {
+            if t.apply_versioned(it.key, it.stored, it.version).is_err() {
+                db.bad_requests.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    ack(db, true, resp);
+}
+
+/// The primary copied every item of these partitions here: the copies are up to date
+/// (later writes reach them as backups), which the node's agent reports.
+pub fn copy_done<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
+    if db.cluster().stage() != ambidex_cluster::Stage::Run {
+        return refuse(db, resp);
+    }
+    let Ok(r) = CopyDoneReq::decode(req) else {
+        return refuse(db, resp);
+    };
+    let (epoch, ok) = db.config().with(|c| {
+        (
+            c.epoch,
+            r.partitions.iter().all(|&p| syncing_here(db, &c.placement, p)),
+        )
+    });
+    if !ok {
+        return refuse(db, resp);
+    }
+    for p in r.partitions {
+        db.cluster().synced(epoch, p);
+    }
+    ack(db, true, resp);
 }
 
 pub fn commit_backup<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {

@@ -72,13 +72,31 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 /// Settings of the transaction layer.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct TxnConfig {
     /// How each phase issues its work (default: FaSST, all RPC).
     pub policy: Policy,
     /// TEST ONLY: skip validation, making the protocol non-serializable. Exists so tests
     /// and the simulator can show that the checkers catch a broken protocol.
     pub skip_validation_for_tests: bool,
+    /// The pace at which a primary copies a partition to a new backup after a failure
+    /// (bytes per second per node; 0: unpaced). Copies take CPU from the node's
+    /// transactions: FaRM paces them for the same reason.
+    pub rereplication_bytes_per_s: u64,
+}
+
+/// [`TxnConfig::rereplication_bytes_per_s`] by default: 64 MiB/s (1 GiB of copies in
+/// 16 s).
+pub const REREPLICATION_BYTES_PER_S: u64 = 64 << 20;
+
+impl Default for TxnConfig {
+    fn default() -> TxnConfig {
+        TxnConfig {
+            policy: Policy::default(),
+            skip_validation_for_tests: false,
+            rereplication_bytes_per_s: REREPLICATION_BYTES_PER_S,
+        }
+    }
 }
 
 /// A key of a finished transaction, as histories record it.

@@ -15,6 +15,10 @@
 //! COMMIT_PRIMARY  req [txn][slot][n][n writes]             resp [status]
 //! TRUNCATE        req [m u16][m txn ids]                   resp [status]
 //! RING_TRUNCATE   req [head u64]                           resp [status][head u64]
+//! RECOVER         req [n u16][n × (txn u64, write)]        resp [status][m u16][m busy u16]
+//! COPY            req [n u16][n × copied item]             resp [status]
+//! COPY_DONE       req [n u16][n × partition u32]           resp [status]
+//! copied item     [table][key][version u64][len u32][stored value (version prefix + value)]
 //! write           [table][key][kind][prev_version u64][offset][store_version][len u32][value]
 //! ```
 //!
@@ -40,6 +44,10 @@ pub mod rtype {
     pub const RING_TRUNCATE: u8 = 41;
     /// Recovery: writes of surviving log records, for a replica of the new configuration.
     pub const RECOVER: u8 = 42;
+    /// Re-replication: items of a primary for a replica being brought up to date.
+    pub const COPY: u8 = 43;
+    /// Re-replication: every item of these partitions was copied.
+    pub const COPY_DONE: u8 = 44;
 }
 
 /// Status byte of every response.
@@ -805,6 +813,99 @@ impl RecoverResp {
     }
 }
 
+/// One item a primary copies to a replica being brought up to date: its store
+/// version and its stored bytes (the transaction version prefix and the value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopiedItem<'a> {
+    pub table: u32,
+    pub key: u64,
+    pub version: u64,
+    pub stored: &'a [u8],
+}
+
+impl<'a> CopiedItem<'a> {
+    fn decode(r: &mut Reader<'a>) -> Result<CopiedItem<'a>, DecodeError> {
+        let (table, key) = get_key(r)?;
+        let version = r.u64()?;
+        let len = r.u32()? as usize;
+        let stored = r.bytes(len)?;
+        Ok(CopiedItem {
+            table,
+            key,
+            version,
+            stored,
+        })
+    }
+}
+
+/// COPY request: items for a replica being re-replicated.
+#[derive(Clone, Copy, Debug)]
+pub struct CopyReq<'a> {
+    n: u16,
+    bytes: &'a [u8],
+}
+
+impl<'a> CopyReq<'a> {
+    /// Starts a request in `b` (cleared).
+    pub fn begin(b: &mut Vec<u8>) {
+        b.clear();
+        b.extend_from_slice(&0u16.to_le_bytes());
+    }
+
+    /// Appends an item to a request begun in `b`; returns the items so far.
+    pub fn push(b: &mut Vec<u8>, item: &CopiedItem<'_>) -> u16 {
+        put_key(b, item.table, item.key);
+        put_u64(b, item.version);
+        put_u32(b, item.stored.len() as u32);
+        b.extend_from_slice(item.stored);
+        let n = u16::from_le_bytes([b[0], b[1]]) + 1;
+        b[..2].copy_from_slice(&n.to_le_bytes());
+        n
+    }
+
+    /// Checks every item (a malformed request is refused whole).
+    pub fn decode(b: &'a [u8]) -> Result<CopyReq<'a>, DecodeError> {
+        let mut r = Reader::new(b);
+        let n = r.u16()?;
+        let bytes = r.rest();
+        let mut check = Reader::new(bytes);
+        for _ in 0..n {
+            CopiedItem::decode(&mut check)?;
+        }
+        check.end()?;
+        Ok(CopyReq { n, bytes })
+    }
+
+    /// The items (checked by `decode`).
+    pub fn items(&self) -> impl Iterator<Item = CopiedItem<'a>> + 'a {
+        let mut r = Reader::new(self.bytes);
+        (0..self.n).map_while(move |_| CopiedItem::decode(&mut r).ok())
+    }
+}
+
+/// COPY_DONE request: the partitions whose items were all copied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CopyDoneReq {
+    pub partitions: Vec<u32>,
+}
+
+impl CopyDoneReq {
+    pub fn encode(partitions: &[u32], b: &mut Vec<u8>) {
+        b.clear();
+        b.extend_from_slice(&(partitions.len() as u16).to_le_bytes());
+        for p in partitions {
+            put_u32(b, *p);
+        }
+    }
+    pub fn decode(b: &[u8]) -> Result<CopyDoneReq, DecodeError> {
+        let mut r = Reader::new(b);
+        let n = r.u16()?;
+        let partitions = (0..n).map(|_| r.u32()).collect::<Result<Vec<_>, _>>()?;
+        r.end()?;
+        Ok(CopyDoneReq { partitions })
+    }
+}
+
 /// COMMIT_BACKUP request: writes a backup applies.
 #[derive(Clone, Copy, Debug)]
 pub struct CommitBackupReq<'a> {
@@ -1155,6 +1256,49 @@ mod tests {
         assert_eq!(ReadResp::decode(&[0, 1]), Err(DecodeError::Truncated));
         assert!(!Ack::is_ok(&[0, 0]));
         assert!(Ack::is_ok(&[0]));
+    }
+
+    #[test]
+    fn copies_round_trip_and_reject_every_cut_and_extra_byte() {
+        let items = [
+            CopiedItem {
+                table: 3,
+                key: 77,
+                version: 9,
+                stored: &[1, 2, 3, 4],
+            },
+            CopiedItem {
+                table: 4,
+                key: 1 << 40,
+                version: 11,
+                stored: &[],
+            },
+        ];
+        let mut b = Vec::new();
+        CopyReq::begin(&mut b);
+        for it in &items {
+            CopyReq::push(&mut b, it);
+        }
+        let d = CopyReq::decode(&b).unwrap();
+        assert_eq!(d.items().collect::<Vec<_>>(), items);
+        for cut in 0..b.len() {
+            assert!(CopyReq::decode(&b[..cut]).is_err(), "cut at {cut}");
+        }
+        b.push(0);
+        assert_eq!(CopyReq::decode(&b).err(), Some(DecodeError::TrailingBytes));
+        let mut b = Vec::new();
+        CopyDoneReq::encode(&[5, 9], &mut b);
+        assert_eq!(
+            CopyDoneReq::decode(&b),
+            Ok(CopyDoneReq {
+                partitions: vec![5, 9]
+            })
+        );
+        for cut in 0..b.len() {
+            assert!(CopyDoneReq::decode(&b[..cut]).is_err(), "cut at {cut}");
+        }
+        b.push(0);
+        assert_eq!(CopyDoneReq::decode(&b), Err(DecodeError::TrailingBytes));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! another still needs it; in a node process, until the launcher says every node's
 //! workers are done.
 
-use crate::recovery::ThreadRecovery;
+use crate::recovery::{RecoveryStats, ThreadRecovery};
 use crate::{HistorySink, NodeDb, TxnConfig, TxnStats, TxnThread};
 use ambidex_cluster::{Agent, ClusterState, EmbeddedManager, Event};
 use ambidex_rpc::{Clock, Ctx, RpcStats, Runtime, RuntimeConfig, SystemClock};
@@ -104,6 +104,8 @@ pub struct RunResult {
     pub start_ns: u64,
     /// The node killed (`RunSpec::kill`), if it was.
     pub killed: Option<NodeId>,
+    /// What the node threads' recoveries and re-replication did, summed.
+    pub recovery: RecoveryStats,
 }
 
 /// Runs `worker` on every thread of every node until all workers return (or the
@@ -216,6 +218,7 @@ pub fn run(
         events,
         start_ns,
         killed,
+        recovery: *crew.recovery.lock().unwrap(),
         ..Default::default()
     };
     for (txn, rpc, tr, stuck) in crew.results.lock().unwrap().iter() {
@@ -241,6 +244,8 @@ pub struct Crew {
     pub error: Arc<Mutex<Option<String>>>,
     /// What each thread reported when it ended.
     pub results: Arc<Mutex<Vec<ThreadResult>>>,
+    /// The threads' recovery counters, summed as they end.
+    pub recovery: Arc<Mutex<RecoveryStats>>,
 }
 
 impl Crew {
@@ -252,6 +257,7 @@ impl Crew {
             drain: Arc::new(AtomicBool::new(false)),
             error: Arc::new(Mutex::new(None)),
             results: Arc::new(Mutex::new(Vec::new())),
+            recovery: Arc::new(Mutex::new(RecoveryStats::default())),
         }
     }
 
@@ -361,6 +367,7 @@ fn spawn_node_until(
                         }
                         recovery.step(&mut rt, &th);
                     }
+                    recovery.stop();
                 }));
                 // Workers that will never return (a crash, a panic) count as done, so
                 // the others' run can end.
@@ -389,6 +396,8 @@ fn spawn_node_until(
                 }
                 let r = finish_thread(&mut rt, &th);
                 crew.results.lock().unwrap().push(r);
+                // After the finish: a copy stopped by the run's end counted itself.
+                crew.recovery.lock().unwrap().merge(&recovery.stats.borrow());
             });
         match spawned {
             Ok(h) => handles.push(h),

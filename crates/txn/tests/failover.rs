@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 const ACCOUNTS: u32 = 1;
 const N_ACCOUNTS: u64 = 24;
 const INITIAL: i64 = 1000;
+/// Keys no transaction touches: after a kill only re-replication brings them to a
+/// new copy.
+const COLD: std::ops::Range<u64> = 1000..1048;
 
 /// Sum of the balances at the primaries `placement` names (its members only).
 fn money_at_primaries(c: &TestCluster, placement: &Placement) -> i64 {
@@ -34,7 +37,7 @@ fn money_at_primaries(c: &TestCluster, placement: &Placement) -> i64 {
 
 /// Every copy `placement` lists equals the primary's (version and value).
 fn assert_copies_equal(c: &TestCluster, placement: &Placement) {
-    for k in 0..N_ACCOUNTS {
+    for k in (0..N_ACCOUNTS).chain(COLD) {
         let reps = placement.replicas(ACCOUNTS, k);
         let copy = |n: u16| {
             c.dbs[n as usize]
@@ -50,18 +53,26 @@ fn assert_copies_equal(c: &TestCluster, placement: &Placement) {
     }
 }
 
-fn kill_one(policy: Policy, kill_at: Duration) {
+/// One kill test at a time: each runs a whole cluster of polling threads, and two at
+/// once on a small machine starve the leases they measure.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn kill_one(policy: Policy, nodes: u16, kill_at: Duration) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let table = TableSpec {
         id: ACCOUNTS,
         name: "accounts".into(),
         value_size: 8,
         capacity_per_node: 1024,
     };
-    let c = TestCluster::new(Backend::Local, 3, 2, 3, &[table]);
+    let c = TestCluster::new(Backend::Local, nodes, 2, 3, &[table]);
     // The one-sided phases and rings need every node's descriptors.
     c.set_catalogs();
     for k in 0..N_ACCOUNTS {
         c.load(ACCOUNTS, k, &INITIAL.to_le_bytes());
+    }
+    for k in COLD {
+        c.load(ACCOUNTS, k, &(k as i64).to_le_bytes());
     }
     let start = Instant::now();
     let after_kill = Arc::new(AtomicU64::new(0));
@@ -132,6 +143,23 @@ fn kill_one(policy: Policy, kill_at: Duration) {
         money_at_primaries(&c, placement),
         INITIAL * N_ACCOUNTS as i64
     );
+    // With a member to spare, every partition that lost a copy got a new one, copied
+    // from its primary while transactions ran, and reported up to date.
+    if nodes > 3 {
+        assert!(
+            r.events
+                .iter()
+                .any(|e| matches!(e.what, ambidex_cluster::EventKind::Rereplicated)),
+            "re-replicated: {:?} {:?}",
+            r.events,
+            r.recovery
+        );
+        assert!(r.recovery.items_copied > 0 && r.recovery.partitions_copied > 0, "{:?}", r.recovery);
+        for k in (0..N_ACCOUNTS).chain(COLD) {
+            assert_eq!(placement.replicas(ACCOUNTS, k).len(), 3, "key {k} has 3 copies");
+        }
+    }
+    assert_eq!(placement.syncing().count(), 0, "every copy is up to date");
     assert_copies_equal(&c, placement);
     for n in placement.members() {
         assert_eq!(
@@ -144,20 +172,30 @@ fn kill_one(policy: Policy, kill_at: Duration) {
 
 #[test]
 fn a_killed_node_is_recovered_from_fasst() {
-    kill_one(Policy::fasst(), Duration::from_millis(300));
+    kill_one(Policy::fasst(), 3, Duration::from_millis(300));
 }
 
 #[test]
 fn a_killed_node_is_recovered_from_farm() {
-    kill_one(Policy::farm(), Duration::from_millis(300));
+    kill_one(Policy::farm(), 3, Duration::from_millis(300));
 }
 
 #[test]
 fn a_killed_node_is_recovered_from_drtm_r() {
-    kill_one(Policy::drtm_r(), Duration::from_millis(300));
+    kill_one(Policy::drtm_r(), 3, Duration::from_millis(300));
 }
 
 #[test]
 fn a_killed_node_is_recovered_from_drtm_h() {
-    kill_one(Policy::drtm_h(), Duration::from_millis(300));
+    kill_one(Policy::drtm_h(), 3, Duration::from_millis(300));
+}
+
+#[test]
+fn a_killed_nodes_copies_are_rereplicated_under_fasst() {
+    kill_one(Policy::fasst(), 5, Duration::from_millis(300));
+}
+
+#[test]
+fn a_killed_nodes_copies_are_rereplicated_under_drtm_h() {
+    kill_one(Policy::drtm_h(), 5, Duration::from_millis(300));
 }

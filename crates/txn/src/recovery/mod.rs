@@ -24,11 +24,14 @@
 //!   same write recovered from several records changes nothing twice.
 //! - [`locks`]: releases every lock of the old epoch (thread 0 of each member, before
 //!   its replays: see [`thread`]).
-//! - [`thread`]: a node thread's adopt and recover steps between runtime steps.
+//! - [`rereplicate`]: a primary copies its partitions to their syncing backups, paced,
+//!   while transactions run (thread 0, at stage Run).
+//! - [`thread`]: a node thread's adopt, recover and copy steps between runtime steps.
 
 pub mod locks;
 pub mod records;
 pub mod replay;
+pub mod rereplicate;
 pub mod thread;
 
 pub use thread::{NodeWatch, ThreadRecovery};
@@ -53,6 +56,15 @@ pub struct RecoveryStats {
     /// Replays started again after one could not finish (a replica kept a key
     /// locked, or did not answer).
     pub replays_repeated: u64,
+    /// Re-replication (this node as a primary): items copied to syncing backups, the
+    /// COPY and COPY_DONE requests taken and their bytes, partitions done, and copies
+    /// that stopped before they were done (an epoch change, the run's end, a backup
+    /// that did not answer).
+    pub items_copied: u64,
+    pub copy_requests: u64,
+    pub copy_bytes: u64,
+    pub partitions_copied: u64,
+    pub copies_unfinished: u64,
 }
 
 impl RecoveryStats {
@@ -66,6 +78,11 @@ impl RecoveryStats {
         self.refused += o.refused;
         self.locks_released += o.locks_released;
         self.replays_repeated += o.replays_repeated;
+        self.items_copied += o.items_copied;
+        self.copy_requests += o.copy_requests;
+        self.copy_bytes += o.copy_bytes;
+        self.partitions_copied += o.partitions_copied;
+        self.copies_unfinished += o.copies_unfinished;
     }
 
     /// Counts a replica's outcome of one write.

@@ -11,9 +11,12 @@
 //!    configuration; thread 0 restarts the rings at the new epoch's head), and counts
 //!    the thread recovered.
 //!
+//! 3. Copy: at stage Run, thread 0 of a primary copies its partitions to their syncing
+//!    backups ([`super::rereplicate`]), in a coroutine, while transactions run.
+//!
 //! Transactions wait for stage Run themselves (`Txn::start`).
 
-use super::{locks, replay, RecoveryStats};
+use super::{locks, replay, rereplicate, RecoveryStats};
 use crate::TxnThread;
 use ambidex_cluster::{NodeState, Stage};
 use ambidex_rpc::{EpochWatch, Runtime};
@@ -40,7 +43,11 @@ pub struct ThreadRecovery {
     /// The epoch whose recovery this thread finished (set by its coroutine).
     recovered: Rc<Cell<u32>>,
     replaying: Rc<Cell<bool>>,
-    /// What its recoveries did, summed.
+    /// The epoch whose copies this thread looked for (stage Run reached).
+    copies_checked: u32,
+    /// Ends a copy that is still running (the run's end).
+    stop_copy: Rc<Cell<bool>>,
+    /// What its recoveries and copies did, summed.
     pub stats: Rc<RefCell<RecoveryStats>>,
 }
 
@@ -53,6 +60,8 @@ impl ThreadRecovery {
             adopted: rt.epoch(),
             recovered: Rc::new(Cell::new(rt.epoch())),
             replaying: Rc::new(Cell::new(false)),
+            copies_checked: rt.epoch(),
+            stop_copy: Rc::new(Cell::new(false)),
             stats: Rc::new(RefCell::new(RecoveryStats::default())),
         }
     }
@@ -60,14 +69,32 @@ impl ThreadRecovery {
     /// Whether [`ThreadRecovery::step`] has something to do.
     #[inline]
     pub fn due(&self, rt: &Runtime) -> bool {
-        rt.epoch() != self.adopted
-            || (self.recovered.get() != self.adopted
-                && !self.replaying.get()
-                && self.state.stage() == Stage::Recover
-                && self.state.config.epoch() == self.adopted)
+        rt.epoch() != self.adopted || self.recovery_due() || self.copies_due()
     }
 
-    /// Adopts the runtime's new epoch, or starts this thread's recovery.
+    #[inline]
+    fn recovery_due(&self) -> bool {
+        self.recovered.get() != self.adopted
+            && !self.replaying.get()
+            && self.state.stage() == Stage::Recover
+            && self.state.config.epoch() == self.adopted
+    }
+
+    /// Once per epoch, at stage Run: whether this node has copies to make.
+    #[inline]
+    fn copies_due(&self) -> bool {
+        self.copies_checked != self.adopted
+            && self.recovered.get() == self.adopted
+            && self.state.stage() == Stage::Run
+            && self.state.config.epoch() == self.adopted
+    }
+
+    /// Ends a copy still running (its coroutine returns at its next request).
+    pub fn stop(&self) {
+        self.stop_copy.set(true);
+    }
+
+    /// Adopts the runtime's new epoch, or starts this thread's recovery or copies.
     pub fn step(&mut self, rt: &mut Runtime, th: &Rc<TxnThread>) {
         let e = rt.epoch();
         if e != self.adopted {
@@ -76,7 +103,12 @@ impl ThreadRecovery {
             self.state.adopted(e);
             return;
         }
-        if !self.due(rt) {
+        if self.copies_due() {
+            self.copies_checked = e;
+            self.start_copies(rt, th, e);
+            return;
+        }
+        if !self.recovery_due() {
             return;
         }
         self.replaying.set(true);
@@ -121,6 +153,27 @@ impl ThreadRecovery {
                 state.recovered(e);
             }
             replaying.set(false);
+        });
+    }
+
+    /// Thread 0 of a primary of partitions with syncing backups copies them, in a
+    /// coroutine (one per epoch: a copy stopped by the next epoch is redone by it).
+    fn start_copies(&self, rt: &mut Runtime, th: &Rc<TxnThread>, e: u32) {
+        if rt.addr().thread != 0 {
+            return;
+        }
+        let work = rereplicate::work(&th.config().placement, th.node);
+        if work.is_empty() {
+            return;
+        }
+        let (th, stats, stop) = (th.clone(), self.stats.clone(), self.stop_copy.clone());
+        let rate = th.cfg.rereplication_bytes_per_s;
+        rt.spawn(move |ctx| async move {
+            ctx.bind_epoch(e);
+            let mut s = RecoveryStats::default();
+            let r = rereplicate::copy(&ctx, &th, e, &work, rate, &stop, &mut s).await;
+            s.copies_unfinished += r.is_err() as u64;
+            stats.borrow_mut().merge(&s);
         });
     }
 }
