@@ -225,6 +225,7 @@ impl Runtime {
     }
 
     /// The epoch this runtime sends and accepts datagrams in.
+    #[inline]
     pub fn epoch(&self) -> u32 {
         self.core.borrow().st.epoch
     }
@@ -510,16 +511,18 @@ impl State {
         ok
     }
 
-    /// Queues a request of worker `id` to endpoint index `d` (inside the cluster).
+    /// Queues a request of worker `id` to endpoint index `d` (inside the cluster), a
+    /// thread of `node` (the caller's, so no division here).
     #[inline(always)]
     fn queue_index(
         &mut self,
         id: u16,
+        node: NodeId,
         d: usize,
         rtype: u8,
         payload: &[u8],
     ) -> Result<ReqHandle, RpcError> {
-        let node = (d / self.threads) as NodeId;
+        debug_assert_eq!(node as usize, d / self.threads);
         if !self.member(node) {
             return Err(RpcError::NotMember(node));
         }

@@ -134,7 +134,7 @@ impl Ctx {
             )));
         }
         let d = node as usize * st.threads + st.queue_thread as usize;
-        st.queue_index(self.id, d, rtype, payload)
+        st.queue_index(self.id, node, d, rtype, payload)
     }
 
     /// Queues a request to an explicit endpoint (credits assume the
@@ -151,7 +151,7 @@ impl Ctx {
             return Err(RpcError::UnknownDestination(addr));
         }
         let d = st.ep_index(addr);
-        st.queue_index(self.id, d, rtype, payload)
+        st.queue_index(self.id, addr.node, d, rtype, payload)
     }
 
     /// Sends the queued batch with one doorbell and resolves when every response (or
@@ -212,6 +212,19 @@ impl Ctx {
     #[inline]
     pub fn bind_epoch(&self, epoch: u32) {
         self.core.borrow_mut().st.workers.batches[self.id as usize].bound = epoch;
+    }
+
+    /// [`Ctx::bind_epoch`] if the runtime is in `epoch` now; returns whether it is (one
+    /// borrow of the runtime for both, on a transaction's start).
+    #[inline]
+    pub fn bind_current_epoch(&self, epoch: u32) -> bool {
+        let mut core = self.core.borrow_mut();
+        let st = &mut core.st;
+        if st.epoch != epoch {
+            return false;
+        }
+        st.workers.batches[self.id as usize].bound = epoch;
+        true
     }
 
     /// This coroutine's index in its runtime.

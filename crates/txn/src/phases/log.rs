@@ -252,32 +252,47 @@ impl Txn<'_> {
         }
         self.th.log.borrow_mut().append(self.id, me, &body);
         self.own_record = true;
-        let mut pending = std::mem::take(&mut self.bufs.targets);
-        pending.clear();
-        pending.extend(placement.log_replicas(me).skip(1));
+        // Bit i: the i-th log replica after this node has not acknowledged the record
+        // (a mask, not a list: no copy of the replicas on the common path). The bits
+        // past the last replica go once a round has gone through them all.
+        let mut pending = u64::MAX;
         let mut handles = std::mem::take(&mut self.bufs.handles);
         let mut req = std::mem::take(&mut self.bufs.req);
         let mut first = true;
         let result = loop {
-            if pending.is_empty() {
-                break Ok(());
-            }
             handles.clear();
+            // The replicas queued this round, in the order of `handles`.
+            let mut round = 0u64;
             let mut queued = true;
-            for &replica in pending.iter() {
+            let mut replicas = 0;
+            for (i, replica) in placement.log_replicas(me).skip(1).enumerate() {
+                debug_assert!(i < 64);
+                replicas = i + 1;
+                if pending & (1 << i) == 0 {
+                    continue;
+                }
                 req.clear();
                 self.th.with_truncations(replica, |ids| {
                     LogReq::encode(&mut req, self.id, n, &body, ids)
                 });
                 match self.ctx.queue(replica, rtype::LOG, &req) {
-                    Ok(h) => handles.push(h),
+                    Ok(h) => {
+                        handles.push(h);
+                        round |= 1 << i;
+                    }
                     Err(_) => {
                         queued = false;
                         break;
                     }
                 }
             }
-            if !queued {
+            if queued {
+                pending &= !u64::MAX.checked_shl(replicas as u32).unwrap_or(0);
+                if pending == 0 {
+                    // No other replica: nothing to send.
+                    break Ok(());
+                }
+            } else {
                 if self.ctx.epoch() != self.config.epoch {
                     break Err(AbortReason::EpochChanged);
                 }
@@ -295,16 +310,15 @@ impl Txn<'_> {
                 }
             }
             let _ = self.ctx.flush().await;
-            let mut k = 0;
-            pending.retain(|_| {
-                // Replicas not queued in this round (a queue failed) stay pending.
-                let acked = handles
-                    .get(k)
-                    .is_some_and(|&h| self.ctx.response(h, Ack::is_ok).unwrap_or(false));
-                k += 1;
-                !acked
-            });
-            if pending.is_empty() {
+            // Replicas not queued in this round (a queue failed) stay pending.
+            for &h in &handles {
+                let i = round.trailing_zeros();
+                round &= round - 1;
+                if self.ctx.response(h, Ack::is_ok).unwrap_or(false) {
+                    pending &= !(1 << i);
+                }
+            }
+            if pending == 0 {
                 break Ok(());
             }
             // Some replica may hold the record: the transaction is committed from now
@@ -319,7 +333,6 @@ impl Txn<'_> {
         self.bufs.req = req;
         self.bufs.body = body;
         self.bufs.handles = handles;
-        self.bufs.targets = pending;
         result
     }
 
