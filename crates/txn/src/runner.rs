@@ -102,8 +102,10 @@ pub struct RunResult {
     pub cluster: Option<ClusterState>,
     pub events: Vec<Event>,
     pub start_ns: u64,
-    /// The node killed (`RunSpec::kill`), if it was.
+    /// The node killed (`RunSpec::kill`), if it was, and when (the manager's clock,
+    /// as `start_ns`).
     pub killed: Option<NodeId>,
+    pub killed_at_ns: u64,
     /// What the node threads' recoveries and re-replication did, summed.
     pub recovery: RecoveryStats,
 }
@@ -159,6 +161,7 @@ pub fn run(
         dead.push(d);
     }
     let mut killed = None;
+    let mut killed_at_ns = 0;
     let until = spec.duration.unwrap_or(Duration::MAX);
     while start.elapsed() < until && crew.live.load(Ordering::SeqCst) > 0 {
         if let Some((n, at)) = spec.kill {
@@ -168,6 +171,7 @@ pub fn run(
                 }
                 dead[n as usize].store(true, Ordering::SeqCst);
                 killed = Some(n);
+                killed_at_ns = clock.now_ns();
             }
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -218,6 +222,7 @@ pub fn run(
         events,
         start_ns,
         killed,
+        killed_at_ns,
         recovery: *crew.recovery.lock().unwrap(),
         ..Default::default()
     };

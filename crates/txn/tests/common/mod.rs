@@ -187,10 +187,22 @@ pub async fn random_transfer(
     n: u64,
     seed: &mut u64,
 ) -> bool {
-    use ambidex_txn::{Txn, WriteKind};
     let a = rng_next(seed) % n;
     let b = (a + 1 + rng_next(seed) % (n - 1)) % n;
     let amount = (rng_next(seed) % 50) as i64;
+    transfer(w, table, a, b, amount).await
+}
+
+/// Moves `amount` from account `a` to account `b` of `table` on `w`'s coordinator. True
+/// if it committed.
+pub async fn transfer(
+    w: &ambidex_txn::runner::WorkerCtx,
+    table: u32,
+    a: u64,
+    b: u64,
+    amount: i64,
+) -> bool {
+    use ambidex_txn::{Txn, WriteKind};
     let mut t = Txn::begin(&w.ctx, &w.th);
     let ia = t.write(table, a, WriteKind::Update);
     let ib = t.write(table, b, WriteKind::Update);
