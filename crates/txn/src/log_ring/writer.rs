@@ -26,6 +26,10 @@ pub const TRUNCATE_EVERY: u32 = 32;
 /// A truncation unanswered this long is taken as lost (its coroutine may have been
 /// dropped), so another may be sent; a late answer is still used.
 pub const TRUNCATION_LOST_NS: u64 = 1_000_000_000;
+/// A truncation answered without freeing anything (the replica's head stopped at a slot
+/// not landed or not yet repaired) is not sent again before this long: sent again at
+/// once, a drain or a full ring's wait would send them back to back.
+pub const TRUNCATION_RETRY_NS: u64 = 100_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
@@ -91,6 +95,9 @@ pub struct RingWriter {
     entries: VecDeque<(u64, Entry)>,
     /// When the truncation that is out was sent (one at a time).
     truncating: Option<u64>,
+    /// When the last truncation was sent, and whether its answer freed nothing.
+    last_sent: u64,
+    stalled: bool,
     /// Entries made reclaimable since the last truncation was sent.
     since_truncate: u32,
     repairs: Vec<Repair>,
@@ -118,6 +125,8 @@ impl RingWriter {
             acked: head.pos,
             entries: VecDeque::new(),
             truncating: None,
+            last_sent: 0,
+            stalled: false,
             since_truncate: 0,
             repairs: Vec::new(),
             repairs_out: 0,
@@ -277,12 +286,14 @@ impl RingWriter {
         let out = self
             .truncating
             .is_some_and(|t| now_ns.saturating_sub(t) < TRUNCATION_LOST_NS);
-        (!out && to > self.acked && due).then_some(to)
+        let resting = self.stalled && now_ns.saturating_sub(self.last_sent) < TRUNCATION_RETRY_NS;
+        (!out && !resting && to > self.acked && due).then_some(to)
     }
 
     /// A truncation was sent at `now_ns`.
     pub fn truncation_sent(&mut self, now_ns: u64) {
         self.truncating = Some(now_ns);
+        self.last_sent = now_ns;
         self.since_truncate = 0;
     }
 
@@ -306,8 +317,10 @@ impl RingWriter {
     pub fn truncation_acked(&mut self, asked: u64, head: Option<u64>) -> bool {
         self.truncating = None;
         let Some(h) = head.filter(|&h| h > self.acked && h <= asked) else {
+            self.stalled = true;
             return false;
         };
+        self.stalled = false;
         self.acked = h;
         while self.entries.front().is_some_and(|(_, e)| e.end <= h) {
             self.entries.pop_front();
