@@ -28,6 +28,7 @@ pub mod placement;
 pub use agent::{Agent, NodeState};
 pub use config::{ConfigCell, ConfigView, Configuration};
 pub use lease::LeaseKeeper;
+pub use manager::channel::{ChannelClient, ChannelInbox};
 pub use manager::embedded::{EmbeddedClient, EmbeddedManager};
 #[cfg(feature = "etcd")]
 pub use manager::etcd::{EtcdClient, EtcdManager};
