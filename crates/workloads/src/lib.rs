@@ -38,6 +38,7 @@ pub mod objstore;
 pub mod plot;
 pub mod report;
 pub mod smallbank;
+pub mod survival;
 pub mod tatp;
 pub mod tpcc;
 pub mod transports;
