@@ -432,7 +432,9 @@ fn compare_replicas(reports: &[NodeReport], placement: &Placement) -> Result<u64
     // (table, partition) -> per holding node, its digest.
     let mut groups: BTreeMap<(u32, u32), BTreeMap<u16, ReplicaDigest>> = BTreeMap::new();
     let reported: Vec<u16> = reports.iter().map(|r| r.node).collect();
-    for r in reports {
+    // A node the manager removed while it still ran (its lease ran out) holds copies
+    // nobody reads any more: they are not compared.
+    for r in reports.iter().filter(|r| placement.is_member(r.node)) {
         for d in &r.replica_digests {
             groups
                 .entry((d.table, d.partition))
