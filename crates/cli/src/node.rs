@@ -118,18 +118,19 @@ fn read_commands(tx: std::sync::mpsc::Sender<Input>, inbox: ChannelInbox, node: 
             }
             Ok(_) => match std::str::from_utf8(&buf) {
                 Ok(s) if s.trim().is_empty() => continue,
-                Ok(s) if manager_line(s).is_some() => {
-                    let msg = manager_line(s).unwrap_or_default();
-                    // Counted by the inbox; a bad manager line is no reason to stop.
-                    if let Err(e) = inbox.deliver(&msg) {
-                        eprintln!("ambidex node {node}: {e}");
+                Ok(s) => {
+                    if let Some(msg) = manager_line(s) {
+                        // Counted by the inbox; a bad manager line is no reason to stop.
+                        if let Err(e) = inbox.deliver(&msg) {
+                            eprintln!("ambidex node {node}: {e}");
+                        }
+                        continue;
                     }
-                    continue;
+                    match parse_command(s) {
+                        Ok(c) => Input::Cmd(c),
+                        Err(e) => Input::Bad(e),
+                    }
                 }
-                Ok(s) => match parse_command(s) {
-                    Ok(c) => Input::Cmd(c),
-                    Err(e) => Input::Bad(e),
-                },
                 Err(_) => Input::Bad("a command line that is not UTF-8".into()),
             },
             Err(e) => Input::Bad(format!("reading commands: {e}")),
@@ -355,5 +356,17 @@ mod tests {
         assert!(parse_command("{\"cmd\":").is_err());
         assert!(parse_command("[1,2]").is_err());
         assert!(parse_command("\u{0}").is_err());
+    }
+
+    #[test]
+    fn manager_lines_are_told_from_commands() {
+        assert_eq!(
+            manager_line("{\"manager\":{\"id\":1,\"answer\":\"done\"}}\n"),
+            Some(serde_json::json!({"id": 1, "answer": "done"}))
+        );
+        assert_eq!(manager_line("{\"cmd\":\"start\"}"), None);
+        // Not JSON: not a manager line, so a bad command (an error event), never a panic.
+        assert_eq!(manager_line("{\"manager\": {"), None);
+        assert!(parse_command("{\"manager\": {").is_err());
     }
 }
