@@ -132,7 +132,7 @@ mod tests {
             ev(1070.0, EventKind::Adopted),
             ev(1080.0, EventKind::Recovered),
         ];
-        let r = recovery(&[kill.clone()], &[], &events).unwrap();
+        let r = recovery(std::slice::from_ref(&kill), &[], &events).unwrap();
         assert_eq!(r.failed_at_ms, 1000.0);
         assert_eq!(r.detected_ms, Some(60.0));
         assert_eq!(r.reconfigured_ms, Some(61.0));
