@@ -304,16 +304,25 @@ impl ManagerClient for ChannelClient {
 
 /// The manager's side of one node's channel: answers the node's call `msg` (the object
 /// under its line's `"manager"` key) on `client`, the node's handle on the manager.
-/// `Err` for a call that cannot be read.
+/// `Err` for a call that cannot be read. A `state-after` call is answered at once,
+/// without waiting: states are pushed, and whoever answers a node's calls (the reader
+/// of its channel) must not block its other calls.
 pub fn answer_call(
     msg: &serde_json::Value,
     client: &mut dyn ManagerClient,
 ) -> Result<ToNode, ChannelError> {
     let call = Numbered::<Request>::deserialize(msg)
         .map_err(|e| ChannelError::Garbled(format!("a manager call: {e}")))?;
+    let body = match call.body {
+        Request::StateAfter { revision, .. } => Request::StateAfter {
+            revision,
+            wait_ms: 0,
+        },
+        other => other,
+    };
     Ok(ToNode::Answer(Numbered {
         id: call.id,
-        body: call.body.answer(client),
+        body: body.answer(client),
     }))
 }
 
@@ -476,6 +485,18 @@ mod tests {
         // The manager's side refuses a garbled call the same way.
         let m = manager();
         let mut mc = m.client(0, 1);
+        // A state-after call does not block the answering side.
+        let t = Instant::now();
+        let call =
+            serde_json::json!({"id": 3, "call": "state-after", "revision": 1, "wait_ms": 900});
+        assert_eq!(
+            answer_call(&call, &mut mc).unwrap(),
+            ToNode::Answer(Numbered {
+                id: 3,
+                body: Response::State { state: None }
+            })
+        );
+        assert!(t.elapsed() < Duration::from_millis(500));
         assert!(answer_call(&serde_json::json!({"id": 1, "call": "launch"}), &mut mc).is_err());
         assert!(answer_call(&serde_json::json!([1]), &mut mc).is_err());
     }
