@@ -268,7 +268,14 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
                             .write("manager", serde_json::json!({ "manager": msg }))
                             .map_err(|e| e.to_string())
                     });
-                    let client = inbox.client(node, send, m.lease / 2);
+                    // A call waits up to a lease: a grant that arrives late still counts
+                    // (the lease runs from when the renewal was sent), and an answer
+                    // later than that is worth nothing. Waiting only half of it turned a
+                    // few tens of ms of scheduling delay on a loaded machine into a
+                    // missed first grant, a fenced agent and a needless reconfiguration.
+                    // The threads stop serving at the lease's end whatever the agent is
+                    // waiting for (`NodeState::serving`).
+                    let client = inbox.client(node, send, m.lease);
                     let a = Agent::start(
                         format!("agent{node}"),
                         Box::new(client),
