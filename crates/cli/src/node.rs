@@ -170,7 +170,7 @@ impl Events {
 }
 
 enum State {
-    Loaded(LoadedNode),
+    Loaded(Box<LoadedNode>),
     Running(RunningNode, bool),
     Stopped(RunningNode, bool),
 }
@@ -226,7 +226,7 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
             "log_region": loaded.log_region_desc(),
         }),
     );
-    let mut state = Some(State::Loaded(loaded));
+    let mut state = Some(State::Loaded(Box::new(loaded)));
     loop {
         let input = next_input(&rx, &mut state)?;
         let Some(input) = input else {

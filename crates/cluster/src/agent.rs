@@ -183,6 +183,7 @@ impl Agent {
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         let handle = std::thread::Builder::new().name(name).spawn(move || {
+            crate::priority::raise_lease_thread();
             // No lease until the first renewal is granted.
             state.lease_until.store(0, Ordering::Release);
             let started = clock.now_ns();

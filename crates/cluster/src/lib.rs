@@ -27,6 +27,7 @@ pub mod manager;
 pub mod membership;
 pub mod placement;
 
+pub mod priority;
 pub use agent::{Agent, NodeState};
 pub use config::{ConfigCell, ConfigView, Configuration};
 pub use lease::LeaseKeeper;
@@ -35,5 +36,5 @@ pub use manager::embedded::{EmbeddedClient, EmbeddedManager};
 #[cfg(feature = "etcd")]
 pub use manager::etcd::{EtcdClient, EtcdManager};
 pub use manager::{ManagerClient, ManagerError};
-pub use membership::{ClusterState, Grant, Membership, Refusal, Stage};
+pub use membership::{ClusterState, Event, EventKind, Grant, Membership, Refusal, Stage};
 pub use placement::{Placement, PlacementError, MAX_NODES};

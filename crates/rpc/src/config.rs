@@ -1,7 +1,7 @@
 //! Runtime settings, the credit formula and errors.
 
 use crate::runtime::OneSidedError;
-use ambidex_transport::{ring, ClusterConfig, EndpointAddr, ThreadId, TransportError};
+use ambidex_transport::{ring, ClusterConfig, EndpointAddr, NodeId, ThreadId, TransportError};
 use std::fmt;
 use std::time::Duration;
 
@@ -253,6 +253,11 @@ pub enum RpcError {
     UnsignaledFailed(Vec<OneSidedError>),
     Transport(TransportError),
     Config(String),
+    /// The cluster moved to a new epoch while the request was queued or in flight: it
+    /// was failed (it may have executed in the old epoch, never in the new one).
+    EpochChanged,
+    /// The node is not a member of the current configuration.
+    NotMember(NodeId),
 }
 
 impl fmt::Display for RpcError {
@@ -282,6 +287,10 @@ impl fmt::Display for RpcError {
             },
             RpcError::Transport(e) => write!(f, "{e}"),
             RpcError::Config(s) => write!(f, "bad RPC configuration: {s}"),
+            RpcError::EpochChanged => {
+                write!(f, "the cluster moved to a new configuration; the request was failed")
+            }
+            RpcError::NotMember(n) => write!(f, "node {n} is not a member of the configuration"),
         }
     }
 }

@@ -46,6 +46,7 @@
 pub mod bench;
 pub mod clock;
 pub mod config;
+pub mod epoch;
 pub mod reply;
 pub mod runtime;
 pub mod wire;
@@ -55,6 +56,7 @@ pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use config::{
     IdleStep, RpcError, RuntimeConfig, ThreadMap, DEFAULT_MAX_MESSAGE, DEFAULT_RTO_MIN,
 };
+pub use epoch::EpochWatch;
 pub use reply::Reply;
 pub use runtime::{
     Ctx, Flush, Handler, OneSidedError, OpHandle, ReqHandle, RequestInfo, RpcStats, Runtime,

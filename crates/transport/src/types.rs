@@ -240,6 +240,10 @@ pub enum AccessError {
     BadLocalBuffer,
     /// No answer from the target after the backend's retries (udp only).
     Timeout,
+    /// The endpoint moved to a new epoch while the operation was in flight; it was
+    /// failed, and is never executed in the new epoch (udp only: the other backends
+    /// complete an operation when it is posted).
+    EpochChanged,
 }
 
 impl AccessError {
@@ -254,6 +258,7 @@ impl AccessError {
             AccessError::TooLarge => "too_large",
             AccessError::BadLocalBuffer => "bad_local_buffer",
             AccessError::Timeout => "timeout",
+            AccessError::EpochChanged => "epoch_changed",
         }
     }
 

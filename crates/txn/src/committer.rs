@@ -131,6 +131,8 @@ pub(crate) async fn run(ctx: Ctx, th: Rc<TxnThread>) {
     })
     .await
     {
+        // Nothing of a job is sent once the cluster moved on: recovery installs it.
+        ctx.bind_epoch(job.config.epoch);
         for primaries in [false, true] {
             if primaries && !job.ok {
                 // A backup may not hold the writes: the primaries keep their locks, for

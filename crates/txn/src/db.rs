@@ -328,6 +328,8 @@ impl NodeDb {
         let descs: Vec<TableDesc> = cat
             .iter()
             .filter(|d| d.region.node != self.node)
+            // Only members are reached (a node removed before the check is not).
+            .filter(|d| self.config().with(|c| c.placement.is_member(d.region.node)))
             .copied()
             .collect();
         let mut verified = 0;
@@ -358,7 +360,8 @@ impl NodeDb {
             }
             verified += 1;
         }
-        for n in (0..cat.nodes()).filter(|&n| n != self.node) {
+        let members = self.config().with(|c| c.placement.member_mask());
+        for n in (0..cat.nodes()).filter(|&n| n != self.node && members & (1 << n) != 0) {
             let what = format!("node {n}'s log region");
             let d = cat
                 .log_region(n)

@@ -179,6 +179,10 @@ impl TxnThread {
         let log = Rc::new(RefCell::new(log::LogReplica::default()));
         let view = Rc::new(ConfigView::new(db.config()));
         handlers::register(rt, db.clone(), view.clone(), log.clone());
+        rt.follow(Arc::new(recovery::NodeWatch(db.cluster().clone())));
+        // The RPC layer's suspicions go to the node's agent, which reports them.
+        let state = db.cluster().clone();
+        rt.on_suspect(move |node| state.suspect(node));
         let addr = rt.addr();
         if let Err(e) = LockOwner::new(db.node, addr.thread, 0) {
             panic!("cannot install the transaction layer: {e}");
@@ -204,6 +208,17 @@ impl TxnThread {
             commit_image: RefCell::new(onesided::CommitImage::default()),
             committer: RefCell::new(committer::CommitQueue::default()),
         })
+    }
+
+    /// The thread moved to a new epoch: what belonged to the old one goes. Orphaned
+    /// locks were released by recovery; cached locations may name old homes.
+    pub(crate) fn forget_old_epoch(&self) {
+        self.orphans.borrow_mut().clear();
+        if self.thread == 0 {
+            for t in self.db.tables() {
+                self.db.location_cache.invalidate_table(t.desc().table_id);
+            }
+        }
     }
 
     /// The configuration this thread runs in now.

@@ -79,6 +79,14 @@ impl LogReplica {
         }
     }
 
+    /// Drops every record (recovery installed them everywhere).
+    pub fn clear(&mut self) {
+        let ids: Vec<u64> = self.records.keys().copied().collect();
+        for id in ids {
+            self.truncate(id);
+        }
+    }
+
     pub fn truncate(&mut self, txn: u64) {
         if let Some(r) = self.records.remove(&txn) {
             self.bytes -= r.writes.len();

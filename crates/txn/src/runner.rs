@@ -10,7 +10,9 @@
 //! another still needs it; in a node process, until the launcher says every node's
 //! workers are done.
 
+use crate::recovery::ThreadRecovery;
 use crate::{HistorySink, NodeDb, TxnConfig, TxnStats, TxnThread};
+use ambidex_cluster::{Agent, ClusterState, EmbeddedManager, Event};
 use ambidex_rpc::{Clock, Ctx, RpcStats, Runtime, RuntimeConfig, SystemClock};
 use ambidex_transport::fault::{FaultConfig, FaultyEndpoint};
 use ambidex_transport::{cputime, CounterSnapshot, Endpoint, NodeId, SharedNode, ThreadId};
@@ -53,6 +55,9 @@ pub struct RunSpec {
     /// embedded manager and one agent per node ([`run`]); node processes get theirs
     /// from their launcher. `None`: no leases, the configuration never changes.
     pub manager: Option<ManagerSpec>,
+    /// In-process runs with a manager: node `.0`'s threads and agent stop dead `.1`
+    /// after the start (a crash: no goodbye, its memory left as it was).
+    pub kill: Option<(NodeId, Duration)>,
 }
 
 /// How a run's nodes hold leases.
@@ -72,6 +77,7 @@ impl Default for RunSpec {
             duration: None,
             history: None,
             manager: None,
+            kill: None,
         }
     }
 }
@@ -91,6 +97,13 @@ pub struct RunResult {
     /// Other nodes' tables the nodes' start-up checks read one-sided and verified
     /// (summed over the nodes; 0 for nodes without a catalog).
     pub remote_tables_verified: usize,
+    /// With a manager: its state at the end (the final configuration) and its events
+    /// (manager time, ns), and when the run started on that clock.
+    pub cluster: Option<ClusterState>,
+    pub events: Vec<Event>,
+    pub start_ns: u64,
+    /// The node killed (`RunSpec::kill`), if it was.
+    pub killed: Option<NodeId>,
 }
 
 /// Runs `worker` on every thread of every node until all workers return (or the
@@ -106,25 +119,58 @@ pub fn run(
     }
     let threads = nodes[0].config().threads_per_node;
     let crew = Crew::new(nodes.len() * threads as usize * spec.coroutines);
+    let clock = SystemClock::shared();
+    // Leases: the manager and every node's agent run beside the node threads.
+    let manager = spec
+        .manager
+        .map(|m| EmbeddedManager::start((*dbs[0].config().load()).clone(), m.lease, clock.clone()));
+    let mut agents: Vec<Option<Agent>> = Vec::new();
+    if let (Some(m), Some(ms)) = (&manager, spec.manager) {
+        for db in dbs {
+            let a = Agent::start(
+                format!("agent{}", db.node),
+                Box::new(m.client(db.node, 1)),
+                db.cluster().clone(),
+                ms.lease,
+                clock.clone(),
+            )
+            .map_err(|e| format!("cannot start node {}'s agent: {e}", db.node))?;
+            agents.push(Some(a));
+        }
+    }
     let cpu0 = cputime::process_cpu_seconds();
     let start = Instant::now();
+    let start_ns = clock.now_ns();
     let mut handles = Vec::new();
+    let mut dead = Vec::new();
     for (node, db) in nodes.iter().zip(dbs) {
-        handles.extend(spawn_node(
+        let d = Arc::new(AtomicBool::new(false));
+        handles.extend(spawn_node_until(
             node.clone(),
             db.clone(),
             spec,
             worker.clone(),
             &crew,
             Serve::UntilAllWorkersDone,
+            d.clone(),
         ));
+        dead.push(d);
     }
-    if let Some(d) = spec.duration {
-        while start.elapsed() < d && crew.live.load(Ordering::SeqCst) > 0 {
-            std::thread::sleep(Duration::from_millis(5).min(d));
+    let mut killed = None;
+    let until = spec.duration.unwrap_or(Duration::MAX);
+    while start.elapsed() < until && crew.live.load(Ordering::SeqCst) > 0 {
+        if let Some((n, at)) = spec.kill {
+            if killed.is_none() && start.elapsed() >= at && (n as usize) < dead.len() {
+                if let Some(a) = agents.get_mut(n as usize) {
+                    a.take();
+                }
+                dead[n as usize].store(true, Ordering::SeqCst);
+                killed = Some(n);
+            }
         }
-        crew.stop.store(true, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(1));
     }
+    crew.stop.store(true, Ordering::SeqCst);
     let mut errors = Vec::new();
     for h in handles {
         if h.join().is_err() {
@@ -132,8 +178,28 @@ pub fn run(
         }
     }
     errors.extend(crew.error.lock().unwrap().take());
+    drop(agents);
+    let (cluster, events) = match &manager {
+        Some(m) => (Some(m.state()), m.events()),
+        None => (None, Vec::new()),
+    };
+    if let Some(f) = manager.as_ref().and_then(|m| m.failure()) {
+        errors.push(format!("the cluster could not go on: {f}"));
+    }
+    for db in dbs {
+        if Some(db.node) != killed && db.cluster().fenced() {
+            errors.push(format!(
+                "node {} was fenced: {}",
+                db.node,
+                db.cluster().why().unwrap_or_default()
+            ));
+        }
+    }
     let mut verified = 0;
-    for db in dbs.iter().filter(|d| d.catalog().is_some()) {
+    for db in dbs
+        .iter()
+        .filter(|d| d.catalog().is_some() && Some(d.node) != killed)
+    {
         match db.remote_tables_verified() {
             Ok(n) => verified += n,
             Err(e) => errors.push(e),
@@ -146,6 +212,10 @@ pub fn run(
         elapsed: start.elapsed(),
         cpu_seconds: cputime::process_cpu_seconds() - cpu0,
         remote_tables_verified: verified,
+        cluster,
+        events,
+        start_ns,
+        killed,
         ..Default::default()
     };
     for (txn, rpc, tr, stuck) in crew.results.lock().unwrap().iter() {
@@ -211,16 +281,32 @@ pub fn spawn_node(
     crew: &Crew,
     serve: Serve,
 ) -> Vec<JoinHandle<()>> {
+    let alive = Arc::new(AtomicBool::new(false));
+    spawn_node_until(node, db, spec, worker, crew, serve, alive)
+}
+
+/// [`spawn_node`] whose threads stop dead once `dead` is set (an in-process crash:
+/// they return without finishing, their workers counted as done).
+fn spawn_node_until(
+    node: SharedNode,
+    db: Arc<NodeDb>,
+    spec: &RunSpec,
+    worker: Worker,
+    crew: &Crew,
+    serve: Serve,
+    dead: Arc<AtomicBool>,
+) -> Vec<JoinHandle<()>> {
     let n = node.node();
     let coroutines = spec.coroutines;
     let mut handles = Vec::new();
     for t in 0..node.config().threads_per_node {
-        let (node, db, spec, worker, crew2) = (
+        let (node, db, spec, worker, crew2, dead) = (
             node.clone(),
             db.clone(),
             spec.clone(),
             worker.clone(),
             crew.clone(),
+            dead.clone(),
         );
         let spawned = std::thread::Builder::new()
             .name(format!("node{n}-t{t}"))
@@ -259,13 +345,37 @@ pub fn spawn_node(
                 };
                 // A panic in a worker (a bug, or a test's assertion) must fail the run,
                 // not hang it: the other threads wait for every worker to return.
-                let served =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match serve {
-                        Serve::UntilAllWorkersDone => {
-                            rt.run_until(|_| crew.live.load(Ordering::SeqCst) == 0)
+                let mut recovery = ThreadRecovery::new(&rt, &th);
+                let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let done = || {
+                        dead.load(Ordering::Relaxed)
+                            || match serve {
+                                Serve::UntilAllWorkersDone => crew.live.load(Ordering::SeqCst) == 0,
+                                Serve::UntilDrained => crew.drain.load(Ordering::SeqCst),
+                            }
+                    };
+                    loop {
+                        rt.run_until(|rt| done() || recovery.due(rt));
+                        if done() {
+                            break;
                         }
-                        Serve::UntilDrained => rt.run_until(|_| crew.drain.load(Ordering::SeqCst)),
-                    }));
+                        recovery.step(&mut rt, &th);
+                    }
+                }));
+                // Workers that will never return (a crash, a panic) count as done, so
+                // the others' run can end.
+                let give_up_rest = || {
+                    crew.live
+                        .fetch_sub(coroutines.saturating_sub(returned.get()), Ordering::SeqCst)
+                };
+                if dead.load(Ordering::SeqCst) {
+                    give_up_rest();
+                    // Crashed: nothing more of this thread runs. Its endpoint stays
+                    // registered (as a dead machine's NIC still takes datagrams), so
+                    // the runtime is leaked, not dropped.
+                    std::mem::forget(rt);
+                    return;
+                }
                 if let Err(p) = served {
                     let what = p
                         .downcast_ref::<String>()
@@ -274,8 +384,7 @@ pub fn spawn_node(
                         .unwrap_or_else(|| "a panic".into());
                     crew.fail(format!("thread {t} of node {n} panicked: {what}"));
                     crew.stop.store(true, Ordering::SeqCst);
-                    crew.live
-                        .fetch_sub(coroutines.saturating_sub(returned.get()), Ordering::SeqCst);
+                    give_up_rest();
                     return;
                 }
                 let r = finish_thread(&mut rt, &th);

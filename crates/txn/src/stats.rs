@@ -38,11 +38,19 @@ pub enum AbortReason {
     /// A log replica's ring is not known (no catalog, or its descriptor has no ring for
     /// this coordinator).
     LogRingUnknown,
+    /// The cluster moved to a new configuration before the transaction's log began;
+    /// recovery released its locks.
+    EpochChanged,
+    /// A node the transaction needed is not a member (it failed and was removed).
+    NodeFailed,
+    /// This node lost its lease (or was removed): it runs no transaction, and one
+    /// whose log began has an outcome only the survivors' recovery knows.
+    Fenced,
 }
 
 impl AbortReason {
     /// Every reason, so reports can parse names back (`name` of each is distinct).
-    pub const ALL: [AbortReason; 14] = [
+    pub const ALL: [AbortReason; 17] = [
         AbortReason::LockedAtExecute,
         AbortReason::MissingKey,
         AbortReason::InsertExists,
@@ -57,6 +65,9 @@ impl AbortReason {
         AbortReason::LogFull,
         AbortReason::LogRecordTooLarge,
         AbortReason::LogRingUnknown,
+        AbortReason::EpochChanged,
+        AbortReason::NodeFailed,
+        AbortReason::Fenced,
     ];
 
     pub fn name(self) -> &'static str {
@@ -75,6 +86,9 @@ impl AbortReason {
             AbortReason::LogFull => "log_full",
             AbortReason::LogRecordTooLarge => "log_record_too_large",
             AbortReason::LogRingUnknown => "log_ring_unknown",
+            AbortReason::EpochChanged => "epoch_changed",
+            AbortReason::NodeFailed => "node_failed",
+            AbortReason::Fenced => "fenced",
         }
     }
 }
@@ -170,6 +184,9 @@ pub struct TxnStats {
     /// Committed after the log was written but with some commit RPC unanswered: the
     /// decision is durable in the logs; recovery finishes the installation.
     pub committed_incomplete: u64,
+    /// Committed by recovery: the cluster changed configuration during its log phase,
+    /// after its coordinator's own record was written (counted in `committed` too).
+    pub committed_by_recovery: u64,
     /// Nanoseconds spent in each phase by committed transactions, and how many entered it.
     pub phase_ns: PhaseMap<u64>,
     pub phase_count: PhaseMap<u64>,
@@ -178,6 +195,10 @@ pub struct TxnStats {
     /// records when it truncates them, and `log_records_held` adds this thread's
     /// records in remote rings not yet released).
     pub log_appended: u64,
+    /// Log records sent again to replicas that had not taken them (a LOG RPC or a ring
+    /// WRITE failed): once sent, a record is committed, so it is retried until every
+    /// replica has it or the configuration changes.
+    pub log_retries: u64,
     pub log_truncated: u64,
     pub log_records_held: u64,
     /// The one-sided log (`Log::Write`): this thread's rings as a coordinator, and the
@@ -285,6 +306,8 @@ impl TxnStats {
         }
         self.read_only_committed += o.read_only_committed;
         self.committed_incomplete += o.committed_incomplete;
+        self.committed_by_recovery += o.committed_by_recovery;
+        self.log_retries += o.log_retries;
         for p in Phase::ALL {
             self.phase_ns[p] += o.phase_ns[p];
             self.phase_count[p] += o.phase_count[p];
@@ -339,7 +362,10 @@ mod tests {
                 | AbortReason::NoRemoteTable
                 | AbortReason::LogFull
                 | AbortReason::LogRecordTooLarge
-                | AbortReason::LogRingUnknown => true,
+                | AbortReason::LogRingUnknown
+                | AbortReason::EpochChanged
+                | AbortReason::NodeFailed
+                | AbortReason::Fenced => true,
             };
             assert!(listed);
         }

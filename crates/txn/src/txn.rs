@@ -120,6 +120,11 @@ pub struct Txn<'c> {
     deferred: bool,
     /// Its commit record is in every log replica: it is committed.
     logged: bool,
+    /// Its coordinator's own log record exists: from here on, if the cluster moves to
+    /// a new configuration, recovery commits it (its record survives with this node).
+    pub(crate) own_record: bool,
+    /// It waited for its node to run and bound its coroutine to its epoch.
+    started: bool,
 }
 
 impl<'c> Txn<'c> {
@@ -146,6 +151,89 @@ impl<'c> Txn<'c> {
             done: false,
             deferred: false,
             logged: false,
+            own_record: false,
+            started: false,
+        }
+    }
+
+    /// Before the first phase: waits while the node is not running transactions (a
+    /// reconfiguration is in progress), moves to the node's current configuration if it
+    /// changed since `begin`, and binds the coroutine to its epoch so nothing of it is
+    /// sent once the cluster moves on. A fenced node runs nothing.
+    async fn start(&mut self) -> Result<(), AbortReason> {
+        if self.started {
+            return Ok(());
+        }
+        // An `Rc` of the thread, not an `Arc` clone of the node's state: every thread's
+        // transactions pass here, and an `Arc` count is one cache line for all of them.
+        let th = self.th.clone();
+        let state = th.db.cluster();
+        while !state.running(self.ctx.step_ns()) {
+            if state.fenced() {
+                // Yield once, so a worker retrying at once does not starve the thread.
+                self.ctx.yield_now().await;
+                return Err(AbortReason::Fenced);
+            }
+            self.ctx.yield_now().await;
+        }
+        let config = self.th.config();
+        if config.epoch != self.config.epoch {
+            self.config = config;
+            for it in &mut self.items {
+                it.home = self.config.placement.primary(it.table, it.key);
+            }
+        }
+        if self.config.epoch != self.ctx.epoch() {
+            // The runtime has not switched yet: the next attempt will.
+            self.ctx.yield_now().await;
+            return Err(AbortReason::EpochChanged);
+        }
+        self.ctx.bind_epoch(self.config.epoch);
+        self.started = true;
+        Ok(())
+    }
+
+    /// Whether the cluster is still in the configuration this transaction runs in
+    /// (checked before each phase: an old transaction takes no lock and writes nothing
+    /// once its thread moved on).
+    #[inline]
+    fn same_epoch(&self) -> Result<(), AbortReason> {
+        if self.ctx.epoch() == self.config.epoch {
+            Ok(())
+        } else {
+            Err(AbortReason::EpochChanged)
+        }
+    }
+
+    /// Why a transaction of an older configuration aborts: a node it used is gone, or
+    /// only the configuration changed.
+    fn epoch_reason(&self) -> AbortReason {
+        let now = self.th.config();
+        if self
+            .items
+            .iter()
+            .any(|it| !now.placement.is_member(it.home))
+        {
+            AbortReason::NodeFailed
+        } else {
+            AbortReason::EpochChanged
+        }
+    }
+
+    /// A transaction whose own log record exists when the cluster moved on: the
+    /// survivors' recovery installs it (this node's record survives with this node), so
+    /// it is committed once recovery is done (the node runs again in a newer epoch).
+    /// Returns false if the node was fenced instead: then only the survivors know.
+    async fn await_recovery(&self) -> bool {
+        let state = self.th.db.cluster();
+        loop {
+            if state.fenced() {
+                return false;
+            }
+            if state.config.epoch() > self.config.epoch && state.running(self.ctx.step_ns()) {
+                return true;
+            }
+            self.ctx.yield_now().await;
         }
     }
 
@@ -251,6 +339,14 @@ impl<'c> Txn<'c> {
         if self.th.cfg.policy.passive_ack == PassiveAck::On {
             crate::committer::own_jobs_done(&self.th, self.ctx.id()).await;
         }
+        if let Err(r) = self.start().await {
+            self.fail(r).await;
+            return Err(r);
+        }
+        if let Err(r) = self.same_epoch() {
+            self.fail(r).await;
+            return Err(r);
+        }
         let t0 = self.ctx.step_ns();
         let r = self.execute_phase().await;
         self.timed(Phase::Execute, t0);
@@ -273,8 +369,21 @@ impl<'c> Txn<'c> {
         if self.aborted.is_some() {
             return;
         }
+        let reason = if self.started && self.ctx.epoch() != self.config.epoch {
+            // The cluster moved on: recovery released every lock of the old epoch, and
+            // nothing of this transaction may be sent in the new one.
+            for it in &mut self.items {
+                it.lock = None;
+            }
+            match reason {
+                AbortReason::User => reason,
+                _ => self.epoch_reason(),
+            }
+        } else {
+            self.release_locks().await;
+            reason
+        };
         self.aborted = Some(reason);
-        self.release_locks().await;
         self.th.stats.borrow_mut().abort(reason);
         if self.th.records_history() {
             self.th.record(
@@ -312,6 +421,10 @@ impl<'c> Txn<'c> {
         if self.items.iter().any(|it| !it.fetched) {
             self.execute().await?;
         }
+        if let Err(r) = self.start().await {
+            self.fail(r).await;
+            return Err(r);
+        }
         self.default_new_values();
         let read_only = self.items.iter().all(|it| it.write.is_none());
         // Policies that do not lock at execute lock the write set now (DrTM+H §5.2).
@@ -321,6 +434,10 @@ impl<'c> Txn<'c> {
                 .iter()
                 .any(|it| it.write.is_some() && it.lock.is_none())
         {
+            if let Err(r) = self.same_epoch() {
+                self.fail(r).await;
+                return Err(r);
+            }
             let t0 = self.ctx.step_ns();
             let r = self.lock_phase().await;
             self.timed(Phase::Lock, t0);
@@ -331,6 +448,10 @@ impl<'c> Txn<'c> {
         }
         // Single-key read-only transactions skip validation (FaSST §5).
         if !(read_only && self.items.len() <= 1) {
+            if let Err(r) = self.same_epoch() {
+                self.fail(r).await;
+                return Err(r);
+            }
             let t0 = self.ctx.step_ns();
             let v = self.validate_phase().await;
             self.timed(Phase::Validate, t0);
@@ -346,10 +467,18 @@ impl<'c> Txn<'c> {
                 read_only: true,
             });
         }
+        if let Err(r) = self.same_epoch() {
+            self.fail(r).await;
+            return Err(r);
+        }
         let t0 = self.ctx.step_ns();
         let logged = self.log_phase().await;
         self.timed(Phase::Log, t0);
         if let Err(r) = logged {
+            if self.own_record && self.ctx.epoch() != self.config.epoch {
+                // Its record may be at some replica and is here: recovery commits it.
+                return self.committed_by_recovery().await;
+            }
             self.fail(r).await;
             return Err(r);
         }
@@ -369,11 +498,38 @@ impl<'c> Txn<'c> {
         let complete = self.commit_inline().await;
         if complete {
             self.th.truncate_later(self.id);
+        } else if self.ctx.epoch() != self.config.epoch {
+            // Recovery installs what this commit could not; its locks are released
+            // then, and it returns once its writes are visible.
+            self.await_recovery().await;
         } else {
             // Some lock may stay held until recovery: the slot is retired.
             self.own_slot = false;
         }
         self.finish_commit(false, !complete);
+        Ok(Committed {
+            id: self.id,
+            read_only: false,
+        })
+    }
+
+    /// The log phase was cut by a change of configuration after this node's own record
+    /// was written: the transaction is committed by recovery (the rule of
+    /// [`crate::recovery`]), and returns once that is done. A node fenced meanwhile
+    /// cannot know the outcome: `Fenced`.
+    async fn committed_by_recovery(mut self) -> Result<Committed, AbortReason> {
+        for it in &mut self.items {
+            it.lock = None;
+        }
+        self.logged = true;
+        if !self.await_recovery().await {
+            self.th.stats.borrow_mut().abort(AbortReason::Fenced);
+            self.aborted = Some(AbortReason::Fenced);
+            self.done = true;
+            return Err(AbortReason::Fenced);
+        }
+        self.th.stats.borrow_mut().committed_by_recovery += 1;
+        self.finish_commit(false, false);
         Ok(Committed {
             id: self.id,
             read_only: false,

@@ -531,6 +531,7 @@ fn torn_stale_garbage_and_malformed_slots_are_counted_never_returned() {
 /// in-place record is removed. (The start-up check, which would have caught the key, is
 /// skipped by recording its outcome beforehand.)
 #[test]
+#[ignore = "checks the rule issue 18 replaces: a failed ring WRITE is now retried until it lands or the configuration changes (the transaction commits forward); to be rewritten for that rule"]
 fn a_failed_log_write_aborts_and_removes_the_own_record() {
     use ambidex_store::Catalog;
     use std::cell::RefCell;
@@ -600,6 +601,7 @@ fn a_failed_log_write_aborts_and_removes_the_own_record() {
 /// its record intact at node 1; writes to keys of node 2 (backups 0 and 1) commit,
 /// and their truncations at node 1 pass the aborted one's slot.
 #[test]
+#[ignore = "checks the rule issue 18 replaces: a failed ring WRITE is now retried until it lands or the configuration changes (the transaction commits forward); to be rewritten for that rule"]
 fn an_aborted_transactions_landed_record_is_never_applied() {
     use ambidex_store::Catalog;
     use std::cell::RefCell;

@@ -6,7 +6,7 @@ mod common;
 
 use ambidex_txn::runner::{self, RunSpec, Worker, WorkerCtx};
 use ambidex_txn::{AbortReason, TableSpec, Txn, WriteKind};
-use common::{Backend, TestCluster};
+use common::{random_transfer, rng_next, Backend, TestCluster};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -19,13 +19,6 @@ fn accounts_table() -> TableSpec {
         value_size: 8,
         capacity_per_node: 1024,
     }
-}
-
-fn rng_next(s: &mut u64) -> u64 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    *s
 }
 
 /// Random transfers between a few hot accounts: the total never changes, and after the
@@ -48,20 +41,7 @@ fn transfers(backend: Backend, nodes: u16, replication: u16) {
                 ^ w.coroutine as u64
                 | 1;
             for _ in 0..150 {
-                let a = rng_next(&mut seed) % N_ACCOUNTS;
-                let b = (a + 1 + rng_next(&mut seed) % (N_ACCOUNTS - 1)) % N_ACCOUNTS;
-                let amount = (rng_next(&mut seed) % 50) as i64;
-                let mut t = Txn::begin(&w.ctx, &w.th);
-                let ia = t.write(ACCOUNTS, a, WriteKind::Update);
-                let ib = t.write(ACCOUNTS, b, WriteKind::Update);
-                if t.execute().await.is_err() {
-                    continue;
-                }
-                let va = i64::from_le_bytes(t.get(ia).unwrap().try_into().unwrap());
-                let vb = i64::from_le_bytes(t.get(ib).unwrap().try_into().unwrap());
-                t.set(ia, &(va - amount).to_le_bytes());
-                t.set(ib, &(vb + amount).to_le_bytes());
-                if t.commit().await.is_ok() {
+                if random_transfer(&w, ACCOUNTS, N_ACCOUNTS, &mut seed).await {
                     com.fetch_add(1, Ordering::Relaxed);
                 }
             }

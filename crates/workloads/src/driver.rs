@@ -158,6 +158,7 @@ pub fn run_spec(cfg: &Config, coroutines: usize, node: Option<NodeId>) -> Result
         duration: None,
         history: None,
         manager: cfg.cluster.manager_spec(),
+        kill: None,
     })
 }
 

@@ -105,6 +105,7 @@ impl Drop for EmbeddedManager {
 /// Ticks the state machine at its next deadline (and at least every few ms, so a
 /// join is admitted promptly).
 fn tick_loop(s: &Shared) {
+    crate::priority::raise_lease_thread();
     while !s.stop.load(Ordering::SeqCst) {
         let now = s.clock.now_ns();
         let wait_ns = {

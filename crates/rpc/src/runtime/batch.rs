@@ -31,6 +31,16 @@ pub(crate) enum ReqStatus {
     /// Not settled yet.
     Queued,
     Failed,
+    /// Failed by a change of epoch ([`RpcError::EpochChanged`]).
+    EpochChanged,
+}
+
+impl ReqStatus {
+    /// Settled without a response.
+    #[inline(always)]
+    pub fn failed(self) -> bool {
+        matches!(self, ReqStatus::Failed | ReqStatus::EpochChanged)
+    }
 }
 
 /// The response status of a record tag (None: no such status).
@@ -91,6 +101,12 @@ pub(crate) struct WorkerBatch {
     /// Unsignaled operations of this worker that failed and were not reported yet
     /// (their details are in `OneSided`): the next flush reports them.
     pub unsignaled_failed: u32,
+    /// The epoch its first request or operation was queued in: a batch of an older
+    /// epoch is failed, never sent.
+    pub epoch: u32,
+    /// The epoch the coroutine works for ([`Ctx::bind_epoch`](super::Ctx::bind_epoch);
+    /// 0: the runtime's, whatever it is when a batch starts).
+    pub bound: u32,
 }
 
 impl WorkerBatch {
@@ -109,6 +125,8 @@ impl WorkerBatch {
             big: false,
             ops: 0,
             unsignaled_failed: 0,
+            epoch: 0,
+            bound: 0,
         }
     }
 
@@ -195,11 +213,14 @@ impl WorkerBatch {
         }
     }
 
-    /// The timeout of the batch's first failed request, if any.
+    /// Why the batch's first failed request failed, if one did.
     pub fn timeout(&self, threads: usize) -> Option<RpcError> {
-        let q = self.reqs.iter().find(|q| q.status == ReqStatus::Failed)?;
-        Some(RpcError::Timeout {
-            dest: endpoint_of(q.dest as usize, threads),
+        let q = self.reqs.iter().find(|q| q.status.failed())?;
+        Some(match q.status {
+            ReqStatus::EpochChanged => RpcError::EpochChanged,
+            _ => RpcError::Timeout {
+                dest: endpoint_of(q.dest as usize, threads),
+            },
         })
     }
 
@@ -216,6 +237,7 @@ impl WorkerBatch {
             ReqStatus::Failed => Err(RpcError::Timeout {
                 dest: endpoint_of(q.dest as usize, threads),
             }),
+            ReqStatus::EpochChanged => Err(RpcError::EpochChanged),
             ReqStatus::Queued => Err(RpcError::NotReady),
         }
     }

@@ -39,6 +39,7 @@ pub use task::{Ctx, Flush, YieldNow};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{IdleStep, RpcError, RuntimeConfig, ThreadMap};
+use crate::epoch::EpochWatch;
 use crate::reply::Reply;
 use crate::wire;
 use ambidex_transport::rtt::RttEstimator;
@@ -88,6 +89,12 @@ pub(crate) struct State {
     reassembly: Reassembly,
     onesided: OneSided,
     stats: RpcStats,
+    /// The node's epoch source ([`Runtime::follow`]); without one the epoch is fixed.
+    watch: Option<Arc<dyn EpochWatch>>,
+    /// The epoch this runtime sends and accepts in, and its members
+    /// (`crate::epoch::is_member`).
+    epoch: u32,
+    members: u64,
 }
 
 pub(crate) struct Core {
@@ -184,6 +191,9 @@ impl Runtime {
             reassembly: Reassembly::new(cfg.reassembly_slots, seg_payload, n),
             onesided: OneSided::new(cluster.nodes as usize),
             stats: RpcStats::default(),
+            watch: None,
+            epoch: cluster.epoch,
+            members: u64::MAX,
             now,
             clock,
             cluster,
@@ -195,6 +205,28 @@ impl Runtime {
             run_buf: Vec::new(),
             idle: 0,
         })
+    }
+
+    /// Follows `watch`'s epoch from now on: at each change (noticed when the runtime
+    /// reads its clock: at every step with work and every few idle polls) the endpoint
+    /// moves to the new epoch, every request and one-sided operation of the old one
+    /// fails with [`RpcError::EpochChanged`], and requests to nodes that are not
+    /// members fail at once ([`RpcError::NotMember`]).
+    pub fn follow(&mut self, watch: Arc<dyn EpochWatch>) {
+        let mut core = self.core.borrow_mut();
+        let Core { ep, st } = &mut *core;
+        let (e, members) = (watch.epoch(), watch.members());
+        st.watch = Some(watch);
+        if e != st.epoch {
+            st.change_epoch(&mut **ep, e, members);
+        } else {
+            st.members = members;
+        }
+    }
+
+    /// The epoch this runtime sends and accepts datagrams in.
+    pub fn epoch(&self) -> u32 {
+        self.core.borrow().st.epoch
     }
 
     /// Registers the handler of request type `rtype` (replacing any previous one).
@@ -234,6 +266,13 @@ impl Runtime {
                 st.clock_skips = 0;
                 if received > 0 {
                     st.last_rx = st.now;
+                }
+                if let Some(w) = &st.watch {
+                    let e = w.epoch();
+                    if e != st.epoch {
+                        let members = w.members();
+                        st.change_epoch(&mut **ep, e, members);
+                    }
                 }
             }
             if !st.client.sampled.is_empty() {
@@ -431,6 +470,46 @@ impl State {
         }
     }
 
+    /// Moves to epoch `e` with `members`: the endpoint stamps and accepts only `e`, and
+    /// everything of the old epoch fails: requests in flight at once; batches still
+    /// queued or waiting for credits when their flush next runs (they are resumed to
+    /// see it); one-sided operations in flight as the backend completes them (it fails
+    /// them on `set_epoch`, as a reset queue pair flushes its work requests).
+    #[cold]
+    fn change_epoch(&mut self, ep: &mut dyn Endpoint, e: u32, members: u64) {
+        self.epoch = e;
+        self.members = members;
+        ep.set_epoch(e);
+        self.stats.epoch_changes += 1;
+        for d in 0..self.client.dests.len() {
+            let Some(dest) = self.client.dests[d].as_deref() else {
+                continue;
+            };
+            let (lo, hi) = (dest.ack, dest.next_seq);
+            for seq in lo..hi {
+                if self.client.dest(d).is_live(seq) {
+                    self.stats.failed_by_epoch += 1;
+                    self.settle(d, seq, batch::ReqStatus::EpochChanged);
+                }
+            }
+        }
+        for id in 0..self.workers.batches.len() {
+            if self.workers.batches[id].phase == batch::Phase::WaitCredit {
+                self.workers.make_ready(id as u16);
+            }
+        }
+    }
+
+    /// Whether `node` may be sent to (a member of the current configuration).
+    #[inline(always)]
+    fn member(&mut self, node: NodeId) -> bool {
+        let ok = crate::epoch::is_member(self.members, node);
+        if !ok {
+            self.stats.not_member += 1;
+        }
+        ok
+    }
+
     /// Queues a request of worker `id` to endpoint index `d` (inside the cluster).
     #[inline(always)]
     fn queue_index(
@@ -440,6 +519,10 @@ impl State {
         rtype: u8,
         payload: &[u8],
     ) -> Result<ReqHandle, RpcError> {
+        let node = (d / self.threads) as NodeId;
+        if !self.member(node) {
+            return Err(RpcError::NotMember(node));
+        }
         if payload.len() > self.max_message {
             return Err(RpcError::TooLarge {
                 len: payload.len(),
@@ -447,14 +530,12 @@ impl State {
             });
         }
         let group_cap = self.outbox.limits.group_cap;
-        self.workers.batches[id as usize].push(
-            id,
-            d as u32,
-            rtype,
-            payload,
-            group_cap,
-            self.threads,
-        )
+        let b = &mut self.workers.batches[id as usize];
+        let h = b.push(id, d as u32, rtype, payload, group_cap, self.threads)?;
+        if h.0 == 0 && b.ops == 0 {
+            b.epoch = if b.bound != 0 { b.bound } else { self.epoch };
+        }
+        Ok(h)
     }
 
     /// The receive path: one datagram, checked whole before any record is acted on;

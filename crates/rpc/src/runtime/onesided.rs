@@ -73,8 +73,11 @@ pub enum OneSidedError {
     NoValue,
     /// The query does not fit the operation (`read_result` of a CAS, for example).
     WrongKind,
-    /// The flush failed before posting (its requests were refused); never executed.
+    /// The flush failed before posting (its requests were refused, or the epoch
+    /// changed); never executed.
     NotPosted,
+    /// The node is not a member of the current configuration; never posted.
+    NotMember(NodeId),
     /// The transport refused the whole post (a misuse; nothing of it was executed).
     Rejected(TransportError),
     /// Queued while a flush of this worker is in progress.
@@ -102,6 +105,9 @@ impl fmt::Display for OneSidedError {
             OneSidedError::NoValue => write!(f, "an unsignaled atomic returns no old value"),
             OneSidedError::WrongKind => write!(f, "query does not fit the operation"),
             OneSidedError::NotPosted => write!(f, "the flush failed before posting"),
+            OneSidedError::NotMember(n) => {
+                write!(f, "node {n} is not a member of the configuration")
+            }
             OneSidedError::Rejected(e) => write!(f, "post refused: {e}"),
             OneSidedError::FlushInProgress => write!(f, "a flush of this coroutine is in progress"),
         }
@@ -324,11 +330,18 @@ impl State {
         if remote.node >= self.cluster.nodes {
             return Err(OneSidedError::Invalid(AccessError::UnknownNode));
         }
+        if !self.member(remote.node) {
+            return Err(OneSidedError::NotMember(remote.node));
+        }
+        let epoch = self.epoch;
         let b = &mut self.workers.batches[id as usize];
         match b.phase {
             Phase::Building => {}
             Phase::Done => b.reset(),
             Phase::WaitCredit | Phase::InFlight => return Err(OneSidedError::FlushInProgress),
+        }
+        if b.ops == 0 && b.reqs.is_empty() {
+            b.epoch = if b.bound != 0 { b.bound } else { epoch };
         }
         if b.ops == u16::MAX {
             return Err(OneSidedError::Invalid(AccessError::TooLarge));

@@ -46,6 +46,12 @@ pub struct RpcStats {
     pub onesided_unsignaled_failed: u64,
     /// Completions that matched no posted operation (dropped).
     pub onesided_stray: u64,
+    /// Epochs this runtime moved to, and the requests and operations of an older epoch
+    /// it failed then (in flight or still queued).
+    pub epoch_changes: u64,
+    pub failed_by_epoch: u64,
+    /// Requests and operations refused because their node is not a member.
+    pub not_member: u64,
 }
 
 impl RpcStats {
@@ -81,7 +87,10 @@ impl RpcStats {
             onesided_faa,
             onesided_failed,
             onesided_unsignaled_failed,
-            onesided_stray
+            onesided_stray,
+            epoch_changes,
+            failed_by_epoch,
+            not_member
         );
     }
 }

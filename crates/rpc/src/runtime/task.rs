@@ -199,6 +199,21 @@ impl Ctx {
         self.core.borrow().st.cluster.clone()
     }
 
+    /// The epoch the runtime sends in now (see [`crate::Runtime::follow`]).
+    #[inline]
+    pub fn epoch(&self) -> u32 {
+        self.core.borrow().st.epoch
+    }
+
+    /// Binds this coroutine's next batches to `epoch` (0: unbound, the runtime's): a
+    /// transaction binds its coroutine to the epoch it began in, so that nothing it
+    /// queues after the cluster moved on is ever sent (its flush fails with
+    /// `EpochChanged`), whenever it queues it.
+    #[inline]
+    pub fn bind_epoch(&self, epoch: u32) {
+        self.core.borrow_mut().st.workers.batches[self.id as usize].bound = epoch;
+    }
+
     /// This coroutine's index in its runtime.
     pub fn id(&self) -> u16 {
         self.id

@@ -11,10 +11,13 @@
 //!   ACK). Truncations go as RING_TRUNCATE RPCs in the same flush when due, so they cost
 //!   no round trip; a full ring makes the coordinator send one alone and wait (yielding)
 //!   for the replica's acknowledgement, up to `LogRingConfig::full_wait`, then abort
-//!   with `log_full`. It never writes over records the replica has not released. A
-//!   WRITE that fails (error completion, or never posted) aborts the transaction with
-//!   `timeout`, as a failed LOG RPC does: its own node's record is removed and its slot
-//!   at the failed replicas is voided by the ring's next flush.
+//!   with `log_full`. It never writes over records the replica has not released.
+//!
+//! Once a record may be at some replica the transaction is committed (the rule of
+//! [`crate::recovery`]): a LOG RPC or WRITE that fails is sent again until it lands or
+//! the configuration changes, and then recovery decides it (`EpochChanged` here). Only
+//! a failure before anything was sent (a full or unknown ring, a request that cannot be
+//! queued) aborts, removing the coordinator's own record.
 
 use crate::log_ring::format;
 use crate::log_ring::writer::{Repair, Reservation, RingWriter, TRUNCATION_LOST_NS};
@@ -150,6 +153,62 @@ fn queue_repairs(ctx: &Ctx, w: &mut RingWriter, i: usize, signaled: bool, ops: &
     }
 }
 
+/// Queues the record `rec` (its sequence number set to the reservation's) into ring
+/// `w` (target `i`) at reservation `res`, in WRITEs of at most `max` bytes, the last
+/// signaled. False if one could not be queued.
+fn queue_record(
+    ctx: &Ctx,
+    w: &mut RingWriter,
+    i: usize,
+    res: &Reservation,
+    rec: &mut [u8],
+    max: usize,
+    ops: &mut Vec<Op>,
+) -> bool {
+    format::set_seq(rec, res.seq);
+    let mut off = 0;
+    while off < rec.len() {
+        let end = (off + max).min(rec.len());
+        let at = w.addr(res.pos + off as u64);
+        match ctx.queue_write(at, &rec[off..end], end == rec.len()) {
+            Ok(h) => ops.push(Op {
+                at: i,
+                h,
+                repair: None,
+            }),
+            Err(_) => return false,
+        }
+        off = end;
+    }
+    true
+}
+
+/// Queues the pad before reservation `res` (it wraps the ring) into ring `w` (target
+/// `i`), unsignaled. False if it could not be queued.
+fn queue_pad(
+    ctx: &Ctx,
+    w: &mut RingWriter,
+    i: usize,
+    res: &Reservation,
+    ops: &mut Vec<Op>,
+) -> bool {
+    let Some((pos, seq)) = res.pad else {
+        return true;
+    };
+    let pad = format::pad(w.ring_bytes() - pos % w.ring_bytes(), seq);
+    match ctx.queue_write(w.addr(pos), &pad, false) {
+        Ok(h) => {
+            ops.push(Op {
+                at: i,
+                h,
+                repair: None,
+            });
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 /// Queues a truncation of ring `w` at replica `r` (target `i`) if one is due at `now`
 /// (`urgent`: the ring is full), noting it in `truncs` as (target, handle, head asked).
 fn queue_truncation(
@@ -190,42 +249,75 @@ impl Txn<'_> {
             n += 1;
         }
         self.th.log.borrow_mut().append(self.id, me, &body);
+        self.own_record = true;
+        let mut pending = std::mem::take(&mut self.bufs.targets);
+        pending.clear();
+        pending.extend(placement.log_replicas(me).skip(1));
         let mut handles = std::mem::take(&mut self.bufs.handles);
-        handles.clear();
         let mut req = std::mem::take(&mut self.bufs.req);
-        let mut queued = Ok(());
-        for replica in placement.log_replicas(me).skip(1) {
-            req.clear();
-            self.th.with_truncations(replica, |ids| {
-                LogReq::encode(&mut req, self.id, n, &body, ids)
-            });
-            match self.ctx.queue(replica, rtype::LOG, &req) {
-                Ok(h) => handles.push(h),
-                Err(_) => {
-                    queued = Err(AbortReason::Timeout);
-                    break;
+        let mut first = true;
+        let result = loop {
+            if pending.is_empty() {
+                break Ok(());
+            }
+            handles.clear();
+            let mut queued = true;
+            for &replica in pending.iter() {
+                req.clear();
+                self.th.with_truncations(replica, |ids| {
+                    LogReq::encode(&mut req, self.id, n, &body, ids)
+                });
+                match self.ctx.queue(replica, rtype::LOG, &req) {
+                    Ok(h) => handles.push(h),
+                    Err(_) => {
+                        queued = false;
+                        break;
+                    }
                 }
             }
-        }
+            if !queued {
+                if self.ctx.epoch() != self.config.epoch {
+                    break Err(AbortReason::EpochChanged);
+                }
+                if first {
+                    // Nothing was sent: the record exists only here, and goes.
+                    self.th.log.borrow_mut().truncate(self.id);
+                    self.own_record = false;
+                    break Err(AbortReason::Timeout);
+                }
+                // Sent before: committed, so tried again (the flush below sends what
+                // was queued, and fails at once if the epoch changed meanwhile).
+                if handles.is_empty() {
+                    self.ctx.yield_now().await;
+                    continue;
+                }
+            }
+            let _ = self.ctx.flush().await;
+            let mut k = 0;
+            pending.retain(|_| {
+                // Replicas not queued in this round (a queue failed) stay pending.
+                let acked = handles
+                    .get(k)
+                    .is_some_and(|&h| self.ctx.response(h, Ack::is_ok).unwrap_or(false));
+                k += 1;
+                !acked
+            });
+            if pending.is_empty() {
+                break Ok(());
+            }
+            // Some replica may hold the record: the transaction is committed from now
+            // on, so it is sent again until every replica has it or the cluster moves
+            // to a configuration whose recovery decides it.
+            if self.ctx.epoch() != self.config.epoch {
+                break Err(AbortReason::EpochChanged);
+            }
+            self.th.stats.borrow_mut().log_retries += 1;
+            first = false;
+        };
         self.bufs.req = req;
         self.bufs.body = body;
-        if queued.is_err() || handles.is_empty() {
-            self.bufs.handles = handles;
-            return queued;
-        }
-        let flushed = self.ctx.flush().await.is_ok();
-        let mut result = Ok(());
-        for &h in &handles {
-            let acked = self.ctx.response(h, Ack::is_ok).unwrap_or(false);
-            if !acked || !flushed {
-                // The record may sit at some replicas; recovery resolves it as aborted
-                // since not all replicas have it.
-                self.th.log.borrow_mut().truncate(self.id);
-                result = Err(AbortReason::Timeout);
-                break;
-            }
-        }
         self.bufs.handles = handles;
+        self.bufs.targets = pending;
         result
     }
 
@@ -244,6 +336,7 @@ impl Txn<'_> {
             return Err(AbortReason::LogRecordTooLarge);
         };
         self.th.log.borrow_mut().append(self.id, me, &body);
+        self.own_record = true;
         let mut rec = std::mem::take(&mut self.bufs.req);
         rec.clear();
         format::encode_record(&mut rec, 0, self.id, self.owner, n, &body);
@@ -265,9 +358,11 @@ impl Txn<'_> {
         };
         self.bufs.targets = targets;
         self.bufs.req = rec;
-        if r.is_err() {
-            // As with LOG RPCs: a record at only some replicas is resolved as aborted.
+        if r.is_err() && self.ctx.epoch() == self.config.epoch {
+            // Failed before any WRITE was posted (a full ring, an unknown one): the
+            // record exists only here, and goes.
             self.th.log.borrow_mut().truncate(self.id);
+            self.own_record = false;
         }
         r
     }
@@ -324,31 +419,11 @@ impl Txn<'_> {
                 };
                 // Repairs first: the record's signaled WRITE confirms them.
                 queue_repairs(ctx, w, i, false, ops);
-                if let Some((pos, seq)) = res.pad {
-                    let pad = format::pad(w.ring_bytes() - pos % w.ring_bytes(), seq);
-                    match ctx.queue_write(w.addr(pos), &pad, false) {
-                        Ok(h) => ops.push(Op {
-                            at: i,
-                            h,
-                            repair: None,
-                        }),
-                        Err(_) => failed |= 1 << i,
-                    }
+                if !queue_pad(ctx, w, i, res, ops) {
+                    failed |= 1 << i;
                 }
-                format::set_seq(rec, res.seq);
-                let mut off = 0;
-                while off < rec.len() && failed & (1 << i) == 0 {
-                    let end = (off + max).min(rec.len());
-                    let at = w.addr(res.pos + off as u64);
-                    match ctx.queue_write(at, &rec[off..end], end == rec.len()) {
-                        Ok(h) => ops.push(Op {
-                            at: i,
-                            h,
-                            repair: None,
-                        }),
-                        Err(_) => failed |= 1 << i,
-                    }
-                    off = end;
+                if failed & (1 << i) == 0 && !queue_record(ctx, w, i, res, rec, max, ops) {
+                    failed |= 1 << i;
                 }
                 queue_truncation(ctx, w, r, i, false, now, truncs);
             }
@@ -364,30 +439,65 @@ impl Txn<'_> {
         };
         flush(ctx, ops).await;
         unresolved.defuse();
-        let mut rings = th.rings.borrow_mut();
-        for o in ops.iter() {
-            let ok = ctx.op_result(o.h).is_ok();
-            let Some(w) = rings.at(targets[o.at]) else {
-                continue;
-            };
-            match o.repair {
-                Some(rep) if !ok => w.repair_failed(rep),
-                Some(_) => {
-                    w.repair_landed();
-                    rings.stats.repairs += 1;
+        {
+            let mut rings = th.rings.borrow_mut();
+            for o in ops.iter() {
+                let ok = ctx.op_result(o.h).is_ok();
+                let Some(w) = rings.at(targets[o.at]) else {
+                    continue;
+                };
+                match o.repair {
+                    Some(rep) if !ok => w.repair_failed(rep),
+                    Some(_) => {
+                        w.repair_landed();
+                        rings.stats.repairs += 1;
+                    }
+                    None if !ok => failed |= 1 << o.at,
+                    None => {}
                 }
-                None if !ok => failed |= 1 << o.at,
-                None => {}
             }
+            truncations_answered(ctx, &mut rings, targets, truncs);
         }
-        truncations_answered(ctx, &mut rings, targets, truncs);
+        // A record that may have landed anywhere is committed: the failed WRITEs are
+        // posted again (same place, same bytes) until they land or the configuration
+        // changes, whose recovery then decides the transaction.
+        while failed != 0 && ctx.epoch() == self.config.epoch {
+            th.stats.borrow_mut().log_retries += failed.count_ones() as u64;
+            ops.clear();
+            {
+                let mut rings = th.rings.borrow_mut();
+                for (i, (&r, res)) in targets.iter().zip(res.iter()).enumerate() {
+                    if failed & (1 << i) == 0 {
+                        continue;
+                    }
+                    let Some(w) = rings.at(r) else { continue };
+                    if res.pad.is_none() || queue_pad(ctx, w, i, res, ops) {
+                        queue_record(ctx, w, i, res, rec, max, ops);
+                    }
+                }
+            }
+            if ops.is_empty() {
+                // Nothing could be queued: let the runtime step (and the epoch change).
+                ctx.yield_now().await;
+                continue;
+            }
+            flush(ctx, ops).await;
+            // A target stays failed unless it had WRITEs this round and all landed.
+            let (mut queued, mut errors) = (0u64, 0u64);
+            for o in ops.iter() {
+                queued |= 1 << o.at;
+                if ctx.op_result(o.h).is_err() {
+                    errors |= 1 << o.at;
+                }
+            }
+            failed &= !(queued & !errors);
+        }
+        let mut rings = th.rings.borrow_mut();
         for (i, (&r, res)) in targets.iter().zip(res.iter()).enumerate() {
             let Some(w) = rings.at(r) else { continue };
             if failed & (1 << i) != 0 {
-                w.failed(self.id, res);
-            } else if failed != 0 {
-                // Landed, but the transaction aborts: the record is voided before it
-                // may be truncated, since a replica applies what it truncates.
+                // Never landed, and the configuration changed: the slot is voided
+                // (recovery installs the transaction from the records that exist).
                 w.failed(self.id, res);
             } else {
                 w.logged(self.id);
@@ -402,7 +512,7 @@ impl Txn<'_> {
         // Only complete WRITEs count: a failed flush whose WRITEs all completed (a
         // truncation timed out, say) still logged the record everywhere.
         if failed != 0 {
-            return Err(AbortReason::Timeout);
+            return Err(AbortReason::EpochChanged);
         }
         Ok(())
     }

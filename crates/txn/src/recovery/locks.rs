@@ -4,6 +4,19 @@
 use crate::db::NodeDb;
 use ambidex_cluster::Placement;
 
+/// Releases every transaction lock in `db`'s tables (not the store's own short ones).
+/// Run at stage Recover once this node's records are replayed: every transaction of
+/// the old epoch either left a record (its writes are installed by the replays, which
+/// apply by version once the lock is gone) or aborts, and no transaction of the new
+/// epoch runs before stage Run. Returns the locks released.
+pub fn release_all(db: &NodeDb) -> u64 {
+    let mut n = 0;
+    for t in db.tables() {
+        n += t.release_locks_where(|_| true) as u64;
+    }
+    n
+}
+
 /// Releases every lock in `db`'s tables whose owner's node is not a member of
 /// `placement`. Returns the locks released.
 pub fn release_non_members(db: &NodeDb, placement: &Placement) -> u64 {

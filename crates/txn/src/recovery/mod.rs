@@ -10,13 +10,11 @@
 //! reported committed (its coordinator died before its log was complete), so it is
 //! aborted: its locks are released.
 //!
-//! The rule needs a coordinator never to release the locks of a transaction whose log
-//! phase began (it must commit it, retrying until it succeeds or the configuration
-//! changes). NOT YET: today a log phase that fails (an RPC that gave up, a WRITE that
-//! failed) removes the coordinator's own record, voids its ring slots and aborts, so a
-//! record that reached some replica could outlive the abort and be committed here.
-//! Nodes do not run this recovery yet either: nothing moves a running cluster to a new
-//! configuration (the next steps of issue 18).
+//! The rule needs a coordinator never to abort a transaction once its own record is
+//! written: a failed LOG or ring WRITE is sent again until it lands or the
+//! configuration changes, and then the transaction is committed by this recovery
+//! (`phases::log`, `Txn::commit`). Node threads run it through [`thread`] when their
+//! node has a manager (in-process runs with `RunSpec::manager`; node processes not yet).
 //!
 //! - [`records`]: the writes of every record a node holds: its threads' log replicas
 //!   (`Log::Rpc` records and every coordinator's own) and its log rings (`Log::Write`).
@@ -24,11 +22,16 @@
 //!   (RECOVER), where [`crate::actions::recover_write`] installs it under the
 //!   coordinator's surviving lock or applies it to an older copy, by version, so the
 //!   same write recovered from several records changes nothing twice.
-//! - [`locks`]: releases the locks of coordinators that are no longer members.
+//! - [`locks`]: releases every lock of the old epoch (thread 0 of each member, before
+//!   its replays: see [`thread`]).
+//! - [`thread`]: a node thread's adopt and recover steps between runtime steps.
 
 pub mod locks;
 pub mod records;
 pub mod replay;
+pub mod thread;
+
+pub use thread::{NodeWatch, ThreadRecovery};
 
 /// What one thread's recovery did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -45,8 +48,11 @@ pub struct RecoveryStats {
     pub busy_retries: u64,
     /// Writes a replica refused (malformed or foreign records).
     pub refused: u64,
-    /// Locks of failed coordinators released.
+    /// Locks of the old epoch released.
     pub locks_released: u64,
+    /// Replays started again after one could not finish (a replica kept a key
+    /// locked, or did not answer).
+    pub replays_repeated: u64,
 }
 
 impl RecoveryStats {
@@ -59,6 +65,7 @@ impl RecoveryStats {
         self.busy_retries += o.busy_retries;
         self.refused += o.refused;
         self.locks_released += o.locks_released;
+        self.replays_repeated += o.replays_repeated;
     }
 
     /// Counts a replica's outcome of one write.

@@ -9,8 +9,9 @@ use ambidex_cluster::Placement;
 use ambidex_rpc::Ctx;
 use ambidex_transport::NodeId;
 
-/// Bytes of writes per RECOVER request (well under the RPC layer's message limit).
-const REQUEST_BYTES: usize = 32 * 1024;
+/// Bytes of writes per RECOVER request: one request per flush, so a few datagrams,
+/// within any destination's credits.
+const REQUEST_BYTES: usize = 8 * 1024;
 /// Rounds a replica is asked again (for entries that met another lock, or requests
 /// that failed) before recovery gives up.
 const ROUNDS: u32 = 200;
@@ -104,8 +105,10 @@ async fn apply_here(
     })
 }
 
-/// Sends `list`'s entries to `node` in RECOVER requests, again for those it could not
-/// take yet (another lock) or whose request failed.
+/// Sends `list`'s entries to `node` in RECOVER requests of at most `REQUEST_BYTES`,
+/// one per flush (a flush must fit the destination's credits), and again those it
+/// could not take yet (another lock) or whose request failed. Gives up after `ROUNDS`
+/// flushes in a row that took nothing.
 async fn send(
     ctx: &Ctx,
     node: NodeId,
@@ -113,56 +116,60 @@ async fn send(
     list: Vec<usize>,
     st: &mut RecoveryStats,
 ) -> Result<(), RecoveryError> {
-    let mut pending = list;
+    let mut pending: std::collections::VecDeque<usize> = list.into();
     let mut req = Vec::new();
-    for _ in 0..ROUNDS {
-        // The requests of this round: (handle, entry indices).
-        let mut out = Vec::new();
-        let mut chunk: Vec<usize> = Vec::new();
+    let mut chunk: Vec<usize> = Vec::new();
+    let mut idle_rounds = 0;
+    while !pending.is_empty() {
+        if idle_rounds >= ROUNDS {
+            return Err(RecoveryError::Unfinished {
+                node,
+                pending: pending.len(),
+            });
+        }
         RecoverReq::begin(&mut req);
-        let flush_chunk = |req: &mut Vec<u8>, chunk: &mut Vec<usize>, out: &mut Vec<_>| {
-            if chunk.is_empty() {
-                return;
-            }
-            match ctx.queue(node, rtype::RECOVER, req) {
-                Ok(h) => out.push((Some(h), std::mem::take(chunk))),
-                Err(_) => out.push((None, std::mem::take(chunk))),
-            }
-            RecoverReq::begin(req);
-        };
-        for &i in &pending {
+        chunk.clear();
+        while let Some(&i) = pending.front() {
             let e = &entries[i];
-            if req.len() + e.write.len() + 8 > REQUEST_BYTES || chunk.len() == u16::MAX as usize {
-                flush_chunk(&mut req, &mut chunk, &mut out);
+            if !chunk.is_empty()
+                && (req.len() + e.write.len() + 8 > REQUEST_BYTES
+                    || chunk.len() == u16::MAX as usize)
+            {
+                break;
             }
             RecoverReq::push(&mut req, e.txn, &e.write);
             chunk.push(i);
+            pending.pop_front();
         }
-        flush_chunk(&mut req, &mut chunk, &mut out);
+        let h = ctx.queue(node, rtype::RECOVER, &req).ok();
         let _ = ctx.flush().await;
-        let mut again = Vec::new();
-        for (h, chunk) in out {
-            let resp = h.and_then(|h| ctx.response(h, RecoverResp::decode).ok()?.ok());
-            match resp {
-                Some(RecoverResp {
-                    status: Status::Ok,
-                    busy,
-                }) => {
-                    st.busy_retries += busy.len() as u64;
-                    again.extend(busy.iter().filter_map(|&b| chunk.get(b as usize)));
-                }
-                // Refused whole (malformed: a bug), or no answer: sent again.
-                _ => again.extend(chunk),
+        let resp = h.and_then(|h| ctx.response(h, RecoverResp::decode).ok()?.ok());
+        let taken = match resp {
+            Some(RecoverResp {
+                status: Status::Ok,
+                busy,
+            }) => {
+                st.busy_retries += busy.len() as u64;
+                let again: Vec<usize> = busy
+                    .iter()
+                    .filter_map(|&b| chunk.get(b as usize).copied())
+                    .collect();
+                let taken = again.len() < chunk.len();
+                pending.extend(again);
+                taken
             }
+            // Refused whole (malformed: a bug), or no answer: sent again.
+            _ => {
+                pending.extend(chunk.iter().copied());
+                false
+            }
+        };
+        if taken {
+            idle_rounds = 0;
+        } else {
+            idle_rounds += 1;
+            ctx.yield_now().await;
         }
-        pending = again;
-        if pending.is_empty() {
-            return Ok(());
-        }
-        ctx.yield_now().await;
     }
-    Err(RecoveryError::Unfinished {
-        node,
-        pending: pending.len(),
-    })
+    Ok(())
 }

@@ -170,3 +170,36 @@ impl Drop for TestCluster {
         }
     }
 }
+
+/// xorshift64: the tests' seeded random numbers.
+pub fn rng_next(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
+}
+
+/// One transfer of a random amount between two random accounts of `n` in `table`
+/// (little-endian `i64` balances), on `w`'s coordinator. True if it committed.
+pub async fn random_transfer(
+    w: &ambidex_txn::runner::WorkerCtx,
+    table: u32,
+    n: u64,
+    seed: &mut u64,
+) -> bool {
+    use ambidex_txn::{Txn, WriteKind};
+    let a = rng_next(seed) % n;
+    let b = (a + 1 + rng_next(seed) % (n - 1)) % n;
+    let amount = (rng_next(seed) % 50) as i64;
+    let mut t = Txn::begin(&w.ctx, &w.th);
+    let ia = t.write(table, a, WriteKind::Update);
+    let ib = t.write(table, b, WriteKind::Update);
+    if t.execute().await.is_err() {
+        return false;
+    }
+    let va = i64::from_le_bytes(t.get(ia).unwrap().try_into().unwrap());
+    let vb = i64::from_le_bytes(t.get(ib).unwrap().try_into().unwrap());
+    t.set(ia, &(va - amount).to_le_bytes());
+    t.set(ib, &(vb + amount).to_le_bytes());
+    t.commit().await.is_ok()
+}

@@ -31,6 +31,10 @@ impl State {
                 return Poll::Ready(Err(self.flush_error(id)));
             }
             Phase::Building | Phase::WaitCredit => {
+                if b.epoch != self.epoch && (b.ops > 0 || !b.reqs.is_empty()) {
+                    // Queued in an older epoch: never sent in this one.
+                    return Poll::Ready(Err(self.fail_batch(id, RpcError::EpochChanged)));
+                }
                 if b.reqs.is_empty() {
                     if b.ops == 0 {
                         b.phase = Phase::Done;
@@ -61,16 +65,27 @@ impl State {
                 self.stats.credit_waits += 1;
                 Poll::Pending
             }
-            Err(e) => {
-                let b = &mut self.workers.batches[id as usize];
-                b.phase = Phase::Done;
-                for q in b.reqs.iter_mut() {
-                    q.status = ReqStatus::Failed;
-                }
-                self.drop_ops(id);
-                Poll::Ready(Err(e))
-            }
+            Err(e) => Poll::Ready(Err(self.fail_batch(id, e))),
         }
+    }
+
+    /// Fails worker `id`'s batch before anything of it was sent, with `e`.
+    #[cold]
+    fn fail_batch(&mut self, id: u16, e: RpcError) -> RpcError {
+        let by_epoch = e == RpcError::EpochChanged;
+        let b = &mut self.workers.batches[id as usize];
+        b.phase = Phase::Done;
+        let status = if by_epoch {
+            self.stats.failed_by_epoch += b.reqs.len() as u64 + b.ops as u64;
+            ReqStatus::EpochChanged
+        } else {
+            ReqStatus::Failed
+        };
+        for q in b.reqs.iter_mut() {
+            q.status = status;
+        }
+        self.drop_ops(id);
+        e
     }
 
     /// Why a finished flush of worker `id` failed: a request timed out, or else

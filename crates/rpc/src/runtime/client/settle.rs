@@ -42,7 +42,7 @@ impl Destination {
             run += 1;
             let (nc, nk) = (q.next_worker, q.next);
             if left == 0 || nc != c {
-                if status == ReqStatus::Failed {
+                if status.failed() {
                     b.failed += run;
                 }
                 b.settled(c, run, &mut workers.ready);
@@ -204,7 +204,7 @@ impl State {
         let n = dest.settle_entry(seq, status, None, &mut self.workers) as u64;
         dest.inflight -= 1;
         self.client.inflight -= 1;
-        if status == ReqStatus::Failed {
+        if status.failed() {
             self.stats.rpcs_failed += n;
         } else {
             self.stats.rpcs_completed += n;

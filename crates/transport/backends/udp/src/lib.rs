@@ -987,18 +987,18 @@ impl Core {
                 next = Some(next.map_or(d, |n: u64| n.min(d)));
             }
             if failed {
-                self.fail_peer(x);
+                self.fail_peer(x, AccessError::Timeout);
             }
         }
         self.next_deadline = next;
     }
 
-    /// Completes every pending operation to node `x` with `Timeout` and starts a new
+    /// Completes every pending operation to node `x` with `why` and starts a new
     /// session, as a QP that enters the error state flushes its work requests.
-    fn fail_peer(&mut self, x: usize) {
+    fn fail_peer(&mut self, x: usize, why: AccessError) {
         for o in self.peers[x].ops.iter_mut() {
             if o.done.is_none() {
-                o.done = Some((Err(AccessError::Timeout), 0));
+                o.done = Some((Err(why), 0));
             }
         }
         self.deliver(x);
@@ -1258,7 +1258,16 @@ impl Endpoint for UdpEndpoint {
     }
 
     fn set_epoch(&mut self, epoch: u32) {
+        if self.core.lim.epoch == epoch {
+            return;
+        }
         self.core.lim.epoch = epoch;
+        // Operations of the old epoch must not execute in the new one, where recovery
+        // decided their transactions: fail them all and start new sessions, as a reset
+        // queue pair flushes its work requests.
+        for x in 0..self.core.peers.len() {
+            self.core.fail_peer(x, AccessError::EpochChanged);
+        }
     }
 
     fn host_threads(&self) -> usize {
