@@ -745,6 +745,9 @@ fn read_lines(
     tx: std::sync::mpsc::Sender<(u16, FromNode)>,
 ) {
     use std::io::{BufRead, Read};
+    // This thread answers the node's lease renewals (with the manager on): it runs at
+    // the priority of the lease threads (the agent, the manager's ticker).
+    ambidex_cluster::priority::raise_lease_thread();
     let n = reader.index;
     let mut r = std::io::BufReader::new(out);
     loop {

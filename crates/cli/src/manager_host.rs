@@ -80,6 +80,8 @@ impl ManagerHost {
         let h = std::thread::Builder::new()
             .name("manager-push".into())
             .spawn(move || {
+                // New states reach the agents through here (a lease thread too).
+                ambidex_cluster::priority::raise_lease_thread();
                 let mut revision = 0;
                 while !stop.load(Ordering::SeqCst) {
                     let Some(s) = m.state_after(revision, Duration::from_millis(50)) else {

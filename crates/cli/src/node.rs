@@ -100,6 +100,9 @@ fn manager_line(line: &str) -> Option<serde_json::Value> {
 /// Reads stdin: commands go to `tx`, manager lines straight to `inbox` (the agent
 /// waits on them while the main loop may be busy, e.g. finishing).
 fn read_commands(tx: std::sync::mpsc::Sender<Input>, inbox: ChannelInbox, node: u16) {
+    // The manager's answers to the agent's renewals arrive here: this thread is on the
+    // lease's path as much as the agent is, so it runs at the agent's priority.
+    ambidex_cluster::priority::raise_lease_thread();
     let mut r = std::io::BufReader::new(std::io::stdin());
     // However the input ends, the agent's calls fail at once from then on.
     struct CloseOnDrop(ChannelInbox);
