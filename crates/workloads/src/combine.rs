@@ -61,6 +61,11 @@ pub struct NodeReport {
     /// Committed transactions per 10 ms since this node's `start` (warmup included).
     #[serde(default)]
     pub timeline_10ms: Vec<u32>,
+    /// When (system clock, ns since the Unix epoch) this node's first commit that
+    /// touched a key whose primary was on a node removed during the run ended
+    /// (`null`: none).
+    #[serde(default)]
+    pub first_lost_commit_ns: Option<u64>,
 }
 
 /// An order-independent digest of the rows of `table` in placement partition
@@ -133,6 +138,7 @@ impl NodeReport {
         NodeReport {
             node,
             timeline_10ms: tally.timeline,
+            first_lost_commit_ns: tally.first_lost_commit_ns,
             per_type: tally.per_type,
             aborts_by_reason: tally.aborts,
             latency_ns: tally
@@ -286,6 +292,7 @@ fn combine<W: Workload>(
         ));
     }
     let mut timeline: Vec<u32> = Vec::new();
+    let mut first_lost: Option<u64> = None;
     let policy = cfg.policy()?;
     let types = wl.txn_types().len();
     let mut tally = Tally::new(types);
@@ -333,6 +340,7 @@ fn combine<W: Workload>(
             load = load.max(r.load_seconds);
         }
         crate::driver::add_timeline(&mut timeline, &r.timeline_10ms);
+        first_lost = crate::driver::min_some(first_lost, r.first_lost_commit_ns);
         match &r.check_violation {
             Some(v) => violations.push(format!("node {n}: {v}")),
             None => parts.push(r.check.clone()),
@@ -373,6 +381,7 @@ fn combine<W: Workload>(
     r.load_seconds = load;
     r.remote_tables_verified = reports.iter().map(|n| n.remote_tables_verified).collect();
     r.timeline_10ms = timeline.iter().map(|&c| c as u64).collect();
+    r.first_lost_commit_ns = first_lost;
     Ok(r)
 }
 

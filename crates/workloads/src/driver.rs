@@ -129,6 +129,11 @@ pub struct BenchReport {
     /// How long the cluster took to notice and get over the first failure; `null`
     /// without one.
     pub recovery: Option<crate::survival::Recovery>,
+    /// When (system clock, ns, as the manager's events) the first commit of a
+    /// transaction that touched a key whose primary was on a node removed during the
+    /// run ended; what `recovery.first_commit_ms` is computed from.
+    #[serde(skip)]
+    pub first_lost_commit_ns: Option<u64>,
     /// The configuration the run was given (every path echoes the one it ran with).
     pub config: Config,
 }
@@ -253,6 +258,9 @@ pub struct Tally {
     /// Committed transactions per [`TIMELINE_BUCKET`] since the workers were made,
     /// warmup included (grown as time passes: no allocation per transaction).
     pub(crate) timeline: Vec<u32>,
+    /// When (system clock, ns) this node's first commit that touched a key whose
+    /// primary was on a node no longer a member ended ([`crate::lost`]).
+    pub(crate) first_lost_commit_ns: Option<u64>,
 }
 
 /// The timeline's bucket (`BenchReport::timeline_10ms`).
@@ -272,6 +280,7 @@ impl Tally {
             // enough to stay in cache (3 digits cost ~2% of TATP's CPU time).
             hist: Histogram::new_with_bounds(1, HIST_MAX_NS, 2).expect("histogram bounds"),
             timeline: Vec::new(),
+            first_lost_commit_ns: None,
         }
     }
 
@@ -302,6 +311,16 @@ impl Tally {
         }
         self.hist.add(&o.hist).expect("same histogram bounds");
         add_timeline(&mut self.timeline, &o.timeline);
+        self.first_lost_commit_ns = min_some(self.first_lost_commit_ns, o.first_lost_commit_ns);
+    }
+}
+
+/// The earlier of two optional times.
+pub(crate) fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
     }
 }
 
@@ -376,6 +395,7 @@ pub(crate) fn make_worker<W: Workload>(
             let mut rng = SmallRng::seed_from_u64(worker_seed(seed, w.node, w.thread, w.coroutine));
             let mut local = W::Local::default();
             let mut tally = Tally::new(types);
+            crate::lost::start_worker(&w, t0);
             loop {
                 if phase.load(Ordering::Relaxed) == STOP || w.stop.load(Ordering::Relaxed) {
                     break;
@@ -407,6 +427,7 @@ pub(crate) fn make_worker<W: Workload>(
                 }
             }
             wl.finish_worker(local);
+            tally.first_lost_commit_ns = crate::lost::first_commit_ns(t0);
             total.lock().unwrap().merge(&tally);
         })
     })
@@ -628,6 +649,7 @@ pub fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) ->
         kills: Vec::new(),
         manager_events: Vec::new(),
         recovery: None,
+        first_lost_commit_ns: tally.first_lost_commit_ns,
         config: cfg.clone(),
     }
 }

@@ -33,6 +33,7 @@ pub mod common;
 pub mod config;
 pub mod driver;
 pub mod load;
+pub mod lost;
 pub mod node;
 pub mod objstore;
 pub mod plot;

@@ -18,8 +18,9 @@
 use crate::common::{
     get_i64, part_i64, per_node_capacity, primary_rows, Loader, Outcome, Workload,
 };
+use crate::lost::Txn;
 use ambidex_txn::runner::WorkerCtx;
-use ambidex_txn::{AbortReason, NodeDb, Placement, TableSpec, Txn, WriteKind};
+use ambidex_txn::{AbortReason, NodeDb, Placement, TableSpec, WriteKind};
 use rand::rngs::SmallRng;
 use rand::Rng;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -589,7 +589,15 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
             .map(|e| ManagerEvent::new(e, *start_ns))
             .collect();
     }
-    report.recovery = recovery(&report.kills, &report.failures, &report.manager_events);
+    report.recovery = recovery(
+        &report.kills,
+        &report.failures,
+        &report.manager_events,
+        report
+            .first_lost_commit_ns
+            .zip(membership.as_ref())
+            .map(|(ns, m)| (ns as f64 - m.2 as f64) / 1e6),
+    );
     if let Some(h) = &cfg.run.history {
         if !h.contains("{node}") {
             merge_histories(Path::new(h), &cfg.run, nodes)?;
