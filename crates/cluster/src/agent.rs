@@ -39,6 +39,9 @@ pub struct NodeState {
     /// Nodes this node's threads found silent, for the agent to report
     /// ([`NodeState::suspect`]).
     suspects: Mutex<Vec<NodeId>>,
+    /// Partitions whose copy here was brought up to date, with the epoch they were
+    /// copied in, for the agent to report ([`NodeState::synced`]).
+    synced: Mutex<Vec<(u32, u32)>>,
 }
 
 fn count_word(epoch: u32, n: u32) -> u64 {
@@ -83,6 +86,7 @@ impl NodeState {
             lease_until: AtomicU64::new(u64::MAX),
             why: Mutex::new(None),
             suspects: Mutex::new(Vec::new()),
+            synced: Mutex::new(Vec::new()),
         })
     }
 
@@ -150,6 +154,20 @@ impl NodeState {
 
     fn take_suspects(&self) -> Vec<NodeId> {
         std::mem::take(&mut *self.suspects.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// This node's copy of partition `p` was brought up to date in `epoch` (its
+    /// primary sent every key): the agent reports it, and the manager marks the copy
+    /// synced if the configuration is still `epoch`'s.
+    pub fn synced(&self, epoch: u32, p: u32) {
+        let mut s = self.synced.lock().unwrap_or_else(|e| e.into_inner());
+        if !s.contains(&(epoch, p)) {
+            s.push((epoch, p));
+        }
+    }
+
+    fn take_synced(&self) -> Vec<(u32, u32)> {
+        std::mem::take(&mut *self.synced.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Moves to a newer configuration at `stage` (the counts restart). The agent
@@ -296,6 +314,25 @@ impl Loop {
             }
         }
         let epoch = state.config.epoch();
+        // Copies of an older epoch are not reported: the manager's placement may have
+        // moved the partition since (its new primary copies it again).
+        let synced: Vec<u32> = state
+            .take_synced()
+            .into_iter()
+            .filter(|&(e, _)| e == epoch)
+            .map(|(_, p)| p)
+            .collect();
+        if !synced.is_empty() {
+            if let Err(e) = client.synced(&synced) {
+                if let ManagerError::Refused(r) = e {
+                    return Err(ManagerError::Refused(r));
+                }
+                // Unreachable for now: reported again next round.
+                for p in synced {
+                    state.synced(epoch, p);
+                }
+            }
+        }
         let ready = match state.stage() {
             Stage::Adopt => state.all(&state.adopted, epoch),
             Stage::Recover => state.all(&state.recovered, epoch),

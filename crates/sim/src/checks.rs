@@ -375,6 +375,19 @@ mod tests {
         }
     }
 
+    /// `write` as the next write after `db`'s copy of `key` (a backup applies it at
+    /// the version it names).
+    fn next_write<'a>(db: &NodeDb, key: u64, prev: u64, value: &'a [u8]) -> WriteRec<'a> {
+        let store_version = db.lock_word(T, key).expect("the key is stored").version;
+        WriteRec {
+            token: LockToken {
+                offset: 0,
+                store_version,
+            },
+            ..write(key, prev, value)
+        }
+    }
+
     fn committed(id: u64, key: u64, prev: u64, value: &[u8]) -> TxnRecord {
         TxnRecord {
             id,
@@ -414,7 +427,7 @@ mod tests {
         assert!(actions::apply_backup(
             &dbs[backup as usize],
             77,
-            &write(key, 1, &[9; 8])
+            &next_write(&dbs[backup as usize], key, 1, &[9; 8])
         ));
         let f = replica_consistency(&dbs, &p, &Dump::of(&dbs, &[T])).expect("divergence missed");
         assert!(
@@ -469,7 +482,8 @@ mod tests {
         let d0 = Dump::of(&dbs, &[T]).digest();
         assert_eq!(d0, Dump::of(&dbs, &[T]).digest());
         let b = p.replicas(T, 1)[2];
-        actions::apply_backup(&dbs[b as usize], 1, &write(1, 1, &[1, 0, 0, 0, 0, 0, 0, 1]));
+        let v = [1, 0, 0, 0, 0, 0, 0, 1];
+        assert!(actions::apply_backup(&dbs[b as usize], 1, &next_write(&dbs[b as usize], 1, 1, &v)));
         assert_ne!(d0, Dump::of(&dbs, &[T]).digest());
     }
 }

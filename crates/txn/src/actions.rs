@@ -271,25 +271,15 @@ pub fn apply_logged(db: &NodeDb, txn: u64, w: &WriteRec<'_>) -> Result<bool, Sto
     }))
 }
 
-/// Applies a committed write at a backup (COMMIT_BACKUP). The primary holds the key's
-/// lock until every backup acknowledged, so backups see the writes of one key in
-/// commit order.
+/// Applies a committed write at a backup (COMMIT_BACKUP): at the version the primary
+/// installs it with, as [`apply_logged`] does, so every copy of a key carries its
+/// primary's version. The primary holds the key's lock until every backup
+/// acknowledged, so backups see the writes of one key in commit order; the version
+/// still matters for a backup that is being re-replicated, whose copy of the key may
+/// arrive from the primary before or after this write (`recovery::rereplicate`).
+/// Returns false if the write does not fit the table.
 pub fn apply_backup(db: &NodeDb, txn: u64, w: &WriteRec<'_>) -> bool {
-    let Some((spec, t)) = db.table(w.table) else {
-        return false;
-    };
-    with_stored_value(txn, w, spec.value_size, |v| loop {
-        match t.update(w.key, v) {
-            Ok(_) => return true,
-            Err(StoreError::NotFound) => match t.insert(w.key, v) {
-                Ok(_) => return true,
-                Err(StoreError::Exists) => continue,
-                Err(_) => return false,
-            },
-            Err(_) => return false,
-        }
-    })
-    .unwrap_or(false)
+    apply_logged(db, txn, w).is_ok()
 }
 
 /// What recovery did with one write of a surviving log record.

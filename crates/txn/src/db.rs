@@ -174,6 +174,8 @@ impl NodeDb {
         let cache_entries = remote_keys.clamp(LOCATION_CACHE_MIN, LOCATION_CACHE_MAX);
         let (nodes, replication) = (placement.nodes(), placement.replication());
         let log_region = LogRegion::create(transport, nodes, replication, &rings)?;
+        // Its writers start at the head of the epoch they are made in.
+        log_region.restart(config.epoch);
         Ok(Arc::new(NodeDb {
             log_region,
             log_ring_config: rings,

@@ -184,6 +184,7 @@ impl TxnThread {
         let state = db.cluster().clone();
         rt.on_suspect(move |node| state.suspect(node));
         let addr = rt.addr();
+        let epoch = rt.epoch();
         if let Err(e) = LockOwner::new(db.node, addr.thread, 0) {
             panic!("cannot install the transaction layer: {e}");
         }
@@ -197,7 +198,7 @@ impl TxnThread {
             seq: Cell::new(0),
             stats: RefCell::new(TxnStats::default()),
             log,
-            rings: RefCell::new(log_ring::RingWriters::default()),
+            rings: RefCell::new(log_ring::RingWriters::new(epoch)),
             history: RefCell::new(None),
             bufs: RefCell::new(Vec::new()),
             free_slots: RefCell::new(Vec::new()),
@@ -210,10 +211,12 @@ impl TxnThread {
         })
     }
 
-    /// The thread moved to a new epoch: what belonged to the old one goes. Orphaned
-    /// locks were released by recovery; cached locations may name old homes.
-    pub(crate) fn forget_old_epoch(&self) {
+    /// The thread moved to `epoch`: what belonged to the old one goes. Orphaned locks
+    /// are released by recovery; cached locations may name old homes; the log rings
+    /// restart (recovery replays what they held).
+    pub(crate) fn forget_old_epoch(&self, epoch: u32) {
         self.orphans.borrow_mut().clear();
+        self.rings.borrow_mut().reset(epoch);
         if self.thread == 0 {
             for t in self.db.tables() {
                 self.db.location_cache.invalidate_table(t.desc().table_id);

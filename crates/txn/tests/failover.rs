@@ -148,19 +148,16 @@ fn a_killed_node_is_recovered_from_fasst() {
 }
 
 #[test]
-#[ignore = "issue 18, not finished: intermittently a backup's copy differs from its primary after the kill (seen once in a fresh-clone CI run; money conserved)"]
 fn a_killed_node_is_recovered_from_farm() {
     kill_one(Policy::farm(), Duration::from_millis(300));
 }
 
 #[test]
-#[ignore = "issue 18, not finished: under Log::Write a backup's copy can differ from its primary after the kill (money is conserved; the rings' old-epoch records are not yet resolved)"]
 fn a_killed_node_is_recovered_from_drtm_r() {
     kill_one(Policy::drtm_r(), Duration::from_millis(300));
 }
 
 #[test]
-#[ignore = "issue 18, not finished: under Log::Write a backup's copy can differ from its primary after the kill (money is conserved; the rings' old-epoch records are not yet resolved)"]
 fn a_killed_node_is_recovered_from_drtm_h() {
     kill_one(Policy::drtm_h(), Duration::from_millis(300));
 }

@@ -7,8 +7,12 @@
 
 mod common;
 
+use ambidex_rpc::Runtime;
 use ambidex_transport::local::LocalFabric;
-use ambidex_transport::ClusterConfig;
+use ambidex_transport::{
+    ClusterConfig, Completion, CounterSnapshot, Datagram, Endpoint, EndpointAddr, OneSidedKind,
+    OneSidedOp, RegionDesc, TransportError,
+};
 use ambidex_txn::log_ring::writer::TRUNCATE_EVERY;
 use ambidex_txn::log_ring::{format, End, LogRingConfig, RingHead};
 use ambidex_txn::messages::{LockToken, WriteRec};
@@ -18,8 +22,9 @@ use ambidex_txn::{AbortReason, LockOwner, NodeDb, Placement, Policy, TableSpec, 
 use ambidex_txn::{TxnStats, WriteKind};
 use common::{Backend, TestCluster};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const ACCOUNTS: u32 = 1;
 const N_ACCOUNTS: u64 = 12;
@@ -377,29 +382,91 @@ fn a_ring_whose_head_record_is_torn_is_never_overwritten_and_ends_in_log_full() 
     c.assert_money_at_primaries(ACCOUNTS, N_ACCOUNTS, INITIAL);
 }
 
-/// Starts thread 0 of node `n` with `worker` as its one coroutine, to be driven by hand
-/// (`poll_once`): the tests below decide which node runs when.
-fn start_by_hand<F, Fut>(
+// ---- Clusters driven by hand ----
+
+/// A cluster of `nodes` nodes of one thread each, replication `r` and rings of the
+/// default size, whose threads the test drives by hand ([`start_by_hand`],
+/// [`poll_until`]): the tests below decide which node runs when. The start-up check is
+/// skipped (its outcome recorded beforehand).
+fn hand_cluster(nodes: u16, r: u16) -> TestCluster {
+    let c = cluster(nodes, 1, r, LogRingConfig::default());
+    for db in &c.dbs {
+        db.record_verification(Ok(0));
+    }
+    c
+}
+
+/// The first `m` keys whose primary is `node`.
+fn keys_of(c: &TestCluster, node: u16, m: usize) -> Vec<u64> {
+    let keys: Vec<u64> = (0..N_ACCOUNTS)
+        .filter(|&k| c.placement.primary(ACCOUNTS, k) == node)
+        .take(m)
+        .collect();
+    assert_eq!(keys.len(), m, "too few keys of node {node}");
+    keys
+}
+
+/// Starts thread 0 of node `n` on endpoint `ep` with `worker` as each coroutine, to be
+/// driven by hand (`poll_once`); `done(c)` runs once coroutine c returned.
+fn start_on<F, Fut, D>(
     c: &TestCluster,
     n: usize,
+    ep: Box<dyn Endpoint>,
     spec: &RunSpec,
     worker: F,
-) -> (ambidex_rpc::Runtime, std::rc::Rc<ambidex_txn::TxnThread>)
+    done: D,
+) -> (Runtime, std::rc::Rc<ambidex_txn::TxnThread>)
 where
     F: Fn(WorkerCtx) -> Fut + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
+    D: Fn(usize) + 'static,
 {
     runner::start_thread(
-        c.nodes[n].endpoint(0).unwrap(),
+        ep,
         ambidex_rpc::SystemClock::shared(),
         spec,
         c.dbs[n].clone(),
         None,
         Arc::new(std::sync::atomic::AtomicBool::new(false)),
         worker,
-        |_| {},
+        done,
     )
     .unwrap()
+}
+
+/// [`start_on`] the node's own endpoint, nothing called at the coroutines' end.
+fn start_by_hand<F, Fut>(
+    c: &TestCluster,
+    n: usize,
+    spec: &RunSpec,
+    worker: F,
+) -> (Runtime, std::rc::Rc<ambidex_txn::TxnThread>)
+where
+    F: Fn(WorkerCtx) -> Fut + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    start_on(c, n, c.nodes[n].endpoint(0).unwrap(), spec, worker, |_| {})
+}
+
+/// How long [`poll_until`] waits: far more than any of these tests needs, so reaching
+/// it is a failure, not a slow machine.
+const HAND_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Polls the runtimes `rts` in turn until `until()` holds, or [`HAND_DEADLINE`] passed
+/// (the caller's assertions then fail).
+fn poll_until(rts: &mut [&mut Runtime], until: impl Fn() -> bool) {
+    let deadline = Instant::now() + HAND_DEADLINE;
+    while !until() && Instant::now() < deadline {
+        for rt in rts.iter_mut() {
+            rt.poll_once();
+        }
+    }
+}
+
+/// Polls the runtimes `rts` in turn for `d` (for what no event tells the end of).
+fn poll_for(rts: &mut [&mut Runtime], d: Duration) {
+    let until = Instant::now() + d;
+    poll_until(rts, || Instant::now() >= until);
 }
 
 // ---- Reading rings of hand-made bytes ----
@@ -526,62 +593,74 @@ fn torn_stale_garbage_and_malformed_slots_are_counted_never_returned() {
     assert_eq!((s.valid, s.end), (1, End::Garbage));
 }
 
-/// Node 0's catalog names node 1's log region with a stale key: its WRITEs complete with
-/// an error, the transaction aborts (as a LOG RPC that fails does) and its own node's
-/// in-place record is removed. (The start-up check, which would have caught the key, is
-/// skipped by recording its outcome beforehand.)
-#[test]
-#[ignore = "checks the rule issue 18 replaces: a failed ring WRITE is now retried until it lands or the configuration changes (the transaction commits forward); to be rewritten for that rule"]
-fn a_failed_log_write_aborts_and_removes_the_own_record() {
-    use ambidex_store::Catalog;
-    use std::cell::RefCell;
-    use std::rc::Rc;
+/// An endpoint that spoils the key of the next `budget` one-sided WRITEs into `target`
+/// (a region of another node): they complete with an error and change nothing, as a
+/// WRITE lost on its way would; everything else passes through.
+struct FailingWrites {
+    inner: Box<dyn Endpoint>,
+    target: RegionDesc,
+    budget: u32,
+    failed: Arc<AtomicU32>,
+}
 
-    let c = TestCluster::new(Backend::Local, 2, 1, 2, &[accounts()]);
-    for k in 0..N_ACCOUNTS {
-        c.load(ACCOUNTS, k, &INITIAL.to_le_bytes());
+impl Endpoint for FailingWrites {
+    fn addr(&self) -> EndpointAddr {
+        self.inner.addr()
     }
-    let good = NodeDb::catalog_of(&c.dbs).unwrap();
-    let mut stale = Catalog::new(2);
-    stale.extend(good.iter().copied()).unwrap();
-    stale.insert_log(*good.log_region(0).unwrap()).unwrap();
-    let mut l1 = *good.log_region(1).unwrap();
-    l1.region.key ^= 1;
-    stale.insert_log(l1).unwrap();
-    c.dbs[0].set_catalog(stale).unwrap();
-    c.dbs[1].set_catalog(good).unwrap();
-    for db in &c.dbs {
-        db.record_verification(Ok(0));
+
+    fn config(&self) -> &ClusterConfig {
+        self.inner.config()
     }
-    let outcomes: Rc<RefCell<Vec<Result<(), AbortReason>>>> = Default::default();
-    let o = outcomes.clone();
-    let (mut rt0, th0) = start_by_hand(&c, 0, &spec(1), move |w| {
-        let o = o.clone();
-        async move {
-            let mut seed = 3;
-            for _ in 0..2 {
-                let r = transfer(&w, &mut seed).await.map(|_| ());
-                o.borrow_mut().push(r);
+
+    fn send(&mut self, batch: &[Datagram<'_>]) -> Result<(), TransportError> {
+        self.inner.send(batch)
+    }
+
+    fn poll_recv(&mut self, max: usize, sink: &mut dyn FnMut(EndpointAddr, &[u8])) -> usize {
+        self.inner.poll_recv(max, sink)
+    }
+
+    fn post(&mut self, ops: &[OneSidedOp<'_>]) -> Result<(), TransportError> {
+        let mut ops = ops.to_vec();
+        for op in &mut ops {
+            let into_target =
+                op.remote.node == self.target.node && op.remote.region == self.target.id;
+            if self.budget > 0 && into_target && matches!(op.kind, OneSidedKind::Write { .. }) {
+                self.budget -= 1;
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                op.remote.key ^= 1;
             }
         }
-    });
-    let (mut rt1, _th1) = start_by_hand(&c, 1, &spec(1), |_| async {});
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while outcomes.borrow().len() < 2 && std::time::Instant::now() < deadline {
-        rt0.poll_once();
-        rt1.poll_once();
+        self.inner.post(&ops)
     }
-    assert_eq!(
-        *outcomes.borrow(),
-        vec![Err(AbortReason::Timeout), Err(AbortReason::Timeout)]
-    );
-    let st = th0.stats();
-    assert_eq!(st.log_ring.write_failures, 2, "{:?}", st.log_ring);
-    assert_eq!(st.log_ring.records_written, 0);
-    assert_eq!(st.aborts.get("timeout"), Some(&2));
-    assert!(th0.log.borrow().is_empty(), "the own record stayed");
-    // Nothing was installed and every lock was released.
-    assert_money_conserved(&c);
+
+    fn poll_cq(&mut self, max: usize, out: &mut Vec<Completion>) -> usize {
+        self.inner.poll_cq(max, out)
+    }
+
+    fn outstanding(&self) -> usize {
+        self.inner.outstanding()
+    }
+
+    fn wait(&mut self, timeout: Duration) {
+        self.inner.wait(timeout)
+    }
+
+    fn set_epoch(&mut self, epoch: u32) {
+        self.inner.set_epoch(epoch)
+    }
+
+    fn counters(&self) -> CounterSnapshot {
+        self.inner.counters()
+    }
+
+    fn host_threads(&self) -> usize {
+        self.inner.host_threads()
+    }
+}
+
+/// Asserts no key of the table is locked at any node.
+fn assert_no_locks(c: &TestCluster) {
     for k in 0..N_ACCOUNTS {
         for db in &c.dbs {
             let h = db.lock_word(ACCOUNTS, k).unwrap();
@@ -594,95 +673,281 @@ fn a_failed_log_write_aborts_and_removes_the_own_record() {
     }
 }
 
-/// A transaction whose record landed at one backup but failed at another aborts; its
-/// record there is voided before any truncation passes it, since a replica applies the
-/// records it truncates. Node 0's catalog names node 2's log region with a stale key,
-/// so its WRITEs there fail: a write to a key of node 0 (backups 1 and 2) aborts with
-/// its record intact at node 1; writes to keys of node 2 (backups 0 and 1) commit,
-/// and their truncations at node 1 pass the aborted one's slot.
+/// Commit-forward (issue 18): a ring WRITE that fails once the coordinator's own record
+/// exists is posted again (same slot, same bytes) until it lands, and the transaction
+/// commits. Node 0's WRITEs into node 2's ring fail three times in a row (the first
+/// transaction's append and two retries) while its WRITE into node 1's ring lands at
+/// once: the transaction still commits, its record is in each ring exactly once, and
+/// every replica applies it (and the later ones) when they are truncated.
 #[test]
-#[ignore = "checks the rule issue 18 replaces: a failed ring WRITE is now retried until it lands or the configuration changes (the transaction commits forward); to be rewritten for that rule"]
-fn an_aborted_transactions_landed_record_is_never_applied() {
-    use ambidex_store::Catalog;
+fn a_failed_log_write_is_sent_again_until_it_lands_and_the_transaction_commits() {
     use std::cell::RefCell;
     use std::rc::Rc;
 
-    let c = TestCluster::new(Backend::Local, 3, 1, 3, &[accounts()]);
-    for k in 0..N_ACCOUNTS {
-        c.load(ACCOUNTS, k, &INITIAL.to_le_bytes());
-    }
-    let good = NodeDb::catalog_of(&c.dbs).unwrap();
-    let mut stale = Catalog::new(3);
-    stale.extend(good.iter().copied()).unwrap();
-    for n in 0..2 {
-        stale.insert_log(*good.log_region(n).unwrap()).unwrap();
-    }
-    let mut l2 = *good.log_region(2).unwrap();
-    l2.region.key ^= 1;
-    stale.insert_log(l2).unwrap();
-    c.dbs[0].set_catalog(stale).unwrap();
-    for n in 1..3 {
-        c.dbs[n].set_catalog(good.clone()).unwrap();
-    }
-    for db in &c.dbs {
-        db.record_verification(Ok(0));
-    }
-    let of = |node: u16| -> u64 {
-        (0..N_ACCOUNTS)
-            .find(|&k| c.placement.primary(ACCOUNTS, k) == node)
-            .unwrap()
-    };
-    let (aborted_key, later_key) = (of(0), of(2));
-    let n = TRUNCATE_EVERY as usize * 2;
-    let outcomes: Rc<RefCell<Vec<Result<(), AbortReason>>>> = Default::default();
-    let o = outcomes.clone();
-    let (mut rt0, th0) = start_by_hand(&c, 0, &spec(1), move |w| {
-        let o = o.clone();
-        async move {
-            for i in 0..=n {
-                let key = if i == 0 { aborted_key } else { later_key };
-                let mut t = Txn::begin(&w.ctx, &w.th);
-                let ix = t.write(ACCOUNTS, key, WriteKind::Update);
-                let r = async {
-                    t.execute().await?;
-                    t.set(ix, &(1000 + i as i64).to_le_bytes());
-                    t.commit().await
+    const FAILURES: u32 = 3;
+    let c = hand_cluster(3, 3);
+    // A key of node 0: its backups (nodes 1 and 2) each get the record in their ring.
+    let key = keys_of(&c, 0, 1)[0];
+    let mut backups: Vec<u16> = c.placement.backups(ACCOUNTS, key).collect();
+    backups.sort();
+    assert_eq!(backups, vec![1, 2]);
+    let failed = Arc::new(AtomicU32::new(0));
+    let ep = Box::new(FailingWrites {
+        inner: c.nodes[0].endpoint(0).unwrap(),
+        target: c.dbs[2].log_region_desc().region,
+        budget: FAILURES,
+        failed: failed.clone(),
+    });
+    let n = 3usize;
+    // Per transaction: its id, its outcome, and (the first only) its ring at nodes 1
+    // and 2 just after it returned (before any truncation).
+    type Outcome = (u64, Result<(), AbortReason>);
+    let outcomes: Rc<RefCell<Vec<Outcome>>> = Default::default();
+    let first_rings: Rc<RefCell<Option<[Vec<u64>; 2]>>> = Default::default();
+    let (o, fr, dbs) = (outcomes.clone(), first_rings.clone(), c.dbs.clone());
+    let (mut rt0, th0) = start_on(
+        &c,
+        0,
+        ep,
+        &spec(1),
+        move |w: WorkerCtx| {
+            let (o, fr, dbs) = (o.clone(), fr.clone(), dbs.clone());
+            async move {
+                for i in 0..n {
+                    let mut t = Txn::begin(&w.ctx, &w.th);
+                    let id = t.id();
+                    let ix = t.write(ACCOUNTS, key, WriteKind::Update);
+                    let r = async {
+                        t.execute().await?;
+                        t.set(ix, &(2000 + i as i64).to_le_bytes());
+                        t.commit().await
+                    }
+                    .await;
+                    o.borrow_mut().push((id, r.map(|_| ())));
+                    if i == 0 {
+                        let txns = |db: &NodeDb| {
+                            let region = db.log_region();
+                            let ring = region.ring_of(0, 0).unwrap();
+                            let s = region.scan(ring).unwrap();
+                            s.records.iter().map(|r| r.txn).collect::<Vec<_>>()
+                        };
+                        *fr.borrow_mut() = Some([txns(&dbs[1]), txns(&dbs[2])]);
+                    }
                 }
-                .await;
-                o.borrow_mut().push(r.map(|_| ()));
             }
+        },
+        |_| {},
+    );
+    let (mut rt1, th1) = start_by_hand(&c, 1, &spec(1), |_| async {});
+    let (mut rt2, th2) = start_by_hand(&c, 2, &spec(1), |_| async {});
+    // Until every transaction returned and node 0's rings are drained (the replicas
+    // released, and so applied, every record).
+    poll_until(&mut [&mut rt0, &mut rt1, &mut rt2], || {
+        outcomes.borrow().len() == n && th0.stats().log_records_held == 0
+    });
+    let outcomes = outcomes.borrow();
+    assert_eq!(outcomes.len(), n, "{outcomes:?}");
+    assert!(outcomes.iter().all(|o| o.1.is_ok()), "{outcomes:?}");
+    assert_eq!(
+        failed.load(Ordering::Relaxed),
+        FAILURES,
+        "the WRITEs did not fail"
+    );
+    let st = th0.stats();
+    assert_eq!(st.committed, n as u64, "{st:?}");
+    assert_eq!(st.committed_incomplete, 0, "{st:?}");
+    // One retry round per failed WRITE, each at node 2's ring only.
+    assert_eq!(st.log_retries, FAILURES as u64, "{st:?}");
+    let lr = st.log_ring;
+    // In the end every WRITE landed: none failed, nothing to void.
+    assert_eq!(
+        (lr.records_written, lr.write_failures, lr.repairs),
+        (2 * n as u64, 0, 0),
+        "{lr:?}"
+    );
+    assert_eq!(st.log_records_held, 0, "{st:?}");
+    // The first transaction's record, once in each ring (the retry wrote the same slot,
+    // not a second record).
+    let first = outcomes[0].0;
+    let rings = first_rings.borrow().clone().expect("no ring read");
+    for (replica, txns) in [1, 2].iter().zip(&rings) {
+        assert_eq!(txns, &vec![first], "node {replica}'s ring");
+    }
+    // Each replica applied every record once, voided none; the copies equal the
+    // primary's, which holds the last transaction's value.
+    for (replica, th) in [(1, &th1), (2, &th2)] {
+        let r = th.stats().log_ring;
+        assert_eq!(
+            (r.replica_records, r.replica_voids, r.replica_torn),
+            (n as u64, 0, 0),
+            "node {replica}: {r:?}"
+        );
+    }
+    c.assert_replicas_consistent(ACCOUNTS);
+    let mut v = Vec::new();
+    ambidex_txn::actions::read(&c.dbs[2], ACCOUNTS, key, &mut v);
+    assert_eq!(
+        i64::from_le_bytes(v.try_into().unwrap()),
+        2000 + n as i64 - 1
+    );
+    assert_no_locks(&c);
+}
+
+/// The ring's void path, which commit-forward keeps for a commit that never returns:
+/// a commit dropped at its log flush (its worker dropped mid-transaction) is resolved
+/// as aborted though its record landed at the replica. The record is voided by the
+/// ring's next flush before any truncation passes it, so neither recovery's reading of
+/// the ring nor the replica's apply at truncation ever takes it: the backup's copy of
+/// its key keeps its value.
+#[test]
+fn a_dropped_commits_landed_record_is_voided_and_never_applied() {
+    use std::cell::{Cell, RefCell};
+    use std::future::Future;
+    use std::rc::Rc;
+    use std::task::Poll;
+
+    const DROPPED_VALUE: i64 = 4242;
+    let c = hand_cluster(2, 2);
+    // Keys of node 0 (backup: node 1): the dropped commit writes the first, the later
+    // transactions the second, so nothing later overwrites the first at the backup.
+    let keys = keys_of(&c, 0, 2);
+    let (dropped_key, later_key) = (keys[0], keys[1]);
+    let n = TRUNCATE_EVERY as usize * 2;
+    /// What the test saw of the dropped transaction's record at node 1.
+    #[derive(Debug, Default)]
+    struct Seen {
+        dropped: Option<u64>,
+        first_poll_pending: bool,
+        /// Its record in node 1's ring, intact, before the void's flush.
+        landed: bool,
+        /// Node 1's ring after the next transaction's flush: (the transactions
+        /// recovery reads there, voids, the transactions of recovery's replay).
+        after_void: Option<(Vec<u64>, u64, Vec<u64>)>,
+        committed: usize,
+    }
+    let seen: Rc<RefCell<Seen>> = Default::default();
+    let done = Rc::new(Cell::new(0));
+    let (s, d, db1) = (seen.clone(), done.clone(), c.dbs[1].clone());
+    let (mut rt0, th0) = start_by_hand(&c, 0, &spec(2), move |w| {
+        let (s, d, db1) = (s.clone(), d.clone(), db1.clone());
+        async move {
+            let ring = db1.log_region().ring_of(0, 0).unwrap();
+            let scan = || db1.log_region().scan(ring).unwrap();
+            if w.coroutine == 0 {
+                let mut t = Txn::begin(&w.ctx, &w.th);
+                let ix = t.write(ACCOUNTS, dropped_key, WriteKind::Update);
+                t.execute().await.unwrap();
+                t.set(ix, &DROPPED_VALUE.to_le_bytes());
+                let id = t.id();
+                // A key of node 0: the commit's first wait is its log flush.
+                let mut commit = Box::pin(t.commit());
+                let first = std::future::poll_fn(|cx| Poll::Ready(commit.as_mut().poll(cx))).await;
+                drop(commit);
+                let mut s = s.borrow_mut();
+                s.first_poll_pending = first.is_pending();
+                s.dropped = Some(id);
+            } else {
+                let id = loop {
+                    if let Some(id) = s.borrow().dropped {
+                        break id;
+                    }
+                    w.ctx.yield_now().await;
+                };
+                // The dropped flush's WRITE lands (the local fabric performs it when
+                // the batch is posted).
+                for _ in 0..10_000 {
+                    if scan().records.iter().any(|r| r.txn == id) {
+                        s.borrow_mut().landed = true;
+                        break;
+                    }
+                    w.ctx.yield_now().await;
+                }
+                for i in 0..n {
+                    let mut t = Txn::begin(&w.ctx, &w.th);
+                    let ix = t.write(ACCOUNTS, later_key, WriteKind::Update);
+                    let r = async {
+                        t.execute().await?;
+                        t.set(ix, &(3000 + i as i64).to_le_bytes());
+                        t.commit().await
+                    }
+                    .await;
+                    if r.is_ok() {
+                        s.borrow_mut().committed += 1;
+                    }
+                    if i == 0 {
+                        // This flush carried the void; no truncation has passed it.
+                        let sc = scan();
+                        let mut replayed = Vec::new();
+                        ambidex_txn::recovery::records::in_rings(&db1, &mut |txn, _| {
+                            replayed.push(txn)
+                        });
+                        s.borrow_mut().after_void = Some((
+                            sc.records.iter().map(|r| r.txn).collect(),
+                            sc.voids,
+                            replayed,
+                        ));
+                    }
+                }
+            }
+            d.set(d.get() + 1);
         }
     });
     let (mut rt1, th1) = start_by_hand(&c, 1, &spec(1), |_| async {});
-    let (mut rt2, _th2) = start_by_hand(&c, 2, &spec(1), |_| async {});
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut poll = |until: &dyn Fn() -> bool| {
-        while !until() && std::time::Instant::now() < deadline {
-            rt0.poll_once();
-            rt1.poll_once();
-            rt2.poll_once();
-        }
-    };
-    poll(&|| outcomes.borrow().len() > n);
-    // The last worker's drain.
-    let drained = std::time::Instant::now() + Duration::from_millis(200);
-    poll(&|| std::time::Instant::now() >= drained);
-    let outcomes = outcomes.borrow();
-    assert_eq!(outcomes[0], Err(AbortReason::Timeout));
-    assert!(outcomes[1..].iter().all(|r| r.is_ok()), "{outcomes:?}");
-    // Node 1's copy of the aborted key was never written; the later key's copies hold
-    // its last value.
-    c.assert_replicas_consistent(ACCOUNTS);
-    let mut v = Vec::new();
-    ambidex_txn::actions::read(&c.dbs[1], ACCOUNTS, aborted_key, &mut v);
-    assert_eq!(i64::from_le_bytes(v.try_into().unwrap()), INITIAL);
+    // Until both coroutines returned and node 0's rings are drained.
+    poll_until(&mut [&mut rt0, &mut rt1], || {
+        done.get() == 2 && th0.stats().log_records_held == 0
+    });
+    let seen = seen.borrow();
+    assert_eq!(done.get(), 2, "{seen:?}");
+    let dropped = seen.dropped.unwrap();
+    assert!(
+        seen.first_poll_pending,
+        "the commit was not at its flush: {seen:?}"
+    );
+    assert!(
+        seen.landed,
+        "the dropped commit's record never landed: {seen:?}"
+    );
+    assert_eq!(seen.committed, n, "{seen:?}");
+    // Once voided, recovery reads only the next transaction's record there (and would
+    // replay only its write).
+    let (records, voids, replayed) = seen.after_void.clone().unwrap();
+    assert_eq!(records.len(), 1, "{seen:?}");
+    assert!(
+        !records.contains(&dropped),
+        "recovery reads the voided record: {seen:?}"
+    );
+    assert_eq!(voids, 1, "{seen:?}");
+    assert_eq!(replayed, records, "{seen:?}");
     let st = th0.stats();
-    assert_eq!(st.log_ring.write_failures, 1, "{:?}", st.log_ring);
-    // The landed record was voided (a header and a trailer) and passed as a void.
+    assert_eq!(st.committed, n as u64, "{st:?}");
     assert!(st.log_ring.repairs >= 2, "{:?}", st.log_ring);
+    assert_eq!(st.log_records_held, 0, "{st:?}");
+    assert!(
+        th0.log.borrow().is_empty(),
+        "the dropped commit's own record stayed"
+    );
+    // Node 1 truncated past it as a void, applying every other record.
     let replica = th1.stats().log_ring;
-    assert_eq!(replica.replica_voids, 1, "{replica:?}");
-    assert_eq!(replica.replica_records, n as u64, "{replica:?}");
+    assert_eq!(
+        (replica.replica_voids, replica.replica_records),
+        (1, n as u64),
+        "{replica:?}"
+    );
+    // The backup never took the dropped transaction's write: its copy equals the
+    // primary's, which never installed it.
+    c.assert_replicas_consistent(ACCOUNTS);
+    for db in &c.dbs {
+        let mut v = Vec::new();
+        ambidex_txn::actions::read(db, ACCOUNTS, dropped_key, &mut v);
+        assert_eq!(
+            i64::from_le_bytes(v.try_into().unwrap()),
+            INITIAL,
+            "node {}",
+            db.node
+        );
+    }
+    assert_no_locks(&c);
 }
 
 /// Lost, duplicated and reordered datagrams (truncations and commit RPCs retransmitted,
@@ -764,19 +1029,12 @@ fn an_incomplete_commits_record_stays_in_the_ring() {
     use std::cell::{Cell, RefCell};
     use std::rc::Rc;
 
-    let c = cluster(3, 1, 3, LogRingConfig::default());
-    for db in &c.dbs {
-        db.record_verification(Ok(0));
-    }
+    let c = hand_cluster(3, 3);
     // Keys whose primary is node 1 (backups: nodes 2 and 0). Execute, lock, validate
     // and log are one-sided (the local fabric serves them without node 1's CPU); only
     // the commit's COMMIT_PRIMARY needs node 1. The first transaction writes the first
     // key while node 1 is silent; the later ones write the second.
-    let keys: Vec<u64> = (0..N_ACCOUNTS)
-        .filter(|&k| c.placement.primary(ACCOUNTS, k) == 1)
-        .take(2)
-        .collect();
-    assert_eq!(keys.len(), 2);
+    let keys = keys_of(&c, 1, 2);
     let mut spec = RunSpec {
         rpc: RuntimeConfig {
             give_up: Duration::from_millis(10),
@@ -813,25 +1071,14 @@ fn an_incomplete_commits_record_stays_in_the_ring() {
     });
     let (mut rt1, _th1) = start_by_hand(&c, 1, &spec, |_| async {});
     let (mut rt2, th2) = start_by_hand(&c, 2, &spec, |_| async {});
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
     // Node 1 is silent until the first transaction is done.
-    while outcomes.borrow().is_empty() && std::time::Instant::now() < deadline {
-        rt0.poll_once();
-        rt2.poll_once();
-    }
+    poll_until(&mut [&mut rt0, &mut rt2], || !outcomes.borrow().is_empty());
     node1_up.set(true);
-    while outcomes.borrow().len() < n && std::time::Instant::now() < deadline {
-        rt0.poll_once();
-        rt1.poll_once();
-        rt2.poll_once();
-    }
-    // The drain at the worker's end.
-    let until = std::time::Instant::now() + Duration::from_millis(200);
-    while std::time::Instant::now() < until {
-        rt0.poll_once();
-        rt1.poll_once();
-        rt2.poll_once();
-    }
+    let all = &mut [&mut rt0, &mut rt1, &mut rt2];
+    poll_until(all, || outcomes.borrow().len() >= n);
+    // The drain at the worker's end (it cannot pass the incomplete record: it gives up,
+    // later than this, so there is no end to wait for).
+    poll_for(all, Duration::from_millis(200));
     let outcomes = outcomes.borrow();
     assert_eq!(outcomes.len(), n);
     assert!(outcomes.iter().all(|o| o.1), "{outcomes:?}");
@@ -862,14 +1109,8 @@ fn a_commit_dropped_at_its_log_flush_does_not_block_the_ring() {
     use std::rc::Rc;
     use std::task::Poll;
 
-    let c = cluster(2, 1, 2, LogRingConfig::default());
-    for db in &c.dbs {
-        db.record_verification(Ok(0));
-    }
-    let keys: Vec<u64> = (0..N_ACCOUNTS)
-        .filter(|&k| c.placement.primary(ACCOUNTS, k) == 0)
-        .take(2)
-        .collect();
+    let c = hand_cluster(2, 2);
+    let keys = keys_of(&c, 0, 2);
     let n = TRUNCATE_EVERY as usize * 3;
     let outcomes: Rc<RefCell<Vec<bool>>> = Default::default();
     let (o, ks) = (outcomes.clone(), keys.clone());
@@ -903,11 +1144,7 @@ fn a_commit_dropped_at_its_log_flush_does_not_block_the_ring() {
         }
     });
     let (mut rt1, th1) = start_by_hand(&c, 1, &spec(1), |_| async {});
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while outcomes.borrow().len() < n + 1 && std::time::Instant::now() < deadline {
-        rt0.poll_once();
-        rt1.poll_once();
-    }
+    poll_until(&mut [&mut rt0, &mut rt1], || outcomes.borrow().len() > n);
     let outcomes = outcomes.borrow();
     assert_eq!(outcomes.len(), n + 1);
     assert!(outcomes.iter().all(|&ok| ok), "{outcomes:?}");
@@ -942,27 +1179,19 @@ fn the_drain_completes_after_a_dropped_flush_that_carried_a_truncation() {
     use std::rc::Rc;
     use std::task::Poll;
 
-    let c = cluster(2, 1, 2, LogRingConfig::default());
-    for db in &c.dbs {
-        db.record_verification(Ok(0));
-    }
-    let keys: Vec<u64> = (0..N_ACCOUNTS)
-        .filter(|&k| c.placement.primary(ACCOUNTS, k) == 0)
-        .take(2)
-        .collect();
+    let c = hand_cluster(2, 2);
+    let keys = keys_of(&c, 0, 2);
     let before = TRUNCATE_EVERY as usize;
     let phase: Rc<Cell<u32>> = Default::default();
     let done: Rc<Cell<u32>> = Default::default();
     let dropped_pending: Rc<RefCell<Option<bool>>> = Default::default();
     let (p, ks, dp) = (phase.clone(), keys.clone(), dropped_pending.clone());
     let d2 = done.clone();
-    let (mut rt0, th0) = runner::start_thread(
+    let (mut rt0, th0) = start_on(
+        &c,
+        0,
         c.nodes[0].endpoint(0).unwrap(),
-        ambidex_rpc::SystemClock::shared(),
         &spec(2),
-        c.dbs[0].clone(),
-        None,
-        Arc::new(std::sync::atomic::AtomicBool::new(false)),
         move |w: WorkerCtx| {
             let (p, ks, dp) = (p.clone(), ks.clone(), dp.clone());
             async move {
@@ -997,23 +1226,16 @@ fn the_drain_completes_after_a_dropped_flush_that_carried_a_truncation() {
             }
         },
         move |_| d2.set(d2.get() + 1),
-    )
-    .unwrap();
+    );
     let (mut rt1, th1) = start_by_hand(&c, 1, &spec(1), |_| async {});
-    let start = std::time::Instant::now();
-    let deadline = start + Duration::from_secs(20);
-    while done.get() < 2 && std::time::Instant::now() < deadline {
-        rt0.poll_once();
-        rt1.poll_once();
-    }
+    let start = Instant::now();
+    let all = &mut [&mut rt0, &mut rt1];
+    poll_until(all, || done.get() >= 2);
     // Not held up by the dropped truncation until it is taken as lost (1 s).
     let took = start.elapsed();
     assert!(took < Duration::from_millis(700), "{took:?}");
-    let until = std::time::Instant::now() + Duration::from_millis(200);
-    while std::time::Instant::now() < until {
-        rt0.poll_once();
-        rt1.poll_once();
-    }
+    // The drain at the thread's end: until every record is released.
+    poll_until(all, || th0.stats().log_records_held == 0);
     assert_eq!(done.get(), 2);
     assert_eq!(*dropped_pending.borrow(), Some(true));
     let lr = th0.stats().log_ring;

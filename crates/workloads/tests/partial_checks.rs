@@ -25,7 +25,9 @@ fn tamper(db: &NodeDb, table: u32, key: u64, f: impl FnOnce(&mut Vec<u8>)) {
         ambidex_txn::messages::Status::Ok
     );
     f(&mut v);
-    // Applied as a backup applies a committed write: no lock needed.
+    // Applied as a backup applies a committed write (no lock needed), as the next
+    // write after this copy's version.
+    let version = db.lock_word(table, key).expect("the key is stored").version;
     let w = ambidex_txn::messages::WriteRec {
         table,
         key,
@@ -33,7 +35,7 @@ fn tamper(db: &NodeDb, table: u32, key: u64, f: impl FnOnce(&mut Vec<u8>)) {
         prev_version: 0,
         token: ambidex_txn::messages::LockToken {
             offset: 0,
-            store_version: 0,
+            store_version: version,
         },
         value: &v,
     };

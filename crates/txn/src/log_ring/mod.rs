@@ -35,9 +35,14 @@ use crate::stats::LogRingStats;
 use ambidex_transport::{NodeId, ThreadId};
 
 /// One coordinator thread's rings, by replica node (made on first use from the
-/// catalog), and its counters.
-#[derive(Default)]
+/// catalog), for one epoch, and its counters.
+///
+/// The rings restart with every epoch ([`RingWriters::reset`], `LogRegion::restart`):
+/// the writers of an epoch exist only in it. Every access names the epoch it is made
+/// in, so a transaction or truncation of an older epoch that resumes after the reset
+/// finds no writer, and can neither void a slot nor move a head of the new one.
 pub struct RingWriters {
+    epoch: u32,
     rings: Vec<Option<RingWriter>>,
     pub stats: LogRingStats,
     /// Lists of the log phase, reused by the thread's next appends.
@@ -45,16 +50,43 @@ pub struct RingWriters {
 }
 
 impl RingWriters {
-    /// The ring of coordinator (`node`, `thread`) at `replica`, made from the catalog's
-    /// descriptor of the replica's log region on first use; `None` if there is no
-    /// catalog, no descriptor, or the descriptor has no ring for this coordinator.
+    /// A thread's rings in `epoch` (none made yet).
+    pub fn new(epoch: u32) -> RingWriters {
+        RingWriters {
+            epoch,
+            rings: Vec::new(),
+            stats: LogRingStats::default(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The epoch whose rings these are.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// The thread moved to `epoch`: every writer goes (recovery replays what its rings
+    /// held and restarts them at [`RingHead::of_epoch`]); the counters stay.
+    pub fn reset(&mut self, epoch: u32) {
+        self.epoch = epoch;
+        self.rings.clear();
+    }
+
+    /// The ring of coordinator (`node`, `thread`) at `replica` in `epoch`, made from
+    /// the catalog's descriptor of the replica's log region on first use; `None` if
+    /// `epoch` is not the rings' epoch, there is no catalog, no descriptor, or the
+    /// descriptor has no ring for this coordinator.
     pub fn get(
         &mut self,
         db: &NodeDb,
         node: NodeId,
         thread: ThreadId,
         replica: NodeId,
+        epoch: u32,
     ) -> Option<&mut RingWriter> {
+        if epoch != self.epoch {
+            return None;
+        }
         let i = replica as usize;
         if self.rings.len() <= i {
             self.rings.resize_with(i + 1, || None);
@@ -64,13 +96,17 @@ impl RingWriters {
             let threads = db.log_region().threads();
             let idx = ring_index(db.nodes(), db.replication(), threads, replica, node, thread)?;
             let off = desc.ring_offset(idx)?;
-            self.rings[i] = Some(RingWriter::new(desc, off));
+            let head = RingHead::of_epoch(self.epoch);
+            self.rings[i] = Some(RingWriter::starting_at(desc, off, head));
         }
         self.rings[i].as_mut()
     }
 
-    /// The ring at `replica`, if made.
-    pub fn at(&mut self, replica: NodeId) -> Option<&mut RingWriter> {
+    /// The ring at `replica`, if made in `epoch` (the rings' epoch).
+    pub fn at(&mut self, replica: NodeId, epoch: u32) -> Option<&mut RingWriter> {
+        if epoch != self.epoch {
+            return None;
+        }
         self.rings.get_mut(replica as usize)?.as_mut()
     }
 

@@ -76,8 +76,26 @@ pub struct RingHead {
 }
 
 impl RingHead {
-    /// A fresh ring's head (numbers start at 1, so zeroes are never a slot).
+    /// A fresh ring's head (numbers start at 1, so zeroes are never a slot): the head
+    /// of epoch 1.
     pub const START: RingHead = RingHead { pos: 0, seq: 1 };
+
+    /// Bits of a slot number below the epoch's part (see [`RingHead::of_epoch`]).
+    const EPOCH_SHIFT: u32 = 40;
+
+    /// Where every ring starts again in epoch `epoch` (recovery restarts them: the old
+    /// epoch's records are replayed, and its writers' state goes). The numbers of epoch
+    /// `e` start at `(e - 1) · 2^40 + 1`, so a slot an earlier epoch left in the ring
+    /// has a smaller number and ends the log like an earlier lap's, and writer and
+    /// replica agree on the head without a message. Holds while an epoch writes fewer
+    /// than 2^40 slots to one ring (12 days at a million a second) and for 2^24 epochs.
+    pub fn of_epoch(epoch: u32) -> RingHead {
+        let e = (epoch.saturating_sub(1) as u64) & ((1 << (64 - Self::EPOCH_SHIFT)) - 1);
+        RingHead {
+            pos: 0,
+            seq: (e << Self::EPOCH_SHIFT) | 1,
+        }
+    }
 }
 
 /// What reading a ring found.
@@ -465,6 +483,19 @@ impl LogRegion {
         Some(s)
     }
 
+    /// Starts every ring again at [`RingHead::of_epoch`]`(epoch)`, where the writers of
+    /// `epoch` begin. Recovery calls it once it replayed the rings, before the epoch's
+    /// first transaction: what they held is installed at every replica of the new
+    /// configuration, and a record behind the old heads (one its writer could not yet
+    /// resolve) would otherwise keep every later one from being truncated.
+    pub fn restart(&self, epoch: u32) {
+        for ring in self.rings() {
+            if let Some(mut h) = self.lock_head(ring) {
+                *h = RingHead::of_epoch(epoch);
+            }
+        }
+    }
+
     /// The region's memory (its owner's view; tests and recovery tools).
     pub fn memory(&self) -> &RegionMemory {
         &self.region.mem
@@ -479,6 +510,73 @@ mod tests {
     use ambidex_transport::{Perms, RegionDesc};
 
     const RING: u64 = 1024;
+
+    fn one_ring() -> (RegionMemory, LogRegionDesc) {
+        let mem = RegionMemory::anonymous((RING_BASE + RING) as usize).unwrap();
+        let desc = LogRegionDesc {
+            region: RegionDesc {
+                node: 1,
+                id: 1,
+                len: RING_BASE + RING,
+                key: 1,
+                perms: Perms::READ | Perms::WRITE,
+            },
+            base: RING_BASE,
+            ring_bytes: RING,
+            rings: 1,
+        };
+        (mem, desc)
+    }
+
+    /// Appends a record of `txn` with `w` and lands it in `mem`; returns its end.
+    fn append(mem: &RegionMemory, w: &mut RingWriter, txn: u64) -> u64 {
+        let owner = LockOwner::new(0, 0, 1).unwrap();
+        let mut r = Vec::new();
+        format::encode_record(&mut r, 0, txn, owner, 0, &[0u8; 0]);
+        let res = w.reserve(txn, r.len() as u64).unwrap();
+        format::set_seq(&mut r, res.seq);
+        assert!(mem.write(RING_BASE + res.pos % RING, &r));
+        w.logged(txn);
+        res.pos + res.len
+    }
+
+    /// A ring restarted in a new epoch (recovery replayed it) reads as empty although
+    /// the old epoch's records are still in its bytes, at the very positions the new
+    /// epoch's writer starts from; the new records are then read and truncated as
+    /// usual. Without the epoch in the numbers, the old records would pass for new
+    /// ones.
+    #[test]
+    fn a_ring_restarted_in_a_new_epoch_never_reads_the_old_epochs_records() {
+        let (mem, desc) = one_ring();
+        let r = RingRef {
+            mem: &mem,
+            off: RING_BASE,
+            bytes: RING,
+            node: 0,
+            thread: 0,
+        };
+        let mut old = RingWriter::new(desc, RING_BASE);
+        for txn in [1, 2, 3] {
+            append(&mem, &mut old, txn);
+        }
+        assert_eq!(RingHead::of_epoch(1), RingHead::START);
+        let head = RingHead::of_epoch(2);
+        assert!(head.seq > 3 && head.pos == 0);
+        let s = scan_ring(&r, head, ScanMode::Recover);
+        assert_eq!((s.valid, s.gaps, s.end), (0, 0, End::Stale), "{s:?}");
+        // The new epoch writes one record over the first old one.
+        let mut new = RingWriter::starting_at(desc, RING_BASE, head);
+        let end = append(&mem, &mut new, 7);
+        let s = scan_ring(&r, head, ScanMode::Recover);
+        assert_eq!(s.records.iter().map(|r| r.txn).collect::<Vec<_>>(), vec![7]);
+        assert_eq!(s.end, End::Stale, "the old records after it end the log");
+        new.installed(7);
+        assert_eq!(new.reclaimable(), end);
+        let t = scan_ring(&r, head, ScanMode::Truncate { to: end });
+        assert_eq!((t.head.pos, t.valid, t.end), (end, 1, End::Limit));
+        // Far epochs still order above nearer ones.
+        assert!(RingHead::of_epoch(1 << 20).seq > RingHead::of_epoch((1 << 20) - 1).seq);
+    }
 
     /// An append whose WRITE failed half-way is voided by the writer's repairs: readers
     /// skip it and read the records after it; a truncation passes it only once the

@@ -7,7 +7,9 @@
 //! once its transaction is installed everywhere (`TxnThread::truncate_later`); one whose
 //! commit was incomplete stays, and with it every later record of the ring, until
 //! recovery resolves it (so a ring can fill; the coordinator then aborts with
-//! `log_full` after waiting, never overwrites). An append that failed at a replica
+//! `log_full` after waiting, never overwrites). Recovery replays every ring and
+//! restarts it in the new epoch, whose writers start afresh
+//! (`RingWriters::reset`, `region::RingHead::of_epoch`). An append that failed at a replica
 //! leaves its slot uncertain there (nothing, part, or all of it); the slot is rewritten
 //! as a void marker by the ring's next flush ([`RingWriter::take_repairs`]) so the
 //! records after it stay readable.
@@ -99,14 +101,21 @@ pub struct RingWriter {
 }
 
 impl RingWriter {
-    /// The writer of ring `ring_off` of `desc` (the replica's log region).
+    /// The writer of ring `ring_off` of `desc` (the replica's log region), from a
+    /// fresh ring's head.
     pub fn new(desc: LogRegionDesc, ring_off: u64) -> RingWriter {
+        RingWriter::starting_at(desc, ring_off, RingHead::START)
+    }
+
+    /// The writer of a ring whose replica's head is `head` (a ring restarted in a new
+    /// epoch: [`RingHead::of_epoch`]).
+    pub fn starting_at(desc: LogRegionDesc, ring_off: u64, head: RingHead) -> RingWriter {
         RingWriter {
             ring: desc,
             ring_off,
-            tail: RingHead::START.pos,
-            next_seq: RingHead::START.seq,
-            acked: RingHead::START.pos,
+            tail: head.pos,
+            next_seq: head.seq,
+            acked: head.pos,
             entries: VecDeque::new(),
             truncating: None,
             since_truncate: 0,

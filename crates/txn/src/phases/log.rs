@@ -75,6 +75,8 @@ const SPARE_SCRATCH: usize = 64;
 /// its rings. Defused once the flush returned.
 struct Unresolved<'a> {
     th: &'a TxnThread,
+    /// The epoch of the rings it used (a later epoch's writers are not its own).
+    epoch: u32,
     txn: Option<u64>,
     targets: &'a [NodeId],
     res: &'a [Reservation],
@@ -97,7 +99,7 @@ impl Drop for Unresolved<'_> {
         };
         if let Some(txn) = self.txn {
             for (&r, res) in self.targets.iter().zip(self.res) {
-                if let Some(w) = rings.at(r) {
+                if let Some(w) = rings.at(r, self.epoch) {
                     w.failed(txn, res);
                 }
             }
@@ -107,13 +109,13 @@ impl Drop for Unresolved<'_> {
         }
         for o in self.ops {
             if let (Some(rep), Some(&r)) = (o.repair, self.targets.get(o.at)) {
-                if let Some(w) = rings.at(r) {
+                if let Some(w) = rings.at(r, self.epoch) {
                     w.repair_failed(rep);
                 }
             }
         }
         for &(i, _, to) in self.truncs {
-            if let Some(w) = self.targets.get(i).and_then(|&r| rings.at(r)) {
+            if let Some(w) = self.targets.get(i).and_then(|&r| rings.at(r, self.epoch)) {
                 w.truncation_acked(to, None);
             }
         }
@@ -380,7 +382,7 @@ impl Txn<'_> {
             let mut rings = th.rings.borrow_mut();
             for &r in targets {
                 let w = rings
-                    .get(&th.db, th.node, th.thread, r)
+                    .get(&th.db, th.node, th.thread, r, self.config.epoch)
                     .ok_or(AbortReason::LogRingUnknown)?;
                 if len > w.max_record() {
                     return Err(AbortReason::LogRecordTooLarge);
@@ -406,6 +408,7 @@ impl Txn<'_> {
         self.reserve_everywhere(th, targets, len, res).await?;
 
         let ctx = self.ctx;
+        let epoch = self.config.epoch;
         let now = ctx.now_ns();
         let max = ctx.cluster().max_onesided.max(8);
         // Bit i: the append at targets[i] failed (replicas are fewer than 64 nodes).
@@ -413,7 +416,7 @@ impl Txn<'_> {
         {
             let mut rings = th.rings.borrow_mut();
             for (i, (&r, res)) in targets.iter().zip(res.iter()).enumerate() {
-                let Some(w) = rings.at(r) else {
+                let Some(w) = rings.at(r, epoch) else {
                     failed |= 1 << i;
                     continue;
                 };
@@ -431,6 +434,7 @@ impl Txn<'_> {
         }
         let unresolved = Unresolved {
             th,
+            epoch,
             txn: Some(self.id),
             targets,
             res,
@@ -443,7 +447,7 @@ impl Txn<'_> {
             let mut rings = th.rings.borrow_mut();
             for o in ops.iter() {
                 let ok = ctx.op_result(o.h).is_ok();
-                let Some(w) = rings.at(targets[o.at]) else {
+                let Some(w) = rings.at(targets[o.at], epoch) else {
                     continue;
                 };
                 match o.repair {
@@ -456,12 +460,12 @@ impl Txn<'_> {
                     None => {}
                 }
             }
-            truncations_answered(ctx, &mut rings, targets, truncs);
+            truncations_answered(ctx, &mut rings, targets, truncs, epoch);
         }
         // A record that may have landed anywhere is committed: the failed WRITEs are
         // posted again (same place, same bytes) until they land or the configuration
         // changes, whose recovery then decides the transaction.
-        while failed != 0 && ctx.epoch() == self.config.epoch {
+        while failed != 0 && ctx.epoch() == epoch {
             th.stats.borrow_mut().log_retries += failed.count_ones() as u64;
             ops.clear();
             {
@@ -470,7 +474,7 @@ impl Txn<'_> {
                     if failed & (1 << i) == 0 {
                         continue;
                     }
-                    let Some(w) = rings.at(r) else { continue };
+                    let Some(w) = rings.at(r, epoch) else { continue };
                     if res.pad.is_none() || queue_pad(ctx, w, i, res, ops) {
                         queue_record(ctx, w, i, res, rec, max, ops);
                     }
@@ -494,7 +498,7 @@ impl Txn<'_> {
         }
         let mut rings = th.rings.borrow_mut();
         for (i, (&r, res)) in targets.iter().zip(res.iter()).enumerate() {
-            let Some(w) = rings.at(r) else { continue };
+            let Some(w) = rings.at(r, epoch) else { continue };
             if failed & (1 << i) != 0 {
                 // Never landed, and the configuration changed: the slot is voided
                 // (recovery installs the transaction from the records that exist).
@@ -529,17 +533,18 @@ impl Txn<'_> {
         out: &mut Vec<Reservation>,
     ) -> Result<(), AbortReason> {
         let ctx = self.ctx;
+        let epoch = self.config.epoch;
         let mut deadline = None;
         loop {
             {
                 let mut rings = th.rings.borrow_mut();
                 let all_fit = targets
                     .iter()
-                    .all(|&r| rings.at(r).is_some_and(|w| w.fits(len)));
+                    .all(|&r| rings.at(r, epoch).is_some_and(|w| w.fits(len)));
                 if all_fit {
                     out.clear();
                     for &r in targets {
-                        out.extend(rings.at(r).and_then(|w| w.reserve(self.id, len)));
+                        out.extend(rings.at(r, epoch).and_then(|w| w.reserve(self.id, len)));
                     }
                     return if out.len() == targets.len() {
                         Ok(())
@@ -627,10 +632,13 @@ async fn reclaim_with(
 ) -> bool {
     let now = ctx.now_ns();
     let Scratch { ops, truncs, .. } = scratch;
+    // The rings of the epoch this reclaim starts in; after a change its answers are
+    // not theirs.
+    let epoch = th.rings.borrow().epoch();
     {
         let mut rings = th.rings.borrow_mut();
         for (i, &r) in targets.iter().enumerate() {
-            let Some(w) = rings.at(r) else { continue };
+            let Some(w) = rings.at(r, epoch) else { continue };
             if !need(w) {
                 continue;
             }
@@ -644,6 +652,7 @@ async fn reclaim_with(
     }
     let unresolved = Unresolved {
         th,
+        epoch,
         txn: None,
         targets,
         res: &[],
@@ -656,7 +665,7 @@ async fn reclaim_with(
     let mut progress = false;
     for o in ops.iter() {
         let ok = ctx.op_result(o.h).is_ok();
-        if let (Some(w), Some(rep)) = (rings.at(targets[o.at]), o.repair) {
+        if let (Some(w), Some(rep)) = (rings.at(targets[o.at], epoch), o.repair) {
             if ok {
                 w.repair_landed();
                 rings.stats.repairs += 1;
@@ -666,7 +675,7 @@ async fn reclaim_with(
             }
         }
     }
-    progress | truncations_answered(ctx, &mut rings, targets, truncs)
+    progress | truncations_answered(ctx, &mut rings, targets, truncs, epoch)
 }
 
 /// Reads the answers to a flush's truncations (target, request, head asked) into the
@@ -676,12 +685,13 @@ fn truncations_answered(
     rings: &mut RingWriters,
     targets: &[NodeId],
     truncs: &[(usize, ReqHandle, u64)],
+    epoch: u32,
 ) -> bool {
     let mut released = false;
     for &(i, h, to) in truncs {
         let head = ctx.response(h, RingTruncateResp::ok_head).ok().flatten();
         if rings
-            .at(targets[i])
+            .at(targets[i], epoch)
             .is_some_and(|w| w.truncation_acked(to, head))
         {
             rings.stats.truncations_acked += 1;

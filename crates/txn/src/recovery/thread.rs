@@ -8,7 +8,8 @@
 //! 2. Recover: at stage Recover, a coroutine replays the records the thread holds
 //!    ([`super::replay`]; thread 0 first releases every lock of the old epoch, then
 //!    replays the node's rings too), drops them (installed at every replica of the new
-//!    configuration), and counts the thread recovered.
+//!    configuration; thread 0 restarts the rings at the new epoch's head), and counts
+//!    the thread recovered.
 //!
 //! Transactions wait for stage Run themselves (`Txn::start`).
 
@@ -71,7 +72,7 @@ impl ThreadRecovery {
         let e = rt.epoch();
         if e != self.adopted {
             self.adopted = e;
-            th.forget_old_epoch();
+            th.forget_old_epoch(e);
             self.state.adopted(e);
             return;
         }
@@ -109,6 +110,11 @@ impl ThreadRecovery {
             };
             if let Some(s) = s.as_mut() {
                 th.log.borrow_mut().clear();
+                if rings {
+                    // Replayed: the rings start again where this epoch's writers
+                    // begin (before any of them can write: they wait for stage Run).
+                    th.db.log_region().restart(e);
+                }
                 s.locks_released += released;
                 stats.borrow_mut().merge(s);
                 recovered.set(e);
