@@ -6,11 +6,14 @@
 //! (docs/cluster.md); the transport benchmark starts `ambidex peer` processes
 //! ([`BenchCluster`]) through the same launcher and only waits for them to exit.
 
+use crate::manager_host::{answer_line, write_line, Stdin};
+use ambidex_cluster::EmbeddedManager;
 use ambidex_transport::local::LocalFabric;
 use ambidex_transport::{NodeId, SharedNode};
 use ambidex_workloads::config::{ClusterSection, Transport};
 use ambidex_workloads::transports;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The nodes of a benchmark cluster other than the driver's.
@@ -135,17 +138,42 @@ const MAX_LINE: u64 = 16 << 20;
 
 enum FromNode {
     Line(String),
-    /// The node closed its stdout (it exited, or is about to).
-    Eof,
+    /// The node closed its stdout (it exited, or is about to), at this instant.
+    Eof(Instant),
     /// A line that cannot be read (too long, not UTF-8, read error).
     Bad(String),
 }
 
 struct NodeProc {
     child: Child,
-    stdin: Option<std::process::ChildStdin>,
+    stdin: Stdin,
     eof: bool,
+    /// Died during a run that survives deaths ([`NodeProcesses::survive_deaths`]):
+    /// reaped and recorded; every wait skips it.
+    dead: bool,
 }
+
+/// A node process that died while deaths were survivable.
+#[derive(Clone, Debug)]
+pub struct Death {
+    pub node: u16,
+    pub pid: u32,
+    /// "was killed by signal 9 (SIGKILL)", "exited with status 1", ...
+    pub how: String,
+    /// When its control output closed.
+    pub at: Instant,
+}
+
+/// A node process the launcher killed (`--kill`).
+#[derive(Clone, Debug)]
+pub struct Killed {
+    pub node: u16,
+    pub pid: u32,
+    pub at: Instant,
+}
+
+/// The manager the nodes' reader threads answer calls on (set once the run starts).
+type ManagerSlot = Arc<Mutex<Option<Arc<EmbeddedManager>>>>;
 
 /// Files every node's `tables` and `log_region` (the descriptors of its `ready` event,
 /// `readies` in node order from node `first`) into the catalog of a cluster of `nodes`;
@@ -195,6 +223,13 @@ pub struct NodeProcesses {
     rx: std::sync::mpsc::Receiver<(u16, FromNode)>,
     /// Events that arrived while waiting for another kind (kept in order per node).
     pending: Vec<std::collections::VecDeque<serde_json::Value>>,
+    manager: ManagerSlot,
+    /// A node that dies is recorded in `deaths`, not a failure of the run.
+    survive: bool,
+    deaths: Vec<Death>,
+    /// (node index, when) of the kills still to do, and those done.
+    kills_due: Vec<(usize, Instant)>,
+    killed: Vec<Killed>,
 }
 
 /// How each node process is started: `wrapper` (with `{node}` replaced by the node id)
@@ -217,6 +252,11 @@ impl NodeProcesses {
             procs: Vec::new(),
             rx,
             pending: vec![Default::default(); l.nodes.len()],
+            manager: Arc::new(Mutex::new(None)),
+            survive: false,
+            deaths: Vec::new(),
+            kills_due: Vec::new(),
+            killed: Vec::new(),
         };
         for (i, n) in l.nodes.clone().enumerate() {
             let mut argv: Vec<String> = match l.wrapper {
@@ -236,13 +276,20 @@ impl NodeProcesses {
                 .spawn()
                 .map_err(|e| format!("cannot start node {n} ({}): {e}", argv.join(" ")))?;
             let stdout = child.stdout.take().expect("piped stdout");
-            let stdin = child.stdin.take();
+            let stdin: Stdin = Arc::new(Mutex::new(child.stdin.take()));
             let tx = tx.clone();
-            std::thread::spawn(move || read_lines(i as u16, stdout, tx));
+            let reader = Reader {
+                index: i as u16,
+                node: n,
+                stdin: stdin.clone(),
+                manager: np.manager.clone(),
+            };
+            std::thread::spawn(move || read_lines(reader, stdout, tx));
             np.procs.push(NodeProc {
                 child,
                 stdin,
                 eof: false,
+                dead: false,
             });
         }
         Ok(np)
@@ -250,6 +297,81 @@ impl NodeProcesses {
 
     pub fn pids(&self) -> Vec<u32> {
         self.procs.iter().map(|p| p.child.id()).collect()
+    }
+
+    /// Every node's stdin (for the manager's pusher).
+    pub fn stdins(&self) -> Vec<Stdin> {
+        self.procs.iter().map(|p| p.stdin.clone()).collect()
+    }
+
+    /// From now on the nodes' manager calls are answered on `m`.
+    pub fn answer_manager_calls(&self, m: Arc<EmbeddedManager>) {
+        *self.manager.lock().unwrap_or_else(|e| e.into_inner()) = Some(m);
+    }
+
+    /// From now on (`true`) a node that dies is recorded ([`NodeProcesses::deaths`])
+    /// and skipped by every wait, not a failure of the run; `false` restores the
+    /// default (any death fails the run).
+    pub fn survive_deaths(&mut self, on: bool) {
+        self.survive = on;
+    }
+
+    /// The nodes that died while deaths were survivable.
+    pub fn deaths(&self) -> &[Death] {
+        &self.deaths
+    }
+
+    /// The nodes killed so far by [`NodeProcesses::kill_at`].
+    pub fn killed(&self) -> &[Killed] {
+        &self.killed
+    }
+
+    /// Kills node `node` (SIGKILL to the process the launcher started) at `at`, while
+    /// the launcher watches the run ([`NodeProcesses::watch`]).
+    pub fn kill_at(&mut self, node: u16, at: Instant) -> Result<(), String> {
+        let i = node
+            .checked_sub(self.first)
+            .filter(|&i| (i as usize) < self.procs.len())
+            .ok_or_else(|| format!("node {node} is not one of the node processes"))?;
+        self.kills_due.push((i as usize, at));
+        Ok(())
+    }
+
+    /// Does the kills that are due.
+    fn do_kills(&mut self) {
+        let now = Instant::now();
+        let due: Vec<usize> = self
+            .kills_due
+            .iter()
+            .filter(|k| k.1 <= now)
+            .map(|k| k.0)
+            .collect();
+        self.kills_due.retain(|k| k.1 > now);
+        for i in due {
+            let p = &mut self.procs[i];
+            if p.dead || !matches!(p.child.try_wait(), Ok(None)) {
+                continue;
+            }
+            let pid = p.child.id();
+            // Child::kill is SIGKILL: the node gets no chance to say goodbye, as in a
+            // machine failure. Its death is then seen like any other (its output closes).
+            if p.child.kill().is_ok() {
+                eprintln!(
+                    "ambidex: killed node {} (pid {pid})",
+                    self.first as usize + i
+                );
+                self.killed.push(Killed {
+                    node: self.first + i as u16,
+                    pid,
+                    at: Instant::now(),
+                });
+            }
+        }
+    }
+
+    /// When the next kill is due.
+    fn next_kill(&self) -> Option<Instant> {
+        self.kills_due.iter().map(|k| k.1).min()
     }
 
     /// CPU seconds the node processes have used so far.
@@ -265,17 +387,18 @@ impl NodeProcesses {
         self.send_all_json(&serde_json::json!({ "cmd": cmd }))
     }
 
-    /// Sends the command object `msg` (one line) to every node.
+    /// Sends the command object `msg` (one line) to every node (every live one, while
+    /// deaths are survivable).
     pub fn send_all_json(&mut self, msg: &serde_json::Value) -> Result<(), String> {
-        use std::io::Write;
         let cmd = msg["cmd"].as_str().unwrap_or("?").to_string();
-        let line = format!("{msg}\n");
+        let line = msg.to_string();
         for n in 0..self.procs.len() {
-            let ok = match self.procs[n].stdin.as_mut() {
-                Some(w) => w.write_all(line.as_bytes()).and_then(|_| w.flush()).is_ok(),
-                None => false,
-            };
-            if !ok {
+            if self.procs[n].dead {
+                continue;
+            }
+            // A node dying now fails the write; while deaths are survivable its closed
+            // output, which follows, records it (and the waits skip it).
+            if !write_line(&self.procs[n].stdin, &line) && !self.survive {
                 return Err(self.failure(n as u16, &format!("could not be sent {cmd:?}")));
             }
         }
@@ -289,21 +412,46 @@ impl NodeProcesses {
         event: &str,
         timeout: Duration,
     ) -> Result<Vec<serde_json::Value>, String> {
+        let got = self.wait_live(event, timeout)?;
+        if got.len() != self.procs.len() {
+            return Err(format!(
+                "{} of {} nodes sent {event:?} (the others died)",
+                got.len(),
+                self.procs.len()
+            ));
+        }
+        Ok(got.into_iter().map(|(_, v)| v).collect())
+    }
+
+    /// As [`NodeProcesses::wait_all`], from the live nodes only while deaths are
+    /// survivable (a node that dies meanwhile is recorded and no longer waited for):
+    /// (node, event) in node order.
+    pub fn wait_live(
+        &mut self,
+        event: &str,
+        timeout: Duration,
+    ) -> Result<Vec<(u16, serde_json::Value)>, String> {
         let deadline = Instant::now() + timeout;
         let n = self.procs.len();
         let mut got: Vec<Option<serde_json::Value>> = vec![None; n];
         loop {
             for (i, slot) in got.iter_mut().enumerate() {
-                if slot.is_none() {
+                if slot.is_none() && !self.procs[i].dead {
                     if let Some(v) = self.take_pending(i, event)? {
                         *slot = Some(v);
                     }
                 }
             }
-            if got.iter().all(Option::is_some) {
-                return Ok(got.into_iter().map(Option::unwrap).collect());
+            if (0..n).all(|i| got[i].is_some() || self.procs[i].dead) {
+                return Ok(got
+                    .into_iter()
+                    .enumerate()
+                    .filter_map(|(i, v)| v.map(|v| (self.first + i as u16, v)))
+                    .collect());
             }
-            if let Some(i) = (0..n).find(|&i| got[i].is_none() && self.procs[i].eof) {
+            if let Some(i) =
+                (0..n).find(|&i| got[i].is_none() && self.procs[i].eof && !self.procs[i].dead)
+            {
                 return Err(self.failure(
                     i as u16,
                     &format!("died before sending {event:?} (its control output closed)"),
@@ -314,10 +462,12 @@ impl NodeProcesses {
                 let missing: Vec<String> = got
                     .iter()
                     .enumerate()
-                    .filter(|(_, g)| g.is_none())
+                    .filter(|&(i, g)| g.is_none() && !self.procs[i].dead)
                     .map(|(i, _)| (self.first as usize + i).to_string())
                     .collect();
-                let first = got.iter().position(Option::is_none).unwrap_or(0) as u16;
+                let first = (0..n)
+                    .find(|&i| got[i].is_none() && !self.procs[i].dead)
+                    .unwrap_or(0) as u16;
                 return Err(self.failure(
                     first,
                     &format!(
@@ -331,17 +481,21 @@ impl NodeProcesses {
         }
     }
 
-    /// Lets `d` pass while watching the nodes: any death or error ends it early.
+    /// Lets `d` pass while watching the nodes (and doing the kills due): any error, or
+    /// a death unless deaths are survivable, ends it early.
     pub fn watch(&mut self, d: Duration) -> Result<(), String> {
         let deadline = Instant::now() + d;
         loop {
+            self.do_kills();
             for i in 0..self.procs.len() {
                 // Nothing is expected now: an event here is an error report, or early.
                 if let Some(msg) = self.pending[i].front().and_then(error_report) {
                     return Err(self.failure(i as u16, &format!("reported an error: {msg}")));
                 }
             }
-            if let Some(i) = (0..self.procs.len()).find(|&i| self.procs[i].eof) {
+            if let Some(i) =
+                (0..self.procs.len()).find(|&i| self.procs[i].eof && !self.procs[i].dead)
+            {
                 return Err(
                     self.failure(i as u16, "died during the run (its control output closed)")
                 );
@@ -350,7 +504,8 @@ impl NodeProcesses {
             if now >= deadline {
                 return Ok(());
             }
-            self.pump(deadline - now)?;
+            let until = self.next_kill().map_or(deadline, |k| k.min(deadline));
+            self.pump(until.saturating_duration_since(now))?;
         }
     }
 
@@ -386,16 +541,53 @@ impl NodeProcesses {
                     }
                 }
                 FromNode::Bad(why) => return Err(self.failure(n, &why)),
-                FromNode::Eof => {
+                FromNode::Eof(at) => {
                     // Events it sent before closing are still honoured by the waits;
-                    // a node that closes while something is expected of it has failed.
+                    // a node that closes while something is expected of it has failed
+                    // (unless deaths are survivable: then it is recorded).
                     if let Some(p) = self.procs.get_mut(n as usize) {
                         p.eof = true;
+                    }
+                    if self.survive {
+                        self.record_death(n as usize, at);
                     }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Node `i`'s output closed at `at` while deaths are survivable: reap it and record
+    /// how it ended.
+    fn record_death(&mut self, i: usize, at: Instant) {
+        let Some(p) = self.procs.get_mut(i) else {
+            return;
+        };
+        if p.dead {
+            return;
+        }
+        p.dead = true;
+        *p.stdin.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let how = match reap(&mut p.child, Duration::from_secs(2)) {
+            Some(st) => describe_exit(st),
+            // Its output closed but it runs on: it cannot be driven any more.
+            None => {
+                let _ = p.child.kill();
+                let _ = p.child.wait();
+                "closed its control output and was killed".to_string()
+            }
+        };
+        let death = Death {
+            node: self.first + i as u16,
+            pid: p.child.id(),
+            how,
+            at,
+        };
+        eprintln!(
+            "ambidex: node {} (pid {}) {}; the run goes on without it",
+            death.node, death.pid, death.how
+        );
+        self.deaths.push(death);
     }
 
     /// Takes node `i`'s next event if it is `event`; an `error` event fails.
@@ -422,10 +614,13 @@ impl NodeProcesses {
     /// `when` ends the message ("after its report").
     pub fn wait_exits(&mut self, grace: Duration, when: &str) -> Result<(), String> {
         for p in &mut self.procs {
-            p.stdin = None;
+            *p.stdin.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
         let deadline = Instant::now() + grace;
         for n in 0..self.procs.len() {
+            if self.procs[n].dead {
+                continue;
+            }
             loop {
                 match self.procs[n].child.try_wait() {
                     Ok(Some(st)) if st.success() => break,
@@ -462,22 +657,10 @@ impl NodeProcesses {
             .map(|p| p.child.id())
             .unwrap_or(0);
         // Give a node that is exiting a moment to be reaped, so its status is known.
-        let mut status = None;
-        if let Some(p) = self.procs.get_mut(n as usize) {
-            let until = Instant::now() + Duration::from_secs(2);
-            loop {
-                match p.child.try_wait() {
-                    Ok(Some(st)) => {
-                        status = Some(st);
-                        break;
-                    }
-                    Ok(None) if Instant::now() < until => {
-                        std::thread::sleep(Duration::from_millis(10))
-                    }
-                    _ => break,
-                }
-            }
-        }
+        let status = self
+            .procs
+            .get_mut(n as usize)
+            .and_then(|p| reap(&mut p.child, Duration::from_secs(2)));
         let how = match status {
             Some(st) => format!("; it {}", describe_exit(st)),
             None => "; it was still running and was killed".to_string(),
@@ -494,7 +677,7 @@ impl NodeProcesses {
     /// Kills every node still running and reaps them.
     pub fn kill_all(&mut self) {
         for p in &mut self.procs {
-            p.stdin = None;
+            *p.stdin.lock().unwrap_or_else(|e| e.into_inner()) = None;
             if let Ok(None) = p.child.try_wait() {
                 let _ = p.child.kill();
             }
@@ -509,18 +692,69 @@ impl Drop for NodeProcesses {
     }
 }
 
+/// Waits up to `grace` for `child` to exit; its status, if it did.
+fn reap(child: &mut Child, grace: Duration) -> Option<std::process::ExitStatus> {
+    let until = Instant::now() + grace;
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => return Some(st),
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(5)),
+            _ => return None,
+        }
+    }
+}
+
+/// What a node's reader thread needs: which node it reads, and how to answer its
+/// manager calls (on its own thread: the main thread may be busy for a while, and a
+/// renewal cannot wait).
+struct Reader {
+    /// The node's index in `procs`.
+    index: u16,
+    node: u16,
+    stdin: Stdin,
+    manager: ManagerSlot,
+}
+
+impl Reader {
+    /// Answers `line` if it is a manager call (`Ok(true)`); an unreadable call, or a
+    /// call with no manager, is an error.
+    fn manager_call(&self, line: &str) -> Result<bool, String> {
+        let Ok(mut v) = serde_json::from_str::<serde_json::Value>(line) else {
+            return Ok(false);
+        };
+        if v.get("event").and_then(|e| e.as_str()) != Some("manager") {
+            return Ok(false);
+        }
+        let m = self
+            .manager
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or("sent a manager call, but the run has no manager (is its configuration the launcher's?)")?;
+        let answer = answer_line(&m, self.node, &v["manager"].take())
+            .map_err(|e| format!("sent a bad manager call: {e}"))?;
+        // A closed stdin is a dying node: its closed output follows.
+        write_line(&self.stdin, &answer);
+        Ok(true)
+    }
+}
+
 fn read_lines(
-    n: u16,
+    reader: Reader,
     out: std::process::ChildStdout,
     tx: std::sync::mpsc::Sender<(u16, FromNode)>,
 ) {
     use std::io::{BufRead, Read};
+    // This thread answers the node's lease renewals (with the manager on): it runs at
+    // the priority of the lease threads (the agent, the manager's ticker).
+    ambidex_cluster::priority::raise_lease_thread();
+    let n = reader.index;
     let mut r = std::io::BufReader::new(out);
     loop {
         let mut buf = Vec::new();
         match (&mut r).take(MAX_LINE).read_until(b'\n', &mut buf) {
             Ok(0) => {
-                let _ = tx.send((n, FromNode::Eof));
+                let _ = tx.send((n, FromNode::Eof(Instant::now())));
                 return;
             }
             Ok(_) if buf.last() != Some(&b'\n') && buf.len() as u64 >= MAX_LINE => {
@@ -532,7 +766,11 @@ fn read_lines(
             }
             Ok(_) => {
                 let msg = match String::from_utf8(buf) {
-                    Ok(s) => FromNode::Line(s.trim_end().to_string()),
+                    Ok(s) => match reader.manager_call(s.trim_end()) {
+                        Ok(true) => continue,
+                        Ok(false) => FromNode::Line(s.trim_end().to_string()),
+                        Err(e) => FromNode::Bad(e),
+                    },
                     Err(_) => FromNode::Bad("sent a control line that is not UTF-8".into()),
                 };
                 let stop = matches!(msg, FromNode::Bad(_));

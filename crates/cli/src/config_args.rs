@@ -2,7 +2,9 @@
 //! FILE` and the flags every run command shares. A flag given beats the file, the file
 //! beats the command's defaults.
 
-use ambidex_workloads::config::{Commit, Execute, Lock, Log, PassiveAck, PhaseChoice, Validate};
+use ambidex_workloads::config::{
+    Commit, Execute, Lock, Log, ManagerKind, PassiveAck, PhaseChoice, Validate,
+};
 use ambidex_workloads::Config;
 use std::path::PathBuf;
 
@@ -19,6 +21,14 @@ pub struct ConfigArgs {
     /// Threads (runtimes) per node [default: 1].
     #[arg(long)]
     pub threads: Option<u16>,
+    /// Configuration manager: `embedded` (the launcher hosts it; nodes hold leases and a
+    /// node that dies is reported, not fatal) or `none` (a node that dies fails the run)
+    /// [default: embedded].
+    #[arg(long, value_name = "KIND")]
+    pub manager: Option<ManagerKind>,
+    /// Lease period in ms with a manager; nodes renew at a fifth of it [default: 50].
+    #[arg(long, value_name = "MS")]
+    pub lease_ms: Option<u64>,
     /// Worker coroutines per thread [default: 20; 8 for TPC-C; 4 in the simulator].
     #[arg(long)]
     pub coroutines: Option<usize>,
@@ -84,6 +94,8 @@ impl ConfigArgs {
         set(&mut c.cluster.nodes, self.nodes);
         set(&mut c.cluster.threads, self.threads);
         set(&mut c.cluster.replication, self.replication);
+        set(&mut c.cluster.manager, self.manager);
+        set(&mut c.cluster.lease_ms, self.lease_ms);
         if self.coroutines.is_some() {
             c.run.coroutines = self.coroutines;
         }

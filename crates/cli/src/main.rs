@@ -3,6 +3,7 @@
 mod bench;
 mod cluster;
 mod config_args;
+mod manager_host;
 mod node;
 mod sim;
 

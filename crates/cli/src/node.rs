@@ -27,10 +27,22 @@
 //! node → {"event":"error","node":I,"message":"..."}   then the process exits 1
 //! ```
 //!
+//! With a configuration manager (`cluster.manager = "embedded"`), the node's agent
+//! (`ambidex_cluster::Agent`, started at `start`, stopped at `finish`) calls the manager
+//! through the same channel (`ambidex_cluster::manager::channel`):
+//!
+//! ```text
+//! node → {"event":"manager","node":I,"manager":{"id":N,"call":"renew"}}   a call
+//!      ← {"manager":{"id":N,"answer":"granted","grant":{...}}}           its answer
+//!      ← {"manager":{"push":{ClusterState}}}     every new state, pushed by the launcher
+//! ```
+//!
 //! End of input before the report (the launcher died, ssh dropped) stops the node with
 //! status 3. Commands may also be written as bare words (`start`), for people; other
 //! fields of a command object are ignored.
 
+use ambidex_cluster::manager::channel::ChannelInbox;
+use ambidex_cluster::Agent;
 use ambidex_store::Catalog;
 use ambidex_workloads::config::Transport;
 use ambidex_workloads::node::{load_node, LoadedNode, RunningNode};
@@ -75,8 +87,31 @@ fn parse_command(line: &str) -> Result<Cmd, String> {
     })
 }
 
-fn read_commands(tx: std::sync::mpsc::Sender<Input>) {
+/// The manager message of a `{"manager": {...}}` line, if it is one.
+fn manager_line(line: &str) -> Option<serde_json::Value> {
+    let line = line.trim();
+    if !line.starts_with("{\"manager\"") {
+        return None;
+    }
+    let mut v: serde_json::Value = serde_json::from_str(line).ok()?;
+    v.get_mut("manager").map(serde_json::Value::take)
+}
+
+/// Reads stdin: commands go to `tx`, manager lines straight to `inbox` (the agent
+/// waits on them while the main loop may be busy, e.g. finishing).
+fn read_commands(tx: std::sync::mpsc::Sender<Input>, inbox: ChannelInbox, node: u16) {
+    // The manager's answers to the agent's renewals arrive here: this thread is on the
+    // lease's path as much as the agent is, so it runs at the agent's priority.
+    ambidex_cluster::priority::raise_lease_thread();
     let mut r = std::io::BufReader::new(std::io::stdin());
+    // However the input ends, the agent's calls fail at once from then on.
+    struct CloseOnDrop(ChannelInbox);
+    impl Drop for CloseOnDrop {
+        fn drop(&mut self) {
+            self.0.close();
+        }
+    }
+    let _close = CloseOnDrop(inbox.clone());
     loop {
         let mut buf = Vec::new();
         let msg = match (&mut r).take(MAX_COMMAND).read_until(b'\n', &mut buf) {
@@ -86,10 +121,19 @@ fn read_commands(tx: std::sync::mpsc::Sender<Input>) {
             }
             Ok(_) => match std::str::from_utf8(&buf) {
                 Ok(s) if s.trim().is_empty() => continue,
-                Ok(s) => match parse_command(s) {
-                    Ok(c) => Input::Cmd(c),
-                    Err(e) => Input::Bad(e),
-                },
+                Ok(s) => {
+                    if let Some(msg) = manager_line(s) {
+                        // Counted by the inbox; a bad manager line is no reason to stop.
+                        if let Err(e) = inbox.deliver(&msg) {
+                            eprintln!("ambidex node {node}: {e}");
+                        }
+                        continue;
+                    }
+                    match parse_command(s) {
+                        Ok(c) => Input::Cmd(c),
+                        Err(e) => Input::Bad(e),
+                    }
+                }
                 Err(_) => Input::Bad("a command line that is not UTF-8".into()),
             },
             Err(e) => Input::Bad(format!("reading commands: {e}")),
@@ -101,20 +145,26 @@ fn read_commands(tx: std::sync::mpsc::Sender<Input>) {
     }
 }
 
-/// Events to the launcher, one JSON object per line on stdout.
+/// Events to the launcher, one JSON object per line on stdout. Every writer (the main
+/// loop, the agent's manager calls) goes through [`Events::write`]: one line under
+/// stdout's lock, so lines never interleave.
+#[derive(Clone, Copy)]
 struct Events {
     node: u16,
 }
 
 impl Events {
-    fn send(&self, event: &str, mut body: serde_json::Value) {
+    fn write(&self, event: &str, mut body: serde_json::Value) -> std::io::Result<()> {
         if let Some(m) = body.as_object_mut() {
             m.insert("event".into(), event.into());
             m.insert("node".into(), self.node.into());
         }
         let mut out = std::io::stdout().lock();
-        let ok = writeln!(out, "{body}").and_then(|_| out.flush());
-        if ok.is_err() {
+        writeln!(out, "{body}").and_then(|_| out.flush())
+    }
+
+    fn send(&self, event: &str, body: serde_json::Value) {
+        if self.write(event, body).is_err() {
             // Nobody listens any more: the launcher is gone.
             eprintln!("ambidex node {}: control output closed; exiting", self.node);
             std::process::exit(3);
@@ -157,7 +207,12 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
     }
     cfg.run.progress = !no_progress;
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || read_commands(tx));
+    let inbox = ChannelInbox::new();
+    let reader_inbox = inbox.clone();
+    std::thread::spawn(move || read_commands(tx, reader_inbox, node));
+    let manager = cfg.cluster.manager_spec();
+    // Held from `start` to `finish`: dropping it stops the agent's thread.
+    let mut agent: Option<Agent> = None;
 
     // The transport first: the tables live in regions registered on it.
     let udp = cfg.rpc.udp_options().map_err(|e| e.to_string())?;
@@ -206,7 +261,36 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
                 l.set_catalog(catalog)?;
                 State::Loaded(l)
             }
-            (State::Loaded(l), Cmd::Start) => State::Running(l.start()?, false),
+            (State::Loaded(l), Cmd::Start) => {
+                // The lease starts with the run, not at load (loading takes seconds and
+                // differs per node): the launcher starts its manager just before `start`.
+                if let Some(m) = manager {
+                    let events = *ev;
+                    let send = Box::new(move |msg: serde_json::Value| {
+                        events
+                            .write("manager", serde_json::json!({ "manager": msg }))
+                            .map_err(|e| e.to_string())
+                    });
+                    // A call waits up to a lease: a grant that arrives late still counts
+                    // (the lease runs from when the renewal was sent), and an answer
+                    // later than that is worth nothing. Waiting only half of it turned a
+                    // few tens of ms of scheduling delay on a loaded machine into a
+                    // missed first grant, a fenced agent and a needless reconfiguration.
+                    // The threads stop serving at the lease's end whatever the agent is
+                    // waiting for (`NodeState::serving`).
+                    let client = inbox.client(node, send, m.lease);
+                    let a = Agent::start(
+                        format!("agent{node}"),
+                        Box::new(client),
+                        l.cluster_state(),
+                        m.lease,
+                        ambidex_transport::clock::SystemClock::shared(),
+                    )
+                    .map_err(|e| format!("cannot start the cluster agent: {e}"))?;
+                    agent = Some(a);
+                }
+                State::Running(l.start()?, false)
+            }
             (State::Running(mut r, false), Cmd::Measure) => {
                 r.measure();
                 State::Running(r, true)
@@ -216,6 +300,9 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
                 State::Stopped(r, false)
             }
             (State::Stopped(r, _), Cmd::Finish) => {
+                // No transaction runs any more: the run's membership is over (the
+                // launcher takes the manager's events before it sends finish).
+                drop(agent.take());
                 // The launcher sends this once every node's workers are done; a person
                 // may send it early, so wait for this node's own workers first.
                 let until = Instant::now() + Duration::from_secs(60);
@@ -279,5 +366,17 @@ mod tests {
         assert!(parse_command("{\"cmd\":").is_err());
         assert!(parse_command("[1,2]").is_err());
         assert!(parse_command("\u{0}").is_err());
+    }
+
+    #[test]
+    fn manager_lines_are_told_from_commands() {
+        assert_eq!(
+            manager_line("{\"manager\":{\"id\":1,\"answer\":\"done\"}}\n"),
+            Some(serde_json::json!({"id": 1, "answer": "done"}))
+        );
+        assert_eq!(manager_line("{\"cmd\":\"start\"}"), None);
+        // Not JSON: not a manager line, so a bad command (an error event), never a panic.
+        assert_eq!(manager_line("{\"manager\": {"), None);
+        assert!(parse_command("{\"manager\": {").is_err());
     }
 }

@@ -1,7 +1,8 @@
 //! # ambidex-cluster: configurations, placement, leases and membership
 //!
-//! DESIGN.md "Cluster and recovery". What is built (nodes do not run it yet: no
-//! node acts on a new configuration, so one dead node still stops a run):
+//! DESIGN.md "Cluster and recovery". What is built (node processes run an agent
+//! against the launcher's manager, but no node's threads act on a new configuration
+//! yet):
 //!
 //! - [`placement`]: keys hash to a fixed set of partitions; each partition has a
 //!   replica list (primary first) that changes only with a new configuration: a
@@ -16,7 +17,8 @@
 //!   acknowledges the stages its threads reached) and the [`NodeState`] the threads
 //!   read.
 //! - [`manager`]: the manager as a node calls it ([`ManagerClient`]); the embedded
-//!   manager, and the etcd manager (cargo feature `etcd`).
+//!   manager, a client over a node's control channel ([`manager::channel`]), and the
+//!   etcd manager (cargo feature `etcd`).
 
 pub mod agent;
 pub mod config;
@@ -29,6 +31,7 @@ pub mod priority;
 pub use agent::{Agent, NodeState};
 pub use config::{ConfigCell, ConfigView, Configuration};
 pub use lease::LeaseKeeper;
+pub use manager::channel::{ChannelClient, ChannelInbox};
 pub use manager::embedded::{EmbeddedClient, EmbeddedManager};
 #[cfg(feature = "etcd")]
 pub use manager::etcd::{EtcdClient, EtcdManager};

@@ -653,6 +653,10 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     // simulated network.
     let base = RunSpec {
         fault: None,
+        // The simulator's clocks are manual and it crashes no node: a manager ticking
+        // on real time (and agents on threads of their own) has no place in it.
+        manager: None,
+        kill: None,
         ..run_spec(cfg, coroutines, None)?
     };
     let policy = base.txn.policy;

@@ -58,6 +58,14 @@ pub struct NodeReport {
     /// Other nodes' tables this node's start-up check verified one-sided.
     #[serde(default)]
     pub remote_tables_verified: u64,
+    /// Committed transactions per 10 ms since this node's `start` (warmup included).
+    #[serde(default)]
+    pub timeline_10ms: Vec<u32>,
+    /// When (system clock, ns since the Unix epoch) this node's first commit that
+    /// touched a key whose primary was on a node removed during the run ended
+    /// (`null`: none).
+    #[serde(default)]
+    pub first_lost_commit_ns: Option<u64>,
 }
 
 /// An order-independent digest of the rows of `table` in placement partition
@@ -129,6 +137,8 @@ impl NodeReport {
         };
         NodeReport {
             node,
+            timeline_10ms: tally.timeline,
+            first_lost_commit_ns: tally.first_lost_commit_ns,
             per_type: tally.per_type,
             aborts_by_reason: tally.aborts,
             latency_ns: tally
@@ -199,18 +209,37 @@ pub fn combine_node_reports(
     elapsed: f64,
     reports: Vec<NodeReport>,
 ) -> Result<BenchReport, String> {
+    combine_live_reports(cfg, transport, elapsed, reports, None)
+}
+
+/// As [`combine_node_reports`], for a run in which nodes may have died: `survivors`
+/// is the manager's final placement, and the reports are those of the nodes still
+/// alive (any subset, at most one each). Replicas are compared over the up-to-date
+/// copies of that placement that reported (a dead node's copies are not there to
+/// compare; a copy still syncing is not expected to match yet). `None`: every node
+/// must report, in the initial placement.
+pub fn combine_live_reports(
+    cfg: &Config,
+    transport: &str,
+    elapsed: f64,
+    reports: Vec<NodeReport>,
+    survivors: Option<Placement>,
+) -> Result<BenchReport, String> {
     struct Combine<'a> {
         cfg: &'a Config,
         transport: &'a str,
         elapsed: f64,
         reports: Vec<NodeReport>,
+        survivors: Option<Placement>,
     }
     impl WorkloadVisitor<BenchReport> for Combine<'_> {
         fn visit<W: Workload>(self, wl: Arc<W>, p: Placement) -> Result<BenchReport, String> {
+            let partial = self.survivors.is_some();
             combine(
                 self.cfg,
                 &*wl,
-                p,
+                self.survivors.unwrap_or(p),
+                partial,
                 self.transport,
                 self.elapsed,
                 self.reports,
@@ -224,6 +253,7 @@ pub fn combine_node_reports(
             transport,
             elapsed,
             reports,
+            survivors,
         },
     )
 }
@@ -232,18 +262,37 @@ fn combine<W: Workload>(
     cfg: &Config,
     wl: &W,
     placement: Placement,
+    partial: bool,
     transport: &str,
     elapsed: f64,
     mut reports: Vec<NodeReport>,
 ) -> Result<BenchReport, String> {
     reports.sort_by_key(|r| r.node);
     let nodes: Vec<u16> = reports.iter().map(|r| r.node).collect();
-    if nodes != (0..cfg.cluster.nodes).collect::<Vec<_>>() {
+    let every = (0..cfg.cluster.nodes).collect::<Vec<_>>();
+    let fits = if partial {
+        !nodes.is_empty()
+            && nodes.windows(2).all(|w| w[0] < w[1])
+            && nodes.iter().all(|&n| n < cfg.cluster.nodes)
+    } else {
+        nodes == every
+    };
+    if !fits {
         return Err(format!(
-            "expected one report from each of nodes 0..{}, got nodes {nodes:?}",
+            "expected one report from each of {}nodes 0..{}, got nodes {nodes:?}",
+            if partial { "some of the " } else { "" },
             cfg.cluster.nodes
         ));
     }
+    if placement.nodes() != cfg.cluster.nodes {
+        return Err(format!(
+            "the final placement has {} nodes, the run {}",
+            placement.nodes(),
+            cfg.cluster.nodes
+        ));
+    }
+    let mut timeline: Vec<u32> = Vec::new();
+    let mut first_lost: Option<u64> = None;
     let policy = cfg.policy()?;
     let types = wl.txn_types().len();
     let mut tally = Tally::new(types);
@@ -290,6 +339,8 @@ fn combine<W: Workload>(
         if r.load_seconds.is_finite() {
             load = load.max(r.load_seconds);
         }
+        crate::driver::add_timeline(&mut timeline, &r.timeline_10ms);
+        first_lost = crate::driver::min_some(first_lost, r.first_lost_commit_ns);
         match &r.check_violation {
             Some(v) => violations.push(format!("node {n}: {v}")),
             None => parts.push(r.check.clone()),
@@ -329,6 +380,8 @@ fn combine<W: Workload>(
     );
     r.load_seconds = load;
     r.remote_tables_verified = reports.iter().map(|n| n.remote_tables_verified).collect();
+    r.timeline_10ms = timeline.iter().map(|&c| c as u64).collect();
+    r.first_lost_commit_ns = first_lost;
     Ok(r)
 }
 
@@ -360,6 +413,12 @@ fn plausible(r: &NodeReport) -> Result<(), String> {
         big(k, *v)?;
     }
     big("stuck_workers", r.stuck_workers as u64)?;
+    if r.timeline_10ms.len() > crate::driver::TIMELINE_MAX_BUCKETS {
+        return Err(format!(
+            "a timeline of {} buckets is implausible",
+            r.timeline_10ms.len()
+        ));
+    }
     for (what, x) in [("txn_layer", &r.txn_layer), ("rpc", &r.rpc)] {
         let mut stack = vec![x];
         while let Some(v) = stack.pop() {
@@ -381,7 +440,10 @@ fn plausible(r: &NodeReport) -> Result<(), String> {
 fn compare_replicas(reports: &[NodeReport], placement: &Placement) -> Result<u64, String> {
     // (table, partition) -> per holding node, its digest.
     let mut groups: BTreeMap<(u32, u32), BTreeMap<u16, ReplicaDigest>> = BTreeMap::new();
-    for r in reports {
+    let reported: Vec<u16> = reports.iter().map(|r| r.node).collect();
+    // A node the manager removed while it still ran (its lease ran out) holds copies
+    // nobody reads any more: they are not compared.
+    for r in reports.iter().filter(|r| placement.is_member(r.node)) {
         for d in &r.replica_digests {
             groups
                 .entry((d.table, d.partition))
@@ -397,8 +459,16 @@ fn compare_replicas(reports: &[NodeReport], placement: &Placement) -> Result<u64
                 placement.partitions()
             ));
         }
-        let replicas = placement.replicas_of(*partition);
-        let primary = replicas[0];
+        let all = placement.replicas_of(*partition);
+        // The up-to-date copies whose node reported (every copy, in a run where no
+        // node died): a dead node's rows are not there, a syncing copy's are partial.
+        let replicas: Vec<u16> = placement
+            .up_to_date_of(*partition)
+            .filter(|n| reported.contains(n))
+            .collect();
+        let Some(&primary) = replicas.first() else {
+            continue;
+        };
         let missing = |_: u16| ReplicaDigest {
             table: *table,
             partition: *partition,
@@ -417,10 +487,10 @@ fn compare_replicas(reports: &[NodeReport], placement: &Placement) -> Result<u64
             }
             compared += got.rows;
         }
-        if let Some(extra) = holders.keys().find(|n| !replicas.contains(n)) {
+        if let Some(extra) = holders.keys().find(|n| !all.contains(n)) {
             return Err(format!(
                 "node {extra} stores rows of table {table}, partition {partition}, but is \
-                 not one of its replicas {replicas:?}"
+                 not one of its replicas {all:?}"
             ));
         }
     }
@@ -698,5 +768,40 @@ mod tests {
             .contains("backup node 1"));
         let stray = [d(0, 1, 0, 5, 77), d(1, 1, 0, 5, 77), d(2, 1, 0, 1, 1)];
         assert!(compare_replicas(&stray, &p).unwrap_err().contains("node 2"));
+    }
+
+    /// Node 2 died: the final placement promotes its partitions' backups and adds
+    /// syncing copies; the survivors' up-to-date copies are still compared.
+    #[test]
+    fn replica_comparison_after_a_death_covers_the_survivors_only() {
+        let p = Placement::new(3, 2).unwrap();
+        let after = p.without(1 << 2).unwrap();
+        let d = |node: u16, table: u32, partition: u32, rows: u64, sum: u64| NodeReport {
+            node,
+            replica_digests: vec![ReplicaDigest {
+                table,
+                partition,
+                rows,
+                sum,
+            }],
+            ..Default::default()
+        };
+        // Partition 2 was on nodes 2 and 0: node 0 alone is up to date now (node 2's
+        // copy is gone, the new backup is syncing and has nothing yet).
+        let ok = [d(0, 1, 2, 5, 77), d(1, 1, 0, 0, 0)];
+        assert!(compare_replicas(&ok, &after).is_ok());
+        // A divergence between survivors is still found.
+        let bad = [d(0, 1, 0, 5, 77), d(1, 1, 0, 5, 78)];
+        assert!(compare_replicas(&bad, &after)
+            .unwrap_err()
+            .contains("backup node 1"));
+        // Against the initial placement, the missing node 2 is a failure.
+        let full = [d(0, 1, 2, 5, 77), d(1, 9, 0, 0, 0), d(2, 9, 1, 0, 0)];
+        assert!(compare_replicas(&full[..2], &p).is_ok());
+        assert!(
+            combine_live_reports(&Config::default(), "shm", 1.0, full[..2].to_vec(), None)
+                .unwrap_err()
+                .contains("got nodes [0, 1]")
+        );
     }
 }

@@ -115,6 +115,25 @@ pub struct BenchReport {
     pub consistency_ok: Option<bool>,
     /// What the workload's check computed (or the violation).
     pub check: serde_json::Value,
+    /// Committed transactions per 10 ms over the whole run (warmup included), summed
+    /// over every thread of every node; bucket 0 starts when the workers start (in a
+    /// multi-process run, when each node received `start`).
+    pub timeline_10ms: Vec<u64>,
+    /// Node processes that died during the run (with a manager; without one a death
+    /// fails the run).
+    pub failures: Vec<crate::survival::NodeFailure>,
+    /// Node processes the launcher killed (`--kill`).
+    pub kills: Vec<crate::survival::Kill>,
+    /// The configuration manager's events (ms since the run's start).
+    pub manager_events: Vec<crate::survival::ManagerEvent>,
+    /// How long the cluster took to notice and get over the first failure; `null`
+    /// without one.
+    pub recovery: Option<crate::survival::Recovery>,
+    /// When (system clock, ns, as the manager's events) the first commit of a
+    /// transaction that touched a key whose primary was on a node removed during the
+    /// run ended; what `recovery.first_commit_ms` is computed from.
+    #[serde(skip)]
+    pub first_lost_commit_ns: Option<u64>,
     /// The configuration the run was given (every path echoes the one it ran with).
     pub config: Config,
 }
@@ -143,7 +162,7 @@ pub fn run_spec(cfg: &Config, coroutines: usize, node: Option<NodeId>) -> Result
         },
         duration: None,
         history: None,
-        manager: None,
+        manager: cfg.cluster.manager_spec(),
         kill: None,
     })
 }
@@ -236,7 +255,18 @@ pub struct Tally {
     pub(crate) per_type: Vec<TypeReport>,
     pub(crate) aborts: BTreeMap<String, u64>,
     pub(crate) hist: Histogram<u64>,
+    /// Committed transactions per [`TIMELINE_BUCKET`] since the workers were made,
+    /// warmup included (grown as time passes: no allocation per transaction).
+    pub(crate) timeline: Vec<u32>,
+    /// When (system clock, ns) this node's first commit that touched a key whose
+    /// primary was on a node no longer a member ended ([`crate::lost`]).
+    pub(crate) first_lost_commit_ns: Option<u64>,
 }
+
+/// The timeline's bucket (`BenchReport::timeline_10ms`).
+pub const TIMELINE_BUCKET: Duration = Duration::from_millis(10);
+/// Buckets kept at most (a day): later commits are not on the timeline.
+pub const TIMELINE_MAX_BUCKETS: usize = 8_640_000;
 
 /// Largest latency the histograms hold (ns): 100 s.
 const HIST_MAX_NS: u64 = 100_000_000_000;
@@ -249,7 +279,24 @@ impl Tally {
             // 1 ns .. 100 s at 2 significant digits (1% resolution): a count array small
             // enough to stay in cache (3 digits cost ~2% of TATP's CPU time).
             hist: Histogram::new_with_bounds(1, HIST_MAX_NS, 2).expect("histogram bounds"),
+            timeline: Vec::new(),
+            first_lost_commit_ns: None,
         }
+    }
+
+    /// One commit `since` the workers were made.
+    #[inline]
+    fn count_commit(&mut self, since: Duration) {
+        let i = (since.as_nanos() / TIMELINE_BUCKET.as_nanos()) as usize;
+        if i >= TIMELINE_MAX_BUCKETS {
+            return;
+        }
+        if i >= self.timeline.len() {
+            // Amortized: doubles, so a run of n buckets allocates O(log n) times.
+            self.timeline
+                .resize((i + 1).max(self.timeline.len() * 2), 0);
+        }
+        self.timeline[i] = self.timeline[i].saturating_add(1);
     }
 
     fn merge(&mut self, o: &Tally) {
@@ -263,6 +310,30 @@ impl Tally {
             *self.aborts.entry(k.clone()).or_insert(0) += v;
         }
         self.hist.add(&o.hist).expect("same histogram bounds");
+        add_timeline(&mut self.timeline, &o.timeline);
+        self.first_lost_commit_ns = min_some(self.first_lost_commit_ns, o.first_lost_commit_ns);
+    }
+}
+
+/// The earlier of two optional times.
+pub(crate) fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+/// Adds timeline `b` into `a`, bucket by bucket; trailing empty buckets are dropped.
+pub(crate) fn add_timeline(a: &mut Vec<u32>, b: &[u32]) {
+    if a.len() < b.len() {
+        a.resize(b.len(), 0);
+    }
+    for (x, y) in a.iter_mut().zip(b) {
+        *x = x.saturating_add(*y);
+    }
+    while a.last() == Some(&0) {
+        a.pop();
     }
 }
 
@@ -316,18 +387,24 @@ pub(crate) fn make_worker<W: Workload>(
     seed: u64,
 ) -> Worker {
     let types = wl.txn_types().len();
+    // The timeline's zero: every coroutine of this node counts from the same instant.
+    let t0 = Instant::now();
     Arc::new(move |w: WorkerCtx| {
         let (wl, total, phase) = (wl.clone(), total.clone(), phase.clone());
         Box::pin(async move {
             let mut rng = SmallRng::seed_from_u64(worker_seed(seed, w.node, w.thread, w.coroutine));
             let mut local = W::Local::default();
             let mut tally = Tally::new(types);
+            crate::lost::start_worker(&w, t0);
             loop {
                 if phase.load(Ordering::Relaxed) == STOP || w.stop.load(Ordering::Relaxed) {
                     break;
                 }
                 let start = w.ctx.now_ns();
                 let (ty, outcome) = wl.run_one(&w, &mut rng, &mut local).await;
+                if matches!(outcome, Outcome::Committed { .. }) {
+                    tally.count_commit(t0.elapsed());
+                }
                 if phase.load(Ordering::Relaxed) != MEASURE {
                     continue;
                 }
@@ -350,6 +427,7 @@ pub(crate) fn make_worker<W: Workload>(
                 }
             }
             wl.finish_worker(local);
+            tally.first_lost_commit_ns = crate::lost::first_commit_ns(t0);
             total.lock().unwrap().merge(&tally);
         })
     })
@@ -511,6 +589,8 @@ pub fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) ->
         Err(e) => (serde_json::json!({ "violation": e }), false),
     };
     let (invariant_ok, consistency_ok) = match cfg.run.workload {
+        // Not checked (a node died with its committed deltas): neither true nor false.
+        WorkloadKind::SmallBank if check_json["balance_checked"] == false => (None, None),
         WorkloadKind::SmallBank => (Some(ok), None),
         WorkloadKind::Tpcc | WorkloadKind::TpccNo => (None, Some(ok)),
         _ => (if check_json.is_null() { None } else { Some(ok) }, None),
@@ -566,6 +646,12 @@ pub fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) ->
         invariant_ok,
         consistency_ok,
         check: check_json,
+        timeline_10ms: tally.timeline.iter().map(|&c| c as u64).collect(),
+        failures: Vec::new(),
+        kills: Vec::new(),
+        manager_events: Vec::new(),
+        recovery: None,
+        first_lost_commit_ns: tally.first_lost_commit_ns,
         config: cfg.clone(),
     }
 }

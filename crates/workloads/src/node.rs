@@ -146,7 +146,12 @@ impl LoadedNode {
         self.db.log_region_desc()
     }
 
-    /// The cluster's catalog (every node's descriptors, from the launcher), once.
+    /// What this node's threads and its cluster agent share (`NodeDb::cluster`).
+    pub fn cluster_state(&self) -> Arc<ambidex_cluster::NodeState> {
+        self.db.cluster().clone()
+    }
+
+    //// The cluster's catalog (every node's descriptors, from the launcher), once.
     pub fn set_catalog(&self, cat: Catalog) -> Result<(), String> {
         self.db.set_catalog(cat)
     }

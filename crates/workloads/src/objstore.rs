@@ -10,8 +10,9 @@
 
 use crate::common::{add_i64, per_node_capacity, Loader, Outcome, Workload};
 use crate::config::ObjStoreParams;
+use crate::lost::Txn;
 use ambidex_txn::runner::WorkerCtx;
-use ambidex_txn::{Placement, TableSpec, Txn, WriteKind};
+use ambidex_txn::{Placement, TableSpec, WriteKind};
 use rand::rngs::SmallRng;
 use rand::Rng;
 

@@ -14,6 +14,13 @@ pub enum Plot<'a> {
     Sweep(&'a [SweepPoint]),
     /// Mean µs per protocol phase (`BenchReport::phase_means_us`).
     Phases(&'a BTreeMap<String, f64>),
+    /// Committed transactions per 10 ms (`BenchReport::timeline_10ms`), drawn as
+    /// committed/s against time, with a labelled vertical line at each mark (ms since
+    /// the run's start: kills, deaths, manager events).
+    Timeline {
+        buckets: &'a [u64],
+        marks: &'a [(f64, String)],
+    },
 }
 
 /// Draws `what` to the SVG file `path`.
@@ -23,6 +30,7 @@ pub fn plot(what: Plot<'_>, title: &str, path: &Path) -> Result<(), String> {
     match what {
         Plot::Sweep(points) => sweep(&root, points, title),
         Plot::Phases(phases) => phases_chart(&root, phases, title),
+        Plot::Timeline { buckets, marks } => timeline(&root, buckets, marks, title),
     }
     .map_err(|e| format!("plotting {}: {e}", path.display()))?;
     root.present().map_err(|e| e.to_string())
@@ -139,5 +147,44 @@ fn phases_chart(root: &Area<'_>, phases: &BTreeMap<String, f64>, title: &str) ->
             ("sans-serif", 12),
         )
     }))?;
+    Ok(())
+}
+
+fn timeline(root: &Area<'_>, buckets: &[u64], marks: &[(f64, String)], title: &str) -> PlotResult {
+    if buckets.is_empty() {
+        return Err("no committed transactions to plot".into());
+    }
+    let bucket_s = crate::driver::TIMELINE_BUCKET.as_secs_f64();
+    let x_max = buckets.len() as f64 * bucket_s * 1e3;
+    let x_max = marks.iter().map(|m| m.0).fold(x_max, f64::max) + 1.0;
+    let rate = |c: u64| c as f64 / bucket_s;
+    let y_max = buckets.iter().map(|&c| rate(c)).fold(0.0, f64::max) * 1.15 + 1.0;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
+    chart
+        .configure_mesh()
+        .x_desc("ms since the start")
+        .y_desc("committed transactions / s")
+        .draw()?;
+    let series = buckets
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| (i as f64 * bucket_s * 1e3, rate(c)));
+    chart.draw_series(LineSeries::new(series, BLUE.stroke_width(1)))?;
+    for (i, (at, label)) in marks.iter().enumerate() {
+        let at = at.max(0.0);
+        chart.draw_series(LineSeries::new(vec![(at, 0.0), (at, y_max)], RED))?;
+        // Staggered so marks a few ms apart stay readable.
+        let y = y_max * (0.95 - 0.06 * (i % 8) as f64);
+        chart.draw_series(std::iter::once(Text::new(
+            label.clone(),
+            (at, y),
+            ("sans-serif", 12),
+        )))?;
+    }
     Ok(())
 }

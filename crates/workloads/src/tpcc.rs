@@ -61,11 +61,12 @@ use crate::common::{
     add_i64, get_i64, homed_key, nurand, part_i64, per_node_capacity, primary_rows, put_i64,
     put_u32, rand_str, urand, Loader, Outcome, Workload, LOGICAL_BITS,
 };
+use crate::lost::Txn;
 use ambidex_store::OrderedIndex;
 use ambidex_txn::actions;
 use ambidex_txn::messages::Status;
 use ambidex_txn::runner::WorkerCtx;
-use ambidex_txn::{AbortReason, NodeDb, Placement, TableSpec, Txn, WriteKind};
+use ambidex_txn::{AbortReason, NodeDb, Placement, TableSpec, WriteKind};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};

@@ -73,6 +73,39 @@ fn smallbank_per_node_checks_combine_to_the_cluster_check() {
         .contains("initial total"));
 }
 
+/// A node that died sent no part (node processes with a manager): the accounts are still
+/// counted, the total is not compared (that node's committed deltas are unknown), and
+/// the summary says so.
+#[test]
+fn smallbank_balance_is_unchecked_without_a_dead_nodes_part() {
+    let p = Placement::new(3, 3).unwrap();
+    let bank = SmallBank::new(p, 1, 0.01);
+    let n = bank.accounts;
+    let part = |node: u16, rows: u64, cents: i64| {
+        serde_json::json!({
+            "node": node, "savings_rows": rows, "checking_rows": rows,
+            "primary_cents": cents, "initial_cents": 100, "committed_delta_cents": 5,
+        })
+    };
+    // Every node: the total is checked.
+    let all = [part(0, n, 115), part(1, 0, 0), part(2, 0, 0)];
+    assert_eq!(bank.check_combine(&all).unwrap()["expected_cents"], 115);
+    assert!(bank
+        .check_combine(&[part(0, n, 116), part(1, 0, 0), part(2, 0, 0)])
+        .is_err());
+    // Node 2 missing: not compared, and said so.
+    let s = bank
+        .check_combine(&[part(0, n, 120), part(1, 0, 0)])
+        .unwrap();
+    assert_eq!(s["balance_checked"], false, "{s}");
+    assert_eq!(s["unaccounted_cents"], 10, "{s}");
+    assert!(s["why_unchecked"].as_str().unwrap().contains("[2]"), "{s}");
+    // Accounts missing still fail.
+    assert!(bank
+        .check_combine(&[part(0, n - 1, 120), part(1, 0, 0)])
+        .is_err());
+}
+
 #[test]
 fn tpcc_per_node_checks_combine_to_the_cluster_check() {
     let p = Placement::new(3, 2).unwrap();

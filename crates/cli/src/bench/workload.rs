@@ -7,10 +7,13 @@
 
 use crate::cluster::{Launch, NodeProcesses};
 use crate::config_args::{set, ConfigArgs};
+use crate::manager_host::ManagerHost;
+use ambidex_workloads::combine::combine_live_reports;
 use ambidex_workloads::combine::{node_policy, same_policy};
 use ambidex_workloads::config::{ClusterSection, FaultSection, RunSection};
 use ambidex_workloads::plot::{plot, Plot};
 use ambidex_workloads::report::{one_sided_line, policy_line};
+use ambidex_workloads::survival::{recovery, Kill, ManagerEvent, NodeFailure};
 use ambidex_workloads::{
     combine_node_reports, run_bench, sweep_coroutines, transports, BenchReport, Config, NodeReport,
     SweepPoint, Transport, WorkloadKind,
@@ -81,6 +84,15 @@ pub struct Args {
     /// Draw the sweep curve (or, without a sweep, the phase breakdown) to this SVG file.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Draw the throughput timeline (committed/s per 10 ms over the whole run, with
+    /// the kills, deaths and manager events marked) to this SVG file.
+    #[arg(long, value_name = "FILE")]
+    pub plot_timeline: Option<PathBuf>,
+    /// Node processes: SIGKILL node NODE SECONDS after the run started (after `start`
+    /// was sent; warmup included). Repeatable. With the manager on the run goes on
+    /// without it and reports the failure; with `--manager none` it fails the run.
+    #[arg(long, value_name = "NODE@SECONDS", value_parser = parse_kill)]
+    pub kill: Vec<KillSpec>,
     /// Record every transaction to this JSON-lines file (docs/history-format.md).
     #[arg(long)]
     pub history: Option<PathBuf>,
@@ -89,6 +101,50 @@ pub struct Args {
     pub no_progress: bool,
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--kill NODE@SECONDS`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KillSpec {
+    pub node: u16,
+    pub seconds: f64,
+}
+
+fn parse_kill(s: &str) -> Result<KillSpec, String> {
+    let (n, t) = s
+        .split_once('@')
+        .ok_or_else(|| format!("{s:?}: expected NODE@SECONDS, e.g. 2@1.5"))?;
+    let node = n
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?}: node {n:?}: {e}"))?;
+    let seconds: f64 = t
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?}: seconds {t:?}: {e}"))?;
+    Ok(KillSpec { node, seconds })
+}
+
+/// Refuses kills of nodes the run does not have, or outside the run (after the start,
+/// before the end of the measured window).
+fn check_kills(kills: &[KillSpec], cfg: &Config) -> Result<(), String> {
+    let run = cfg.run.warmup_s + cfg.run.duration_s;
+    for k in kills {
+        if k.node >= cfg.cluster.nodes {
+            return Err(format!(
+                "--kill {}@{}: the cluster has nodes 0..{}",
+                k.node, k.seconds, cfg.cluster.nodes
+            ));
+        }
+        if !(k.seconds > 0.0 && k.seconds < run) {
+            return Err(format!(
+                "--kill {}@{}: the time must be after the start and before the run ends \
+                 (0 < SECONDS < warmup + duration = {run})",
+                k.node, k.seconds
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A sweep's output: the curve and every run's report.
@@ -160,6 +216,52 @@ fn multi_process(c: &ClusterSection, a: &Args) -> Result<bool, String> {
 
 pub fn run(workload: Option<&str>, a: &Args) -> Result<Outcome, String> {
     let cfg = config(workload, a)?;
+    if !a.kill.is_empty() && !multi_process(&cfg.cluster, a)? {
+        return Err(
+            "--kill kills node processes: use --transport shm or udp (without \
+             --in-process)"
+                .into(),
+        );
+    }
+    check_kills(&a.kill, &cfg)?;
+    let r = run_one_or_sweep(a, &cfg)?;
+    if let (Some(path), Outcome::One(r)) = (&a.plot_timeline, &r) {
+        plot_timeline(r, path)?;
+    }
+    Ok(r)
+}
+
+fn plot_timeline(r: &BenchReport, path: &Path) -> Result<(), String> {
+    let mut marks: Vec<(f64, String)> = Vec::new();
+    for k in &r.kills {
+        marks.push((k.at_ms, format!("kill {}", k.node)));
+    }
+    for f in &r.failures {
+        marks.push((f.at_ms, format!("{} died", f.node)));
+    }
+    for e in &r.manager_events {
+        let what = serde_json::to_value(&e.what)
+            .ok()
+            .and_then(|v| match v {
+                serde_json::Value::String(s) => Some(s),
+                serde_json::Value::Object(m) => m.keys().next().cloned(),
+                _ => None,
+            })
+            .unwrap_or_default();
+        marks.push((e.at_ms, what));
+    }
+    plot(
+        Plot::Timeline {
+            buckets: &r.timeline_10ms,
+            marks: &marks,
+        },
+        &format!("{}: committed transactions/s over time", r.workload),
+        path,
+    )
+}
+
+fn run_one_or_sweep(a: &Args, cfg: &Config) -> Result<Outcome, String> {
+    let cfg = cfg.clone();
     let workload = cfg.run.workload.name();
     if multi_process(&cfg.cluster, a)? {
         if a.sweep_coroutines.is_some() {
@@ -291,6 +393,22 @@ fn print_one(a: &Args, r: &BenchReport) {
         "  peak RSS {:.0} MiB",
         r.max_rss_bytes as f64 / (1 << 20) as f64
     );
+    for f in &r.failures {
+        println!(
+            "  node {} (pid {}) {} at {:.0} ms; the run went on without it",
+            f.node, f.pid, f.how, f.at_ms
+        );
+    }
+    if let Some(rc) = &r.recovery {
+        let ms = |t: Option<f64>| t.map_or("never".to_string(), |t| format!("{t:.0} ms"));
+        println!(
+            "  after the failure at {:.0} ms: detected {}, reconfigured {}, recovered {}",
+            rc.failed_at_ms,
+            ms(rc.detected_ms),
+            ms(rc.reconfigured_ms),
+            ms(rc.recovered_ms)
+        );
+    }
     let verified: Vec<String> = r
         .remote_tables_verified
         .iter()
@@ -384,7 +502,26 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
     // Every node learns every node's table descriptors before it starts.
     let catalog = crate::cluster::catalog_from_ready(&readies, 0, nodes)?;
     procs.send_all_json(&serde_json::json!({ "cmd": "catalog", "catalog": catalog }))?;
+    // With a manager, every lease starts now (not during loading), and from now on a
+    // node that dies is reported rather than fatal.
+    let mut host = match cfg.cluster.manager_spec() {
+        Some(m) => {
+            let mut h = ManagerHost::start(nodes, cfg.cluster.replication, m.lease)?;
+            procs.answer_manager_calls(h.manager());
+            h.start_pushing(procs.stdins())?;
+            procs.survive_deaths(true);
+            Some(h)
+        }
+        None => None,
+    };
+    let run_start = Instant::now();
+    if let Some(h) = &mut host {
+        h.mark_start();
+    }
     procs.send_all("start")?;
+    for k in &a.kill {
+        procs.kill_at(k.node, run_start + Duration::from_secs_f64(k.seconds))?;
+    }
     procs.watch(Duration::from_secs_f64(cfg.run.warmup_s))?;
     procs.send_all("measure")?;
     let tm = Instant::now();
@@ -393,24 +530,74 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
     let elapsed = tm.elapsed().as_secs_f64();
     // A worker may be waiting out retransmissions in each phase of its transaction.
     let drain = give_up * 6 + Duration::from_secs(30);
-    procs.wait_all("workers_done", drain)?;
+    procs.wait_live("workers_done", drain)?;
+    // The run's membership ends here: the nodes stop their agents at finish, and the
+    // lease expiries that follow are the end of the run, not failures.
+    let membership = host.as_ref().map(|h| (h.events(), h.state(), h.start_ns()));
+    // A death from here on (during finish) fails the run again.
+    procs.survive_deaths(false);
     procs.send_all("finish")?;
-    let reports = procs.wait_all("report", Duration::from_secs(600))?;
+    let reports = procs.wait_live("report", Duration::from_secs(600))?;
     procs.wait_exits(Duration::from_secs(10), "after its report")?;
+    drop(host);
     let reports = reports
         .into_iter()
-        .enumerate()
         .map(|(n, mut v)| {
             let r: NodeReport = serde_json::from_value(v["report"].take())
                 .map_err(|e| format!("node {n} sent a malformed report: {e}"))?;
-            if r.node as usize != n {
+            if r.node != n {
                 return Err(format!("node {n} sent the report of node {}", r.node));
             }
             Ok(r)
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let mut report = combine_node_reports(&cfg, cfg.cluster.transport.name(), elapsed, reports)?;
+    let transport = cfg.cluster.transport.name();
+    let mut report = match &membership {
+        Some((_, state, _)) => combine_live_reports(
+            &cfg,
+            transport,
+            elapsed,
+            reports,
+            Some(state.config.placement.clone()),
+        )?,
+        None => combine_node_reports(&cfg, transport, elapsed, reports)?,
+    };
     report.load_seconds = load_seconds;
+    let ms = |t: Instant| t.saturating_duration_since(run_start).as_secs_f64() * 1e3;
+    report.failures = procs
+        .deaths()
+        .iter()
+        .map(|d| NodeFailure {
+            node: d.node,
+            pid: d.pid,
+            how: d.how.clone(),
+            at_ms: ms(d.at),
+        })
+        .collect();
+    report.kills = procs
+        .killed()
+        .iter()
+        .map(|k| Kill {
+            node: k.node,
+            pid: k.pid,
+            at_ms: ms(k.at),
+        })
+        .collect();
+    if let Some((events, _, start_ns)) = &membership {
+        report.manager_events = events
+            .iter()
+            .map(|e| ManagerEvent::new(e, *start_ns))
+            .collect();
+    }
+    report.recovery = recovery(
+        &report.kills,
+        &report.failures,
+        &report.manager_events,
+        report
+            .first_lost_commit_ns
+            .zip(membership.as_ref())
+            .map(|(ns, m)| (ns as f64 - m.2 as f64) / 1e6),
+    );
     if let Some(h) = &cfg.run.history {
         if !h.contains("{node}") {
             merge_histories(Path::new(h), &cfg.run, nodes)?;

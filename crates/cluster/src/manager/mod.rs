@@ -8,6 +8,7 @@
 //!
 //! [`Membership`]: crate::Membership
 
+pub mod channel;
 pub mod embedded;
 #[cfg(feature = "etcd")]
 pub mod etcd;

@@ -4,8 +4,8 @@
 
 use super::error::invalid;
 use super::{
-    ClusterSection, Config, ConfigError, FaultSection, InjectedBug, RpcSection, Transport,
-    TxnSection,
+    ClusterSection, Config, ConfigError, FaultSection, InjectedBug, ManagerKind, RpcSection,
+    Transport, TxnSection,
 };
 use ambidex_rpc::RuntimeConfig;
 use ambidex_transport::fault::FaultConfig;
@@ -45,7 +45,23 @@ impl ClusterSection {
             field: "cluster",
             why: format!("{e} (nodes {}, threads {})", self.nodes, self.threads),
         })?;
+        if !(1..=60_000).contains(&self.lease_ms) {
+            return invalid(
+                "cluster.lease_ms",
+                format!("must be 1..=60000 ms, not {}", self.lease_ms),
+            );
+        }
         Ok(c)
+    }
+
+    /// The lease of a run with a manager (`None` without one).
+    pub fn manager_spec(&self) -> Option<ambidex_txn::runner::ManagerSpec> {
+        match self.manager {
+            ManagerKind::None => None,
+            ManagerKind::Embedded => Some(ambidex_txn::runner::ManagerSpec {
+                lease: Duration::from_millis(self.lease_ms),
+            }),
+        }
     }
 }
 

@@ -124,6 +124,48 @@ pub struct ClusterSection {
     /// launcher picks loopback ports when absent.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub udp_addrs: Vec<SocketAddr>,
+    /// Who decides the cluster's membership: `embedded` (the launcher, or the process of
+    /// an in-process run, hosts the configuration manager; node processes hold leases
+    /// from it) or `none` (no leases: a node that dies fails the run).
+    pub manager: ManagerKind,
+    /// The lease period (ms) with a manager; nodes renew at a fifth of it.
+    pub lease_ms: u64,
+}
+
+/// The configuration manager of a run (`cluster.manager`). The etcd manager exists in
+/// `ambidex-cluster` (cargo feature `etcd`) but no run path starts it yet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ManagerKind {
+    /// No manager, no leases: a node that dies fails the run.
+    None,
+    /// One manager in the launcher (or this process, for an in-process run).
+    #[default]
+    Embedded,
+}
+
+impl ManagerKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ManagerKind::None => "none",
+            ManagerKind::Embedded => "embedded",
+        }
+    }
+}
+
+impl std::str::FromStr for ManagerKind {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "none" => Ok(ManagerKind::None),
+            "embedded" => Ok(ManagerKind::Embedded),
+            _ => Err(ConfigError::UnknownName {
+                what: "manager",
+                name: s.to_string(),
+                known: "none, embedded",
+            }),
+        }
+    }
 }
 
 impl Default for ClusterSection {
@@ -138,6 +180,8 @@ impl Default for ClusterSection {
             recv_depth: None,
             shm_dir: None,
             udp_addrs: Vec::new(),
+            manager: ManagerKind::Embedded,
+            lease_ms: 50,
         }
     }
 }

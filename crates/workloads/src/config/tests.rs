@@ -184,6 +184,39 @@ fn bad_values_are_typed_errors() {
     c.cluster.transport = Transport::Udp;
     c.cluster.udp_addrs = vec!["127.0.0.1:65535".parse().unwrap(); 3];
     assert_eq!(field(c), "cluster.udp_addrs");
+    for lease in [0, 60_001] {
+        let mut c = Config::default();
+        c.cluster.lease_ms = lease;
+        assert_eq!(field(c), "cluster.lease_ms");
+    }
+}
+
+#[test]
+fn the_manager_is_embedded_by_default_and_none_turns_leases_off() {
+    let c = Config::default();
+    assert_eq!(c.cluster.manager, crate::config::ManagerKind::Embedded);
+    let spec = crate::driver::run_spec(&c, 1, None).unwrap();
+    assert_eq!(
+        spec.manager.map(|m| m.lease),
+        Some(std::time::Duration::from_millis(50))
+    );
+    let base = Config::default();
+    let c = Config::read(
+        &file("m.toml", "[cluster]\nmanager = \"none\"\nlease_ms = 200\n"),
+        &base,
+    )
+    .unwrap();
+    assert_eq!(c.cluster.manager, crate::config::ManagerKind::None);
+    assert_eq!(c.cluster.lease_ms, 200);
+    assert!(crate::driver::run_spec(&c, 1, None)
+        .unwrap()
+        .manager
+        .is_none());
+    assert!(matches!(
+        Config::read(&file("m2.toml", "[cluster]\nmanager = \"etcd\"\n"), &base),
+        Err(ConfigError::Parse { .. })
+    ));
+    assert!("zookeeper".parse::<crate::config::ManagerKind>().is_err());
 }
 
 #[test]

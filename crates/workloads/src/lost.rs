@@ -1,0 +1,151 @@
+//! When the first transaction that touched a failed node's data committed
+//! (`recovery.first_commit_ms` in the report, docs/cluster.md): the transaction type the
+//! workloads use ([`Txn`], a thin wrapper of `ambidex_txn::Txn`) notes, once its node's
+//! epoch moved past the run's first configuration, whether a key it reads or writes had
+//! its primary on a node that is no longer a member; the first such commit of each node
+//! thread is kept. Before any epoch change a transaction pays one comparison of its
+//! runtime's epoch at begin; nothing is allocated per transaction.
+
+use ambidex_rpc::Ctx;
+use ambidex_txn::runner::WorkerCtx;
+use ambidex_txn::{AbortReason, Committed, Configuration, ItemId, TxnThread, WriteKind};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Instant;
+
+/// One node thread's watch (its coroutines share it).
+struct Watch {
+    /// The run's first configuration, as this thread saw it when its first worker began.
+    base: Rc<Configuration>,
+    /// The run this watch is of (the node's timeline zero).
+    t0: Instant,
+    /// When (the runtime's clock, ns: the system clock every process of a host shares
+    /// with the launcher's manager) the first commit that touched a lost primary ended.
+    first_ns: Cell<Option<u64>>,
+}
+
+thread_local! {
+    static WATCH: RefCell<Option<Rc<Watch>>> = const { RefCell::new(None) };
+}
+
+/// Called by each worker as it starts: the first of a thread sets the thread's watch up
+/// (a node thread runs one run's workers; a new run's first worker replaces it).
+pub(crate) fn start_worker(w: &WorkerCtx, t0: Instant) {
+    WATCH.with(|cell| {
+        let mut g = cell.borrow_mut();
+        if g.as_ref().is_some_and(|x| x.t0 == t0) {
+            return;
+        }
+        *g = Some(Rc::new(Watch {
+            base: w.th.config(),
+            t0,
+            first_ns: Cell::new(None),
+        }));
+    });
+}
+
+/// When this thread's first commit that touched a lost primary ended (ns on the
+/// runtime's clock), in the run whose workers were made at `t0`.
+pub(crate) fn first_commit_ns(t0: Instant) -> Option<u64> {
+    WATCH.with(|cell| {
+        cell.borrow()
+            .as_ref()
+            .filter(|x| x.t0 == t0)
+            .and_then(|x| x.first_ns.get())
+    })
+}
+
+/// What an armed transaction checks its keys against.
+struct Armed {
+    watch: Rc<Watch>,
+    now: Rc<Configuration>,
+}
+
+impl Armed {
+    fn lost(&self, table: u32, key: u64) -> bool {
+        !self
+            .now
+            .placement
+            .is_member(self.watch.base.placement.primary(table, key))
+    }
+}
+
+/// `ambidex_txn::Txn` with the check above; the same methods.
+pub struct Txn<'c> {
+    t: ambidex_txn::Txn<'c>,
+    ctx: &'c Ctx,
+    /// Set once the epoch changed and this thread has not recorded its first commit.
+    armed: Option<Armed>,
+    touched: bool,
+}
+
+impl<'c> Txn<'c> {
+    pub fn begin(ctx: &'c Ctx, th: &Rc<TxnThread>) -> Txn<'c> {
+        let t = ambidex_txn::Txn::begin(ctx, th);
+        // The first configuration's epoch is 1 (`Configuration::initial`).
+        let armed = if ctx.epoch() > 1 {
+            WATCH.with(|cell| {
+                cell.borrow()
+                    .as_ref()
+                    .filter(|x| x.first_ns.get().is_none() && x.base.epoch != ctx.epoch())
+                    .map(|x| Armed {
+                        watch: x.clone(),
+                        now: th.config(),
+                    })
+            })
+        } else {
+            None
+        };
+        Txn {
+            t,
+            ctx,
+            armed,
+            touched: false,
+        }
+    }
+
+    #[inline]
+    fn note(&mut self, table: u32, key: u64) {
+        if let Some(a) = &self.armed {
+            if !self.touched && a.lost(table, key) {
+                self.touched = true;
+            }
+        }
+    }
+
+    pub fn read(&mut self, table: u32, key: u64) -> ItemId {
+        self.note(table, key);
+        self.t.read(table, key)
+    }
+
+    pub fn write(&mut self, table: u32, key: u64, kind: WriteKind) -> ItemId {
+        self.note(table, key);
+        self.t.write(table, key, kind)
+    }
+
+    pub fn get(&self, item: ItemId) -> Option<&[u8]> {
+        self.t.get(item)
+    }
+
+    pub fn set(&mut self, item: ItemId, value: &[u8]) {
+        self.t.set(item, value)
+    }
+
+    pub async fn execute(&mut self) -> Result<(), AbortReason> {
+        self.t.execute().await
+    }
+
+    pub async fn abort(self) {
+        self.t.abort().await
+    }
+
+    pub async fn commit(self) -> Result<Committed, AbortReason> {
+        let r = self.t.commit().await;
+        if let (Ok(_), Some(a), true) = (&r, &self.armed, self.touched) {
+            if a.watch.first_ns.get().is_none() {
+                a.watch.first_ns.set(Some(self.ctx.now_ns()));
+            }
+        }
+        r
+    }
+}
