@@ -28,6 +28,7 @@ pub mod conformance;
 pub mod counters;
 pub mod cputime;
 pub mod fault;
+pub mod fence;
 pub mod local;
 pub mod onesided;
 pub mod region;

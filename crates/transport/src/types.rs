@@ -240,9 +240,10 @@ pub enum AccessError {
     BadLocalBuffer,
     /// No answer from the target after the backend's retries (udp only).
     Timeout,
-    /// The endpoint moved to a new epoch while the operation was in flight; it was
-    /// failed, and is never executed in the new epoch (udp only: the other backends
-    /// complete an operation when it is posted).
+    /// The operation's epoch is over: either the initiating endpoint moved to a new
+    /// epoch while the operation was in flight (udp), or the target node had already
+    /// moved to a newer epoch than the initiator's (the epoch fence: `local`, `shm`,
+    /// `sim`, and udp's target). The target's memory is untouched.
     EpochChanged,
 }
 
