@@ -269,7 +269,7 @@ impl AccessError {
 
     pub fn from_code(code: u8) -> Option<AccessError> {
         use AccessError::*;
-        const ALL: [AccessError; 9] = [
+        const ALL: [AccessError; 10] = [
             UnknownNode,
             UnknownRegion,
             BadKey,
@@ -279,6 +279,7 @@ impl AccessError {
             TooLarge,
             BadLocalBuffer,
             Timeout,
+            EpochChanged,
         ];
         ALL.get((code as usize).checked_sub(1)?).copied()
     }

@@ -1,0 +1,102 @@
+//! The epoch fence against initiators in other processes: an owner's `set_epoch` waits
+//! for an initiator that is inside its fence in an older epoch while that process lives,
+//! and returns (reclaiming the slot) once it was SIGKILLed there.
+//!
+//! "Inside the fence" is made deterministic: the child process opens node 1 and stores
+//! in its slot of node 0's fence file exactly what an endpoint stores while it performs
+//! an operation (`fence::slot_value` of its tag and epoch), then stays there, as a
+//! process stopped or killed in the middle of an operation would.
+
+mod common;
+
+use ambidex_transport::fence;
+use ambidex_transport::{ClusterConfig, EndpointAddr};
+use ambidex_transport_shm::{ShmCluster, ShmNode};
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const CHILD_ENV: &str = "AMBIDEX_FENCE_TEST_CHILD";
+/// The fence file's header; slot `i` follows at `HEADER + 64 * i`.
+const HEADER: u64 = 64;
+
+fn config() -> ClusterConfig {
+    let mut c = ClusterConfig::new(2, 2);
+    c.recv_depth = 64;
+    c.cluster_id ^= std::process::id() as u64;
+    c
+}
+
+/// Not a test on its own: the child process's body (runs only when re-executed).
+#[test]
+fn fence_child() {
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let node = ShmNode::open_node(&dir, 1).expect("child opens node 1");
+    let cfg = ambidex_transport::NodeTransport::config(&node).clone();
+    let slot = cfg.endpoint_index(EndpointAddr::new(1, 0)) as u64;
+    let tag = (node.generation() & 0x7fff_ffff) as u32;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("node-0.fence"))
+        .unwrap();
+    f.write_all_at(
+        &fence::slot_value(tag, cfg.epoch).to_le_bytes(),
+        HEADER + 64 * slot,
+    )
+    .unwrap();
+    println!("inside");
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn set_epoch_waits_for_a_live_initiator_and_reclaims_a_killed_one() {
+    let dir = common::fresh_dir("fence");
+    let config = config();
+    ShmCluster::create(&dir, &config).unwrap();
+    let node = ShmNode::open(&dir, 0).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "fence_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, &dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("inside") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "child died");
+    }
+
+    let mut ep = node.endpoint(0).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        ep.set_epoch(config.epoch + 1);
+        tx.send(()).unwrap();
+        ep
+    });
+    // The initiator is alive and inside with the old epoch: the owner must wait. (A
+    // slow machine only makes this wait longer; it cannot make it pass wrongly.)
+    assert_eq!(
+        rx.recv_timeout(Duration::from_millis(500)),
+        Err(mpsc::RecvTimeoutError::Timeout),
+        "set_epoch returned while an initiator of the old epoch was inside"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("set_epoch still waits for a SIGKILLed initiator");
+    let ep = waiter.join().unwrap();
+    assert_eq!(node.counters().get("fence_reclaimed"), 1);
+    assert!(ep.counters().get("fence_waits") >= 1);
+    drop(ep);
+    drop(node);
+    let _ = ShmCluster::remove(&dir);
+}
