@@ -6,7 +6,7 @@
 
 use ambidex_transport::local::LocalFabric;
 use ambidex_transport::{AccessError, ClusterConfig, OneSidedKind, OneSidedOp, Perms};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 #[test]
@@ -19,13 +19,17 @@ fn no_write_of_an_older_epoch_lands_after_set_epoch() {
     let mut owner = n0.endpoint(0).unwrap();
     let mut ini = n1.endpoint(0).unwrap();
     let written = Arc::new(AtomicU64::new(0));
-    let w = written.clone();
+    let moved = Arc::new(AtomicBool::new(false));
+    let (w, m) = (written.clone(), moved.clone());
     let writer = std::thread::spawn(move || {
-        let (mut last_ok, mut refused) = (0u64, 0u64);
+        let (mut last_ok, mut refused, mut after) = (0u64, 0u64, 0u64);
         let mut out = Vec::new();
         let mut i = 1u64;
-        // Until the fence has refused a good number of writes in a row.
-        while refused < 2000 {
+        // Until 2000 writes were posted after the owner's set_epoch returned.
+        while after < 2000 {
+            if m.load(Ordering::Acquire) {
+                after += 1;
+            }
             let data = i.to_le_bytes();
             ini.post(&[OneSidedOp {
                 wr_id: i,
@@ -55,6 +59,7 @@ fn no_write_of_an_older_epoch_lands_after_set_epoch() {
     owner.set_epoch(config.epoch + 1);
     let word = region.mem.word(0).unwrap();
     let at_fence = word.load(Ordering::SeqCst);
+    moved.store(true, Ordering::Release);
     let (last_ok, counters) = writer.join().unwrap();
     assert_eq!(
         word.load(Ordering::SeqCst),

@@ -528,8 +528,8 @@ impl SimNet {
         }
         g.nodes[nn].up = false;
         g.nodes[nn].incarnation += 1;
-        // Its endpoints restart in the configuration's epoch, and so does its fence.
-        g.nodes[nn].epoch = self.config.epoch;
+        // Its fence stays: its regions survive (battery-backed), and so must the promise
+        // that no operation of an epoch older than the one it had reached lands there.
         g.stats.crashes += 1;
         g.trace = mix(mix(g.trace, 0xc7a5), n as u64);
         let t = self.config.threads_per_node as usize;
