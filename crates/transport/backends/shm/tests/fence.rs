@@ -15,7 +15,7 @@ use ambidex_transport_shm::{ShmCluster, ShmNode};
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -28,6 +28,17 @@ fn config() -> ClusterConfig {
     c.recv_depth = 64;
     c.cluster_id ^= std::process::id() as u64;
     c
+}
+
+/// Kills the child process however the test ends (a failed assertion must not leave it
+/// sleeping forever, holding the test harness's output pipe).
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Not a test on its own: the child process's body (runs only when re-executed).
@@ -62,13 +73,15 @@ fn set_epoch_waits_for_a_live_initiator_and_reclaims_a_killed_one() {
     let config = config();
     ShmCluster::create(&dir, &config).unwrap();
     let node = ShmNode::open(&dir, 0).unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "fence_child", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, &dir)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut child = KillOnDrop(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "fence_child", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, &dir)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = BufReader::new(child.0.stdout.take().unwrap());
     let mut line = String::new();
     while !line.contains("inside") {
         line.clear();
@@ -89,8 +102,7 @@ fn set_epoch_waits_for_a_live_initiator_and_reclaims_a_killed_one() {
         Err(mpsc::RecvTimeoutError::Timeout),
         "set_epoch returned while an initiator of the old epoch was inside"
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     rx.recv_timeout(Duration::from_secs(60))
         .expect("set_epoch still waits for a SIGKILLed initiator");
     let ep = waiter.join().unwrap();
