@@ -168,7 +168,7 @@ fn peer_loop(
                     // Answered in the old epoch, then this endpoint moves on.
                     let _ = ep.send(&[Datagram {
                         dst: src,
-                        payload: &[b'p'],
+                        payload: b"p",
                     }]);
                     ep.set_epoch(u32::from_le_bytes(msg[1..5].try_into().unwrap()));
                     None

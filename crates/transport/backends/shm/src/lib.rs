@@ -10,7 +10,15 @@
 //!   store of the ring's tail plus a futex event count;
 //! - a one-sided operation is performed by the *initiator*, on its own mapping of the
 //!   target's region file, through [`ambidex_transport::onesided::execute`]: the target's
-//!   CPU is really bypassed and CAS/FAA are real atomics on the shared word.
+//!   CPU is really bypassed and CAS/FAA are real atomics on the shared word;
+//! - the epoch fence ([`ambidex_transport::fence`], `docs/transport.md`): an initiator
+//!   announces itself in its slot of the target's fence file and backs out with
+//!   [`AccessError::EpochChanged`] if the target node moved to a newer epoch than its
+//!   own; an owner's `set_epoch` raises the node's epoch, then waits for initiators of
+//!   older epochs still inside. It never gives up on a live one; the slot of a process
+//!   that died inside is reclaimed (`fence_reclaimed`): its node was reopened or closed
+//!   since (the slot's tag is the writer's generation), or nobody holds the node's
+//!   `.live` lock any more.
 //!
 //! ## Directory layout
 //!
@@ -21,6 +29,8 @@
 //! | `node-<node>.regions`      | the node's process    | region table: header + [`MAX_REGIONS`] entries |
 //! | `node-<node>.counters`     | the node; initiators  | node counters (initiators count violations)|
 //! | `node-<node>.lock`         | the node's process    | `flock`ed while the node is open           |
+//! | `node-<node>.live`         | the node's process    | shared `flock` while open: tells it is alive|
+//! | `node-<node>.fence`        | the node; initiators  | epoch fence: the node's epoch + a slot per endpoint|
 //! | `region-<node>-<gen>-<id>` | the node's process    | the bytes of one registered region         |
 //!
 //! ## Trust
