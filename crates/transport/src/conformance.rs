@@ -42,7 +42,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@each $make,
             datagram_echo, datagram_batch, datagram_all_endpoints, datagram_errors,
             receive_queue_overflow, epoch_mismatch, onesided_read_write, onesided_in_order,
-            onesided_errors, onesided_atomics, malformed_input);
+            onesided_errors, onesided_atomics, onesided_epoch_fence, malformed_input);
     };
     (@each $make:expr, $($check:ident),*) => {
         $(
@@ -63,6 +63,7 @@ const CMD_OWNER_ADD: u8 = b'A';
 const CMD_COUNTERS: u8 = b'C';
 const CMD_FLOOD: u8 = b'F';
 const CMD_STOP: u8 = b'S';
+const CMD_EPOCH: u8 = b'P';
 
 /// Size of each test region a peer registers.
 pub const PEER_REGION_LEN: usize = 64 * 1024;
@@ -163,6 +164,15 @@ fn peer_loop(
                     }
                     None
                 }
+                Some(CMD_EPOCH) if msg.len() == 5 => {
+                    // Answered in the old epoch, then this endpoint moves on.
+                    let _ = ep.send(&[Datagram {
+                        dst: src,
+                        payload: b"p",
+                    }]);
+                    ep.set_epoch(u32::from_le_bytes(msg[1..5].try_into().unwrap()));
+                    None
+                }
                 Some(CMD_STOP) => {
                     stop.store(true, Ordering::Relaxed);
                     None
@@ -227,6 +237,19 @@ pub fn completions(ep: &mut dyn Endpoint, n: usize) -> Vec<Completion> {
         }
     }
     out
+}
+
+/// Moves every endpoint of peer `node` to `epoch`, asking from `old` (an endpoint in
+/// the peer's current epoch) and confirming from `new` (one already in `epoch`): once a
+/// thread of the peer echoes a datagram of `epoch`, its `set_epoch` has returned.
+pub fn move_peer_epoch(old: &mut dyn Endpoint, new: &mut dyn Endpoint, node: NodeId, epoch: u32) {
+    let mut cmd = vec![CMD_EPOCH];
+    cmd.extend_from_slice(&epoch.to_le_bytes());
+    for t in 0..old.config().threads_per_node {
+        let peer = EndpointAddr::new(node, t);
+        ask(old, peer, &cmd, b'p');
+        ask(new, peer, &[CMD_ECHO, 0xee], CMD_ECHO);
+    }
 }
 
 /// Sends one command to `peer` and returns its first reply starting with `tag`.
@@ -815,6 +838,131 @@ pub fn onesided_atomics(f: &dyn Fixture) {
 }
 
 /// Malformed input to a receive queue is dropped and counted; nothing garbage is
+/// The epoch fence: once a node moved to a newer epoch, a READ, WRITE or CAS stamped
+/// with an older one fails with `EpochChanged`, touches nothing (neither the target nor
+/// a READ's local buffer) and is counted at the target; an initiator in the node's epoch
+/// is served, and so is the old one once it moves too.
+pub fn onesided_epoch_fence(f: &dyn Fixture) {
+    let node = f.driver();
+    let mut old = node.endpoint(0).unwrap();
+    let mut new = node.endpoint(1).unwrap();
+    let epoch = f.config().epoch + 1;
+    let scratch = node.register(4096, Perms::ALL).unwrap();
+    let remote = peer_regions(&mut *old, 1)[0];
+    new.set_epoch(epoch);
+    move_peer_epoch(&mut *old, &mut *new, 1, epoch);
+
+    let data = [0x5a_u8; 16];
+    let ops = |wr: u64| {
+        [
+            OneSidedOp {
+                wr_id: wr,
+                remote: remote.at(256),
+                kind: OneSidedKind::Write { data: &data },
+                signaled: true,
+            },
+            OneSidedOp {
+                wr_id: wr + 1,
+                remote: remote.at(512),
+                kind: OneSidedKind::Cas {
+                    expected: 0,
+                    new: 99,
+                },
+                signaled: true,
+            },
+            OneSidedOp {
+                wr_id: wr + 2,
+                remote: remote.at(256),
+                kind: OneSidedKind::Read {
+                    len: 16,
+                    dest: LocalBuf {
+                        region: scratch.id(),
+                        offset: 0,
+                    },
+                },
+                signaled: true,
+            },
+        ]
+    };
+    // Reads the target's bytes 256..272 and word 512 through `ep`.
+    let peek = |ep: &mut dyn Endpoint| -> (Vec<u8>, u64) {
+        ep.post(&[
+            OneSidedOp {
+                wr_id: 90,
+                remote: remote.at(256),
+                kind: OneSidedKind::Read {
+                    len: 16,
+                    dest: LocalBuf {
+                        region: scratch.id(),
+                        offset: 1024,
+                    },
+                },
+                signaled: true,
+            },
+            OneSidedOp {
+                wr_id: 91,
+                remote: remote.at(512),
+                kind: OneSidedKind::Faa { add: 0 },
+                signaled: true,
+            },
+        ])
+        .unwrap();
+        let c = completions(ep, 2);
+        assert!(c.iter().all(|c| c.status.is_ok()), "peek failed: {c:?}");
+        let mut b = vec![0u8; 16];
+        assert!(scratch.mem.read(1024, &mut b));
+        (b, c[1].value)
+    };
+
+    // The old epoch is fenced out.
+    assert!(scratch.mem.write(0, &[0xcc; 16]));
+    old.post(&ops(1)).unwrap();
+    let c = completions(&mut *old, 3);
+    for (i, c) in c.iter().enumerate() {
+        assert_eq!(c.wr_id, 1 + i as u64, "completions out of order");
+        assert_eq!(
+            c.status,
+            Err(AccessError::EpochChanged),
+            "an operation of an older epoch was not fenced: {c:?}"
+        );
+    }
+    let mut b = [0u8; 16];
+    assert!(scratch.mem.read(0, &mut b));
+    assert_eq!(b, [0xcc; 16], "a fenced READ wrote its local buffer");
+    assert_eq!(
+        peek(&mut *new),
+        (vec![0u8; 16], 0),
+        "a fenced operation changed the target's memory"
+    );
+    assert!(
+        peer_counters(&mut *new, 1).get("onesided_epoch_errors") >= 1,
+        "fenced operations are not counted at the target"
+    );
+
+    // The target's epoch is served.
+    new.post(&ops(10)).unwrap();
+    let c = completions(&mut *new, 3);
+    assert!(
+        c.iter().all(|c| c.status.is_ok()),
+        "same epoch failed: {c:?}"
+    );
+    assert_eq!(c[1].value, 0);
+    assert_eq!(peek(&mut *new), (data.to_vec(), 99));
+
+    // Once the old endpoint moves too, it is served again.
+    old.set_epoch(epoch);
+    let mut o = ops(20);
+    o[1].kind = OneSidedKind::Cas {
+        expected: 99,
+        new: 7,
+    };
+    old.post(&o).unwrap();
+    let c = completions(&mut *old, 3);
+    assert!(c.iter().all(|c| c.status.is_ok()), "after moving: {c:?}");
+    assert_eq!(c[1].value, 99);
+    assert_eq!(peek(&mut *old), (data.to_vec(), 7));
+}
+
 /// delivered and the endpoint keeps working.
 pub fn malformed_input(f: &dyn Fixture) {
     let node = f.driver();

@@ -40,6 +40,9 @@ counters! {
     FaultDuplicated => "fault_duplicated",
     FaultReordered => "fault_reordered",
     FaultDelayed => "fault_delayed",
+    OnesidedEpochErrors => "onesided_epoch_errors",
+    FenceWaits => "fence_waits",
+    FenceReclaimed => "fence_reclaimed",
 }
 
 pub const NUM_COUNTERS: usize = COUNTER_NAMES.len();

@@ -11,7 +11,12 @@
 //!   bounded receive queue and a datagram arriving at a full queue is dropped and counted;
 //! - **registered regions** ([`NodeTransport::register`]) reached by one-sided READ, WRITE,
 //!   CAS and FAA ([`Endpoint::post`]); bad accesses complete with an error, touch nothing
-//!   and are counted; operations from one endpoint to one node complete in order.
+//!   and are counted; operations from one endpoint to one node complete in order;
+//! - **epochs**: datagrams of another epoch are dropped at receive, and one-sided
+//!   operations are fenced: once `set_epoch(e)` returned at an endpoint of a node, no
+//!   operation stamped with an epoch older than `e` reaches that node's memory (it fails
+//!   with [`AccessError::EpochChanged`]); see [`fence`] and `docs/transport.md` for what
+//!   each backend guarantees and what it does not.
 //!
 //! The interface is poll-based: backends run no hidden threads that call back into the
 //! layers above, so a single-threaded deterministic simulator can drive many nodes.
@@ -28,6 +33,7 @@ pub mod conformance;
 pub mod counters;
 pub mod cputime;
 pub mod fault;
+pub mod fence;
 pub mod local;
 pub mod onesided;
 pub mod region;
@@ -82,7 +88,12 @@ pub trait Endpoint: Send {
     /// call this after spinning briefly, so an idle thread yields its core.
     fn wait(&mut self, timeout: Duration);
 
-    /// Changes the epoch stamped on outgoing datagrams and required of incoming ones.
+    /// Changes the epoch stamped on outgoing datagrams and one-sided operations and
+    /// required of incoming ones. Raises this node's epoch fence: when it returns, no
+    /// one-sided operation of an older epoch is still running on this node's memory or
+    /// will run there (`local`, `shm`, `sim`; `udp` per endpoint). In `local` and `shm`
+    /// it waits for operations of an older epoch in progress, as long as their initiator
+    /// lives (see [`fence`]).
     fn set_epoch(&mut self, epoch: u32);
 
     /// This endpoint's counters (including drops counted on its behalf by senders).

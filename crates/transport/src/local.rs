@@ -2,8 +2,16 @@
 //! are lock-free rings in ordinary memory and one-sided operations are direct atomic
 //! memory operations on the target's region, so the target's CPU is really bypassed.
 //! This is the embedded default.
+//!
+//! As the initiator touches the target's memory itself, every node has an epoch
+//! [`fence`](crate::fence): an operation stamped with an epoch older than the target
+//! node's (the newest any of its endpoints moved to) fails with
+//! [`AccessError::EpochChanged`] and touches nothing, and an endpoint's `set_epoch`
+//! returns only once no operation of an older epoch is still running on its node's
+//! memory.
 
 use crate::counters::{Counter, CounterSnapshot, Counters};
+use crate::fence::{Fence, FenceSlot};
 use crate::onesided;
 use crate::region::{random_key, Mapping, Region, RegionMemory};
 use crate::ring::{self, RxBlock};
@@ -11,7 +19,7 @@ use crate::ring_endpoint::RingEndpoint;
 use crate::types::*;
 use crate::wait::Scope;
 use crate::{Endpoint, NodeTransport, SharedNode};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Most regions one node may register.
@@ -68,6 +76,18 @@ struct NodeState {
     taken: Vec<AtomicBool>,
     regions: RegionTable,
     counters: Counters,
+    /// The epoch fence of this node's memory: its epoch and one slot per endpoint.
+    fence_epoch: AtomicU64,
+    fence_slots: Box<[FenceSlot]>,
+}
+
+impl NodeState {
+    fn fence(&self) -> Fence<'_> {
+        Fence {
+            epoch: &self.fence_epoch,
+            slots: &self.fence_slots,
+        }
+    }
 }
 
 /// A whole cluster inside this process.
@@ -97,6 +117,8 @@ impl LocalFabric {
                     .collect(),
                 regions: RegionTable::new(n),
                 counters: Counters::default(),
+                fence_epoch: AtomicU64::new(config.epoch as u64),
+                fence_slots: (0..senders).map(|_| FenceSlot::default()).collect(),
             });
         }
         Ok(Arc::new(LocalFabric { config, nodes }))
@@ -187,21 +209,51 @@ impl Endpoint for LocalEndpoint {
         })
     }
 
+    fn set_epoch(&mut self, epoch: u32) {
+        self.ring.epoch = epoch;
+        let st = &self.fabric.nodes[self.ring.addr.node as usize];
+        // Threads of this process cannot die alone: every slot's writer is alive.
+        let r = st.fence().raise(epoch, |_, _| false);
+        self.ring.counters.add_owned(Counter::FenceWaits, r.waited);
+    }
+
     fn post(&mut self, ops: &[OneSidedOp<'_>]) -> Result<(), TransportError> {
         let fabric = &self.fabric;
         let me = &fabric.nodes[self.ring.addr.node as usize];
         let local = |id: RegionId| me.regions.get(id).map(|r| &r.mem);
+        let slot = fabric.config.endpoint_index(self.ring.addr);
+        let epoch = self.ring.epoch;
         // The region of the previous operation: a batch usually targets one region, and
         // region tables are append-only, so a region found once stays valid.
         let mut last: Option<(NodeId, RegionId, &Region)> = None;
+        // The node whose fence this endpoint is inside (or was refused by): a run of
+        // operations to one node enters it once.
+        let mut fenced: Option<(NodeId, bool)> = None;
         for op in ops {
             let (node, id) = (op.remote.node, op.remote.region);
-            let target = match last {
-                Some((n, r, region)) if n == node && r == id => Ok(region),
-                _ => match fabric.nodes.get(node as usize) {
-                    None => Err(AccessError::UnknownNode),
-                    Some(t) => t.regions.get(id).ok_or(AccessError::UnknownRegion),
-                },
+            let target = match fabric.nodes.get(node as usize) {
+                None => Err(AccessError::UnknownNode),
+                Some(t) => {
+                    let inside = match fenced {
+                        Some((n, inside)) if n == node => inside,
+                        _ => {
+                            if let Some((n, true)) = fenced {
+                                fabric.nodes[n as usize].fence().leave(slot);
+                            }
+                            let inside = t.fence().enter(slot, 1, epoch);
+                            fenced = Some((node, inside));
+                            inside
+                        }
+                    };
+                    if !inside {
+                        Err(AccessError::EpochChanged)
+                    } else {
+                        match last {
+                            Some((n, r, region)) if n == node && r == id => Ok(region),
+                            _ => t.regions.get(id).ok_or(AccessError::UnknownRegion),
+                        }
+                    }
+                }
             };
             let result = target.and_then(|region| {
                 last = Some((node, id, region));
@@ -214,12 +266,18 @@ impl Endpoint for LocalEndpoint {
                 )
             });
             if let Some(e) = self.ring.complete(op, op.remote.node, result) {
-                if e != AccessError::UnknownNode && e != AccessError::BadLocalBuffer {
-                    fabric.nodes[op.remote.node as usize]
-                        .counters
-                        .add(Counter::RemoteAccessViolations, 1);
+                let c = match e {
+                    AccessError::UnknownNode | AccessError::BadLocalBuffer => None,
+                    AccessError::EpochChanged => Some(Counter::OnesidedEpochErrors),
+                    _ => Some(Counter::RemoteAccessViolations),
+                };
+                if let Some(c) = c {
+                    fabric.nodes[op.remote.node as usize].counters.add(c, 1);
                 }
             }
+        }
+        if let Some((n, true)) = fenced {
+            fabric.nodes[n as usize].fence().leave(slot);
         }
         self.ring
             .counters

@@ -207,8 +207,8 @@ impl RingEndpoint {
 }
 
 /// The `Endpoint` methods a ring backend's endpoint hands straight to its
-/// `RingEndpoint` (in a field named `ring`); the backend writes `config`, `send` and
-/// `post` itself.
+/// `RingEndpoint` (in a field named `ring`); the backend writes `config`, `send`, `post`
+/// and `set_epoch` (which also raises the node's [`crate::fence`]) itself.
 #[macro_export]
 macro_rules! delegate_to_ring_endpoint {
     () => {
@@ -240,10 +240,6 @@ macro_rules! delegate_to_ring_endpoint {
         fn host_threads(&self) -> usize {
             // Every node of a ring backend runs on this host.
             self.config().endpoints()
-        }
-
-        fn set_epoch(&mut self, epoch: u32) {
-            self.ring.epoch = epoch;
         }
 
         fn counters(&self) -> $crate::counters::CounterSnapshot {

@@ -240,9 +240,10 @@ pub enum AccessError {
     BadLocalBuffer,
     /// No answer from the target after the backend's retries (udp only).
     Timeout,
-    /// The endpoint moved to a new epoch while the operation was in flight; it was
-    /// failed, and is never executed in the new epoch (udp only: the other backends
-    /// complete an operation when it is posted).
+    /// The operation's epoch is over: either the initiating endpoint moved to a new
+    /// epoch while the operation was in flight (udp), or the target node had already
+    /// moved to a newer epoch than the initiator's (the epoch fence: `local`, `shm`,
+    /// `sim`, and udp's target). The target's memory is untouched.
     EpochChanged,
 }
 
@@ -268,7 +269,7 @@ impl AccessError {
 
     pub fn from_code(code: u8) -> Option<AccessError> {
         use AccessError::*;
-        const ALL: [AccessError; 9] = [
+        const ALL: [AccessError; 10] = [
             UnknownNode,
             UnknownRegion,
             BadKey,
@@ -278,6 +279,7 @@ impl AccessError {
             TooLarge,
             BadLocalBuffer,
             Timeout,
+            EpochChanged,
         ];
         ALL.get((code as usize).checked_sub(1)?).copied()
     }

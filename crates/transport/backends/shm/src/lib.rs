@@ -10,7 +10,15 @@
 //!   store of the ring's tail plus a futex event count;
 //! - a one-sided operation is performed by the *initiator*, on its own mapping of the
 //!   target's region file, through [`ambidex_transport::onesided::execute`]: the target's
-//!   CPU is really bypassed and CAS/FAA are real atomics on the shared word.
+//!   CPU is really bypassed and CAS/FAA are real atomics on the shared word;
+//! - the epoch fence ([`ambidex_transport::fence`], `docs/transport.md`): an initiator
+//!   announces itself in its slot of the target's fence file and backs out with
+//!   [`AccessError::EpochChanged`] if the target node moved to a newer epoch than its
+//!   own; an owner's `set_epoch` raises the node's epoch, then waits for initiators of
+//!   older epochs still inside. It never gives up on a live one; the slot of a process
+//!   that died inside is reclaimed (`fence_reclaimed`): its node was reopened or closed
+//!   since (the slot's tag is the writer's generation), or nobody holds the node's
+//!   `.live` lock any more.
 //!
 //! ## Directory layout
 //!
@@ -21,6 +29,8 @@
 //! | `node-<node>.regions`      | the node's process    | region table: header + [`MAX_REGIONS`] entries |
 //! | `node-<node>.counters`     | the node; initiators  | node counters (initiators count violations)|
 //! | `node-<node>.lock`         | the node's process    | `flock`ed while the node is open           |
+//! | `node-<node>.live`         | the node's process    | shared `flock` while open: tells it is alive|
+//! | `node-<node>.fence`        | the node; initiators  | epoch fence: the node's epoch + a slot per endpoint|
 //! | `region-<node>-<gen>-<id>` | the node's process    | the bytes of one registered region         |
 //!
 //! ## Trust
@@ -47,6 +57,7 @@
 //! leaks that reservation (at most one batch) from the receiver's `recv_depth`.
 
 use ambidex_transport::counters::{Counter, CounterSnapshot, Counters};
+use ambidex_transport::fence::{self, Fence, FenceSlot};
 use ambidex_transport::onesided;
 use ambidex_transport::region::{random_key, Mapping, Region, RegionMemory};
 use ambidex_transport::ring::{self, RxBlock};
@@ -72,6 +83,7 @@ const CLUSTER_FILE: &str = "cluster.json";
 const MAX_CLUSTER_FILE: u64 = 64 * 1024;
 const TABLE_MAGIC: u64 = 0x616d_6278_7462_0001; // "ambxtb" v1
 const COUNTERS_MAGIC: u64 = 0x616d_6278_6374_0001; // "ambxct" v1
+const FENCE_MAGIC: u64 = 0x616d_6278_6665_0001; // "ambxfe" v1
 
 fn rx_name(node: NodeId, thread: ThreadId) -> String {
     format!("rx-{node}-{thread}")
@@ -84,6 +96,12 @@ fn counters_name(node: NodeId) -> String {
 }
 fn lock_name(node: NodeId) -> String {
     format!("node-{node}.lock")
+}
+fn fence_name(node: NodeId) -> String {
+    format!("node-{node}.fence")
+}
+fn live_name(node: NodeId) -> String {
+    format!("node-{node}.live")
 }
 fn region_name(node: NodeId, gen: u64, id: RegionId) -> String {
     format!("region-{node}-{gen}-{id}")
@@ -188,6 +206,87 @@ unsafe impl AnyBits for CountersLayout {}
 
 type Table = Shm<TableLayout>;
 type NodeCounters = Shm<CountersLayout>;
+
+/// The header of a node's fence file; one [`FenceSlot`] per endpoint of the cluster
+/// follows it (see [`ambidex_transport::fence`]).
+#[repr(C)]
+struct FenceHeader {
+    magic: AtomicU64,
+    cluster_id: AtomicU64,
+    node: AtomicU64,
+    slots: AtomicU64,
+    /// The node's epoch: the newest any of its endpoints moved to.
+    epoch: AtomicU64,
+    _pad: [AtomicU64; 3],
+}
+// SAFETY: atomics only.
+unsafe impl AnyBits for FenceHeader {}
+
+const FENCE_HEADER_LEN: usize = std::mem::size_of::<FenceHeader>();
+
+fn fence_len(slots: usize) -> usize {
+    FENCE_HEADER_LEN + slots * std::mem::size_of::<FenceSlot>()
+}
+
+/// A node's fence file, mapped.
+struct FenceFile {
+    hdr: Shm<FenceHeader>,
+    slots: usize,
+}
+
+impl FenceFile {
+    /// Maps a fence file of `slots` slots (`map` is at least `fence_len(slots)` long).
+    fn new(map: Arc<Mapping>, slots: usize) -> Result<FenceFile, TransportError> {
+        if map.len() < fence_len(slots) {
+            return Err(TransportError::Io(
+                "fence file smaller than its layout".into(),
+            ));
+        }
+        Ok(FenceFile {
+            hdr: Shm::new(map)?,
+            slots,
+        })
+    }
+
+    #[inline]
+    fn fence(&self) -> Fence<'_> {
+        // SAFETY: the mapping is page aligned and holds `slots` slots after the header
+        // (checked in new) and lives as long as self; a FenceSlot is an atomic, valid
+        // for any bytes.
+        let slots = unsafe {
+            std::slice::from_raw_parts(
+                self.hdr.map.as_ptr().add(FENCE_HEADER_LEN) as *const FenceSlot,
+                self.slots,
+            )
+        };
+        Fence {
+            epoch: &self.hdr.get().epoch,
+            slots,
+        }
+    }
+
+    fn format(&self, cluster_id: u64, node: NodeId, epoch: u32) {
+        let h = self.hdr.get();
+        h.cluster_id.store(cluster_id, Ordering::Relaxed);
+        h.node.store(node as u64, Ordering::Relaxed);
+        h.slots.store(self.slots as u64, Ordering::Relaxed);
+        h.epoch.store(epoch as u64, Ordering::SeqCst);
+        h.magic.store(FENCE_MAGIC, Ordering::Release);
+    }
+
+    fn check(&self, cluster_id: u64, node: NodeId) -> bool {
+        let h = self.hdr.get();
+        h.magic.load(Ordering::Acquire) == FENCE_MAGIC
+            && h.cluster_id.load(Ordering::Relaxed) == cluster_id
+            && h.node.load(Ordering::Relaxed) == node as u64
+            && h.slots.load(Ordering::Relaxed) == self.slots as u64
+    }
+}
+
+/// The tag an incarnation of a node writes in fence slots: its generation.
+fn gen_tag(gen: u64) -> u32 {
+    (gen & 0x7fff_ffff) as u32
+}
 
 impl Table {
     fn format(&self, cluster_id: u64, node: NodeId) {
@@ -378,6 +477,9 @@ impl ShmCluster {
                 std::mem::size_of::<CountersLayout>(),
             )?)?;
             counters.format(config.cluster_id, n);
+            let path = dir.join(fence_name(n));
+            let f = FenceFile::new(create_zeroed(&path, fence_len(senders))?, senders)?;
+            f.format(config.cluster_id, n, config.epoch);
         }
         // The cluster file comes last and atomically: a directory without one is an
         // interrupted create, which nobody opens and a new create redoes.
@@ -443,6 +545,8 @@ struct NodeShared {
     /// Every node's region table and counters, attached on first use (own: at open).
     tables: Vec<OnceLock<Table>>,
     counters: Vec<OnceLock<NodeCounters>>,
+    /// Every node's epoch fence, attached on first use (own: at open).
+    fences: Vec<OnceLock<FenceFile>>,
     /// This node's regions, indexed by id; append-only so lookups take no lock.
     regions: Box<[OnceLock<Region>]>,
     next_region: AtomicU32,
@@ -451,6 +555,9 @@ struct NodeShared {
     mapped: Mutex<HashMap<(NodeId, u64, RegionId), Region>>,
     /// Holds the node's exclusive flock while open.
     _lock: File,
+    /// Holds a shared flock on `node-<n>.live` while open: an owner that can lock it
+    /// exclusively knows that no process of the node can run any more (see `slot_dead`).
+    _live: File,
 }
 
 impl NodeShared {
@@ -474,11 +581,17 @@ impl NodeShared {
         Ok(cell.get().expect("just set"))
     }
 
+    #[inline]
     fn table(&self, n: NodeId) -> Option<&Table> {
         let cell = self.tables.get(n as usize)?;
-        if let Some(t) = cell.get() {
-            return Some(t);
+        match cell.get() {
+            Some(t) => Some(t),
+            None => self.attach_table(n, cell),
         }
+    }
+
+    #[cold]
+    fn attach_table<'a>(&self, n: NodeId, cell: &'a OnceLock<Table>) -> Option<&'a Table> {
         let path = self.dir.join(table_name(n));
         let file = open_rw(&path, false).ok()?;
         let t: Table =
@@ -504,6 +617,54 @@ impl NodeShared {
         }
         let _ = cell.set(c);
         cell.get().map(|c| &c.get().counters)
+    }
+
+    #[inline]
+    fn fence(&self, n: NodeId) -> Option<&FenceFile> {
+        let cell = self.fences.get(n as usize)?;
+        match cell.get() {
+            Some(f) => Some(f),
+            None => self.attach_fence(n, cell),
+        }
+    }
+
+    #[cold]
+    fn attach_fence<'a>(&self, n: NodeId, cell: &'a OnceLock<FenceFile>) -> Option<&'a FenceFile> {
+        let path = self.dir.join(fence_name(n));
+        let file = open_rw(&path, false).ok()?;
+        let slots = self.config.endpoints();
+        let f = FenceFile::new(map_file(&file, &path, fence_len(slots)).ok()?, slots).ok()?;
+        if !f.check(self.config.cluster_id, n) {
+            return None;
+        }
+        let _ = cell.set(f);
+        cell.get()
+    }
+
+    /// Whether the initiator that stored `v` in slot `slot` of this node's fence can no
+    /// longer access memory: its node's process is gone. Either the node was reopened or
+    /// closed since (its generation differs from the slot's tag; a node is reopened only
+    /// once its previous process released its lock, so exited), or nobody holds the
+    /// node's `.live` lock (the kernel releases it when the process exits, after the
+    /// process's memory is gone). Asked only about slots that stay busy.
+    fn slot_dead(&self, slot: usize, v: u64) -> bool {
+        let t = self.config.threads_per_node as usize;
+        let n = (slot / t) as NodeId;
+        if n == self.node {
+            return fence::slot_tag(v) != gen_tag(self.gen);
+        }
+        if let Some(table) = self.table(n) {
+            if fence::slot_tag(v) != gen_tag(table.gen()) {
+                return true;
+            }
+        }
+        let Ok(f) = open_rw(&self.dir.join(live_name(n)), false) else {
+            // No liveness file: the node never opened with this version; its process
+            // cannot be told dead, so it is waited for.
+            return false;
+        };
+        // SAFETY: flock on a valid descriptor; the lock goes with the file on return.
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
     }
 
     #[inline]
@@ -637,11 +798,38 @@ impl ShmNode {
         // Region files of previous generations: their process is gone.
         remove_region_files(dir, node);
 
+        // Own fence: the epoch restarts at the configuration's; slots are left alone
+        // (initiators may be inside, on the previous generation's regions). Created if
+        // the cluster directory predates fences.
+        let path = dir.join(fence_name(node));
+        let file = open_rw(&path, true)?;
+        let slots = config.endpoints();
+        let flen = fence_len(slots);
+        if file.metadata().map(|m| m.len()).unwrap_or(0) < flen as u64 {
+            file.set_len(flen as u64)
+                .map_err(|e| io_err("cannot size", &path, e))?;
+        }
+        let own_fence = FenceFile::new(map_file(&file, &path, flen)?, slots)?;
+        own_fence.format(cid, node, config.epoch);
+        let live_path = dir.join(live_name(node));
+        let live = open_rw(&live_path, true)?;
+        // Blocking: an owner checking whether this node is dead holds it only briefly.
+        // SAFETY: flock on a valid descriptor.
+        if unsafe { libc::flock(live.as_raw_fd(), libc::LOCK_SH) } != 0 {
+            return Err(io_err(
+                "cannot lock",
+                &live_path,
+                std::io::Error::last_os_error(),
+            ));
+        }
+
         let tables: Vec<OnceLock<Table>> = (0..config.nodes).map(|_| OnceLock::new()).collect();
         let _ = tables[node as usize].set(table);
         let node_counters: Vec<OnceLock<NodeCounters>> =
             (0..config.nodes).map(|_| OnceLock::new()).collect();
         let _ = node_counters[node as usize].set(counters);
+        let fences: Vec<OnceLock<FenceFile>> = (0..config.nodes).map(|_| OnceLock::new()).collect();
+        let _ = fences[node as usize].set(own_fence);
         let shared = NodeShared {
             dir: dir.to_path_buf(),
             node,
@@ -650,6 +838,7 @@ impl ShmNode {
             blocks: (0..config.endpoints()).map(|_| OnceLock::new()).collect(),
             tables,
             counters: node_counters,
+            fences,
             regions: (0..MAX_REGIONS).map(|_| OnceLock::new()).collect(),
             next_region: AtomicU32::new(0),
             taken: (0..config.threads_per_node)
@@ -657,6 +846,7 @@ impl ShmNode {
                 .collect(),
             mapped: Mutex::new(HashMap::new()),
             _lock: lock,
+            _live: live,
             config,
         };
         // This node owns its receive blocks: a header that no longer attaches (scribbled
@@ -839,14 +1029,51 @@ impl Endpoint for ShmEndpoint {
             .send(&sh.config, batch, |idx| sh.block(idx).ok().cloned())
     }
 
+    fn set_epoch(&mut self, epoch: u32) {
+        self.ring.epoch = epoch;
+        let sh = &*self.shared;
+        if let Some(f) = sh.fence(sh.node) {
+            let r = f.fence().raise(epoch, |slot, v| sh.slot_dead(slot, v));
+            self.ring.counters.add_owned(Counter::FenceWaits, r.waited);
+            if let Some(c) = sh.node_counters(sh.node) {
+                c.add(Counter::FenceReclaimed, r.reclaimed);
+            }
+        }
+    }
+
     fn post(&mut self, ops: &[OneSidedOp<'_>]) -> Result<(), TransportError> {
         let sh = &*self.shared;
         let max = sh.config.max_onesided;
         let local = |id: RegionId| sh.own_region(id).map(|r| &r.mem);
+        let slot = sh.config.endpoint_index(self.ring.addr);
+        let (tag, epoch) = (gen_tag(sh.gen), self.ring.epoch);
+        // The node whose fence this endpoint is inside (or was refused by): a run of
+        // operations to one node enters it once.
+        let mut fenced: Option<(NodeId, Result<Fence<'_>, AccessError>)> = None;
         for op in ops {
             let n = op.remote.node;
-            let result = if n >= sh.config.nodes {
+            let entry = if n >= sh.config.nodes {
                 Err(AccessError::UnknownNode)
+            } else {
+                match fenced {
+                    Some((f, entry)) if f == n => entry.map(|_| ()),
+                    _ => {
+                        if let Some((_, Ok(f))) = fenced {
+                            f.leave(slot);
+                        }
+                        let entry = match sh.fence(n) {
+                            // No usable fence file: none of the node's regions is usable.
+                            None => Err(AccessError::UnknownRegion),
+                            Some(f) if f.fence().enter(slot, tag, epoch) => Ok(f.fence()),
+                            Some(_) => Err(AccessError::EpochChanged),
+                        };
+                        fenced = Some((n, entry));
+                        entry.map(|_| ())
+                    }
+                }
+            };
+            let result = if let Err(e) = entry {
+                Err(e)
             } else if n == sh.node {
                 match sh.own_region(op.remote.region) {
                     None => Err(AccessError::UnknownRegion),
@@ -859,13 +1086,19 @@ impl Endpoint for ShmEndpoint {
                 }
             };
             if let Some(e) = self.ring.complete(op, n, result) {
-                if e != AccessError::UnknownNode && e != AccessError::BadLocalBuffer {
-                    // Counted at the target, as its NIC would.
-                    if let Some(c) = sh.node_counters(n) {
-                        c.add(Counter::RemoteAccessViolations, 1);
-                    }
+                // Counted at the target, as its NIC would.
+                let c = match e {
+                    AccessError::UnknownNode | AccessError::BadLocalBuffer => None,
+                    AccessError::EpochChanged => Some(Counter::OnesidedEpochErrors),
+                    _ => Some(Counter::RemoteAccessViolations),
+                };
+                if let (Some(c), Some(nc)) = (c, sh.node_counters(n)) {
+                    nc.add(c, 1);
                 }
             }
+        }
+        if let Some((_, Ok(f))) = fenced {
+            f.leave(slot);
         }
         self.ring
             .counters

@@ -275,6 +275,8 @@ struct PendingOp {
     /// Executed once already; a duplicate execution is due (then it completes).
     reexec: bool,
     result: Result<u64, AccessError>,
+    /// The initiator's epoch when it posted the operation.
+    epoch: u32,
 }
 
 /// One reliable one-sided connection: (initiator endpoint, target node).
@@ -300,6 +302,9 @@ struct NodeState {
     incarnation: u64,
     regions: Vec<Region>,
     counters: Counters,
+    /// The epoch fence: the newest epoch any endpoint of the node moved to. Operations
+    /// stamped with an older one fail with `EpochChanged` when they reach the node.
+    epoch: u32,
 }
 
 struct Partition {
@@ -380,6 +385,7 @@ impl SimNet {
                 incarnation: 0,
                 regions: Vec::new(),
                 counters: Counters::default(),
+                epoch: config.epoch,
             })
             .collect();
         let chans = (0..config.endpoints() * n)
@@ -522,6 +528,8 @@ impl SimNet {
         }
         g.nodes[nn].up = false;
         g.nodes[nn].incarnation += 1;
+        // Its fence stays: its regions survive (battery-backed), and so must the promise
+        // that no operation of an epoch older than the one it had reached lands there.
         g.stats.crashes += 1;
         g.trace = mix(mix(g.trace, 0xc7a5), n as u64);
         let t = self.config.threads_per_node as usize;
@@ -763,12 +771,19 @@ impl Inner {
         let max = self.config.max_onesided;
         let local_regions = &self.nodes[src_node].regions;
         let local = |id: RegionId| local_regions.get(id as usize).map(|r| &r.mem);
-        let result = match self.nodes[target].regions.get(op.remote.region as usize) {
-            None => Err(AccessError::UnknownRegion),
-            Some(r) => onesided::execute(r, &op.remote, &op.kind.borrow(), max, &local),
+        let result = if op.epoch < self.nodes[target].epoch {
+            self.nodes[target]
+                .counters
+                .add(Counter::OnesidedEpochErrors, 1);
+            Err(AccessError::EpochChanged)
+        } else {
+            match self.nodes[target].regions.get(op.remote.region as usize) {
+                None => Err(AccessError::UnknownRegion),
+                Some(r) => onesided::execute(r, &op.remote, &op.kind.borrow(), max, &local),
+            }
         };
         if let Err(e) = result {
-            if e != AccessError::BadLocalBuffer {
+            if e != AccessError::BadLocalBuffer && e != AccessError::EpochChanged {
                 self.nodes[target]
                     .counters
                     .add(Counter::RemoteAccessViolations, 1);
@@ -926,6 +941,7 @@ impl Inner {
                 tries: 0,
                 reexec: false,
                 result: Ok(0),
+                epoch: self.eps[src_ep].epoch,
             });
             if first {
                 let gen = c.gen;
@@ -1185,6 +1201,11 @@ impl Endpoint for SimEndpoint {
         let mut g = self.net.lock();
         if self.live(&g) {
             g.eps[self.idx].epoch = epoch;
+            // The fence: every operation executes under the lock, so none of an older
+            // epoch can reach this node's memory after this.
+            let n = self.idx / self.net.config.threads_per_node as usize;
+            let node = &mut g.nodes[n];
+            node.epoch = node.epoch.max(epoch);
         }
     }
 

@@ -765,6 +765,7 @@ impl Core {
         }
         let p = match wire::decode(bytes, &self.lim) {
             Ok(p) => p,
+            Err(wire::DropReason::WrongEpoch) if self.refuse_old_request(bytes) => return,
             Err(why) => {
                 self.counters.add(why.counter(), 1);
                 return;
@@ -790,6 +791,48 @@ impl Core {
             Body::Request(r) => self.serve(p.src, &r),
             Body::Response(r) => self.on_response(p.src, &r),
         }
+    }
+
+    /// Target side, the epoch fence: a valid request stamped with an epoch older than
+    /// this endpoint's is never executed; it is answered at once with `EpochChanged`,
+    /// stamped with the request's own epoch so that the initiator (still in it) accepts
+    /// the answer, and counted as `onesided_epoch_errors`. The stream's state does not
+    /// move. Returns false if `bytes` is not such a request (then it is dropped as usual).
+    fn refuse_old_request(&mut self, bytes: &[u8]) -> bool {
+        let Some(epoch) = wire::epoch_of(bytes) else {
+            return false;
+        };
+        if epoch >= self.lim.epoch {
+            return false;
+        }
+        let lim = wire::Limits {
+            epoch,
+            ..self.lim.clone()
+        };
+        let Ok(p) = wire::decode(bytes, &lim) else {
+            return false;
+        };
+        let Body::Request(r) = p.body else {
+            return false;
+        };
+        let resp = Packet {
+            src: self.addr,
+            dst: p.src,
+            body: Body::Response(Response {
+                session: r.session,
+                seq: r.seq,
+                status: Err(AccessError::EpochChanged),
+                value: 0,
+                data: &[],
+            }),
+        };
+        let mut buf = self.take_buf();
+        wire::encode(&resp, self.lim.cluster_id, epoch, &mut buf);
+        let idx = self.cfg().endpoint_index(p.src);
+        self.out.push(&buf, idx, &self.counters);
+        self.give_buf(buf);
+        self.counters.add(Counter::OnesidedEpochErrors, 1);
+        true
     }
 
     /// Target side: executes a request in sequence order, or answers a duplicate from

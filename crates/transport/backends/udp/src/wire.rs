@@ -159,6 +159,11 @@ pub fn write_header(
     out[22..24].copy_from_slice(&dst.thread.to_le_bytes());
 }
 
+/// The epoch stamped on a datagram long enough to have a header, whatever else it holds.
+pub fn epoch_of(b: &[u8]) -> Option<u32> {
+    (b.len() >= HDR_LEN).then(|| u32_at(b, 12))
+}
+
 /// Re-stamps the epoch of an already encoded datagram (retransmissions after
 /// `set_epoch`).
 #[inline]
