@@ -53,12 +53,8 @@ fn assert_copies_equal(c: &TestCluster, placement: &Placement) {
     }
 }
 
-/// One kill test at a time: each runs a whole cluster of polling threads, and two at
-/// once on a small machine starve the leases they measure.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn kill_one(policy: Policy, nodes: u16, kill_at: Duration) {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+/// `nodes` × 2 threads, R = 3, with the accounts (and the cold keys) loaded.
+fn accounts(nodes: u16) -> TestCluster {
     let table = TableSpec {
         id: ACCOUNTS,
         name: "accounts".into(),
@@ -74,6 +70,16 @@ fn kill_one(policy: Policy, nodes: u16, kill_at: Duration) {
     for k in COLD {
         c.load(ACCOUNTS, k, &(k as i64).to_le_bytes());
     }
+    c
+}
+
+/// One kill test at a time: each runs a whole cluster of polling threads, and two at
+/// once on a small machine starve the leases they measure.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn kill_one(policy: Policy, nodes: u16, kill_at: Duration) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let c = accounts(nodes);
     let start = Instant::now();
     let after_kill = Arc::new(AtomicU64::new(0));
     let ak = after_kill.clone();
@@ -215,17 +221,7 @@ fn recovery_times_over_20_kills() {
     let kill_at = Duration::from_millis(200);
     let mut firsts = Vec::new();
     for run in 0..20 {
-        let table = TableSpec {
-            id: ACCOUNTS,
-            name: "accounts".into(),
-            value_size: 8,
-            capacity_per_node: 1024,
-        };
-        let c = TestCluster::new(Backend::Local, 3, 2, 3, &[table]);
-        c.set_catalogs();
-        for k in 0..N_ACCOUNTS {
-            c.load(ACCOUNTS, k, &INITIAL.to_le_bytes());
-        }
+        let c = accounts(3);
         let lost: Arc<Vec<u64>> = Arc::new(
             (0..N_ACCOUNTS)
                 .filter(|&k| c.placement.primary(ACCOUNTS, k) == 2)

@@ -745,11 +745,9 @@ mod tests {
         assert_eq!(r.policy.preset, Some("fasst"));
     }
 
-    #[test]
-    fn replica_comparison_finds_a_diverging_backup() {
-        let p = Placement::new(3, 2).unwrap();
-        // Partition 0 is on nodes 0 and 1; partition 2 on 2 and 0.
-        let d = |node: u16, table: u32, partition: u32, rows: u64, sum: u64| NodeReport {
+    /// A node's report of one replica digest.
+    fn digest_report(node: u16, table: u32, partition: u32, rows: u64, sum: u64) -> NodeReport {
+        NodeReport {
             node,
             replica_digests: vec![ReplicaDigest {
                 table,
@@ -758,7 +756,14 @@ mod tests {
                 sum,
             }],
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn replica_comparison_finds_a_diverging_backup() {
+        let p = Placement::new(3, 2).unwrap();
+        // Partition 0 is on nodes 0 and 1; partition 2 on 2 and 0.
+        let d = digest_report;
         // Node 0's rows are backed up on node 1.
         let ok = [d(0, 1, 0, 5, 77), d(1, 1, 0, 5, 77), d(2, 9, 2, 0, 0)];
         assert_eq!(compare_replicas(&ok, &p), Ok(5));
@@ -776,16 +781,7 @@ mod tests {
     fn replica_comparison_after_a_death_covers_the_survivors_only() {
         let p = Placement::new(3, 2).unwrap();
         let after = p.without(1 << 2).unwrap();
-        let d = |node: u16, table: u32, partition: u32, rows: u64, sum: u64| NodeReport {
-            node,
-            replica_digests: vec![ReplicaDigest {
-                table,
-                partition,
-                rows,
-                sum,
-            }],
-            ..Default::default()
-        };
+        let d = digest_report;
         // Partition 2 was on nodes 2 and 0: node 0 alone is up to date now (node 2's
         // copy is gone, the new backup is syncing and has nothing yet).
         let ok = [d(0, 1, 2, 5, 77), d(1, 1, 0, 0, 0)];

@@ -528,6 +528,17 @@ mod tests {
         (mem, desc)
     }
 
+    /// The one ring of [`one_ring`]'s memory, of coordinator (0, 0).
+    fn ring_ref(mem: &RegionMemory) -> RingRef<'_> {
+        RingRef {
+            mem,
+            off: RING_BASE,
+            bytes: RING,
+            node: 0,
+            thread: 0,
+        }
+    }
+
     /// Appends a record of `txn` with `w` and lands it in `mem`; returns its end.
     fn append(mem: &RegionMemory, w: &mut RingWriter, txn: u64) -> u64 {
         let owner = LockOwner::new(0, 0, 1).unwrap();
@@ -548,13 +559,7 @@ mod tests {
     #[test]
     fn a_ring_restarted_in_a_new_epoch_never_reads_the_old_epochs_records() {
         let (mem, desc) = one_ring();
-        let r = RingRef {
-            mem: &mem,
-            off: RING_BASE,
-            bytes: RING,
-            node: 0,
-            thread: 0,
-        };
+        let r = ring_ref(&mem);
         let mut old = RingWriter::new(desc, RING_BASE);
         for txn in [1, 2, 3] {
             append(&mem, &mut old, txn);
@@ -583,19 +588,7 @@ mod tests {
     /// repairs have landed.
     #[test]
     fn a_failed_append_is_voided_and_the_records_after_it_stay_readable() {
-        let mem = RegionMemory::anonymous((RING_BASE + RING) as usize).unwrap();
-        let desc = LogRegionDesc {
-            region: RegionDesc {
-                node: 1,
-                id: 1,
-                len: RING_BASE + RING,
-                key: 1,
-                perms: Perms::READ | Perms::WRITE,
-            },
-            base: RING_BASE,
-            ring_bytes: RING,
-            rings: 1,
-        };
+        let (mem, desc) = one_ring();
         let mut w = RingWriter::new(desc, RING_BASE);
         let owner = LockOwner::new(0, 0, 1).unwrap();
         let mut recs = Vec::new();
@@ -611,13 +604,7 @@ mod tests {
         land(recs[0].1.pos, &recs[0].2);
         land(recs[1].1.pos, &recs[1].2[..16]);
         land(recs[2].1.pos, &recs[2].2);
-        let r = RingRef {
-            mem: &mem,
-            off: RING_BASE,
-            bytes: RING,
-            node: 0,
-            thread: 0,
-        };
+        let r = ring_ref(&mem);
         let scan = |head| scan_ring(&r, head, ScanMode::Recover);
         let s = scan(RingHead::START);
         // Recovery passes over the torn 12 to 13.
