@@ -311,12 +311,17 @@ pub fn copy<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
     if !ok {
         return refuse(db, resp);
     }
+    // An item that cannot be stored (the table is full) fails the request: the copy
+    // must never be reported done without it.
+    let mut full = false;
     for it in r.items() {
         if let Some((_, t)) = db.table(it.table) {
-            if t.apply_versioned(it.key, it.stored, it.version).is_err() {
-                db.bad_requests.fetch_add(1, Ordering::Relaxed);
-            }
+            full |= t.apply_versioned(it.key, it.stored, it.version).is_err();
         }
+    }
+    if full {
+        db.bad_requests.fetch_add(1, Ordering::Relaxed);
+        return Ack { status: Status::Full }.encode(resp);
     }
     ack(db, true, resp);
 }

@@ -110,6 +110,19 @@ fn copies_reach_only_syncing_copies_in_stage_run() {
     assert_eq!(resp, [Status::BadRequest as u8]);
     assert_eq!(value(&c, target, key), [9; 8]);
     assert_eq!(db.bad_requests.load(Ordering::Relaxed), before + 3);
+    // A copy that cannot be stored (the table is full) is never taken as done: the
+    // request fails with Full (its primary sends it again, then gives up).
+    let mut answers = Vec::new();
+    for k in (key + 1..u64::MAX)
+        .filter(|&k| next.placement.partition(T, k) == p)
+        .take(600)
+    {
+        resp.clear();
+        copy(db, &request(k, 1, &stored(3)), &mut resp);
+        answers.push(resp[0]);
+    }
+    assert_eq!(answers[0], Status::Ok as u8);
+    assert_eq!(answers.last(), Some(&(Status::Full as u8)), "the table fills");
     // Done: accepted for the syncing partition (the agent reports it).
     CopyDoneReq::encode(&[p], &mut done);
     resp.clear();

@@ -248,10 +248,19 @@ pub fn worker_seed(seed: u64, node: u16, thread: u16, coroutine: usize) -> u64 {
     x
 }
 
-/// Keys (and primaries and backups) a node stores if `total` keys are spread by hash:
-/// `total · R / nodes` plus slack for the hash's unevenness.
+/// Keys (and primaries and backups) a node may have to store if `total` keys are spread
+/// by hash, planned for one failure: after a node is lost, its copies are re-replicated
+/// to the survivors, so each stores `total · min(R, nodes − 1) / (nodes − 1)` (with no
+/// member to spare, R = nodes, that is the same `total` as before); plus slack for the
+/// hash's unevenness. Without it a survivor's table fills during re-replication, and
+/// writes to its new copies fail (their primaries then keep their locks for recovery).
 pub fn per_node_capacity(total: u64, p: &Placement) -> usize {
-    let share = total as f64 * p.replication() as f64 / p.nodes() as f64;
+    let (r, n) = (p.replication() as f64, p.nodes() as f64);
+    let share = if n > 1.0 {
+        total as f64 * r.min(n - 1.0) / (n - 1.0)
+    } else {
+        total as f64
+    };
     (share * 1.1 + 1024.0) as usize
 }
 

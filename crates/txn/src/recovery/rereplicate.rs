@@ -44,7 +44,7 @@ pub enum CopyError {
     EpochChanged(u32),
     #[error("the run ended")]
     Stopped,
-    #[error("node {0} did not take copies after {ROUNDS} requests")]
+    #[error("node {0} did not take copies after {ROUNDS} requests (no answer, or refused: a full table)")]
     Unanswered(NodeId),
 }
 
