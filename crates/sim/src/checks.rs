@@ -483,7 +483,11 @@ mod tests {
         assert_eq!(d0, Dump::of(&dbs, &[T]).digest());
         let b = p.replicas(T, 1)[2];
         let v = [1, 0, 0, 0, 0, 0, 0, 1];
-        assert!(actions::apply_backup(&dbs[b as usize], 1, &next_write(&dbs[b as usize], 1, 1, &v)));
+        assert!(actions::apply_backup(
+            &dbs[b as usize],
+            1,
+            &next_write(&dbs[b as usize], 1, 1, &v)
+        ));
         assert_ne!(d0, Dump::of(&dbs, &[T]).digest());
     }
 }

@@ -11,13 +11,13 @@
 use crate::actions;
 use crate::db::NodeDb;
 use crate::log::LogReplica;
-use crate::log_ring::format;
+use crate::log_ring::{format, RingHead};
 use crate::messages::{
-    rtype, Ack, CommitBackupReq, CommitPrimaryReq, CopyDoneReq, CopyReq, LockReq, LockResp,
-    LogReq, ReadReq, ReadResp, RecoverReq, RecoverResp, RespBuf, RingTruncateReq,
-    RingTruncateResp, Status, TruncateReq, UnlockReq, ValidateReq, ValidateResp,
+    rtype, Ack, CommitBackupReq, CommitPrimaryReq, CopyDoneReq, CopyReq, LockReq, LockResp, LogReq,
+    ReadReq, ReadResp, RecoverReq, RecoverResp, RespBuf, RingTruncateReq, RingTruncateResp, Status,
+    TruncateReq, UnlockReq, ValidateReq, ValidateResp,
 };
-use ambidex_cluster::{ConfigView, Placement};
+use ambidex_cluster::{ConfigView, Configuration, Placement};
 use ambidex_rpc::{RequestInfo, Runtime};
 use ambidex_store::LockOwner;
 use ambidex_transport::EndpointAddr;
@@ -60,21 +60,16 @@ pub fn register(
     let d = db.clone();
     rt.register(rtype::RING_TRUNCATE, move |i: &RequestInfo, req, resp| {
         let config = view.get(d.config());
-        truncate_ring(
-            &d,
-            &config.placement,
-            &mut log.borrow_mut(),
-            i.src,
-            req,
-            resp,
-        )
+        truncate_ring(&d, &config, &mut log.borrow_mut(), i.src, req, resp)
     });
     let d = db.clone();
     rt.register(rtype::RECOVER, move |_, req, resp| recover(&d, req, resp));
     let d = db.clone();
     rt.register(rtype::COPY, move |_, req, resp| copy(&d, req, resp));
     let d = db.clone();
-    rt.register(rtype::COPY_DONE, move |_, req, resp| copy_done(&d, req, resp));
+    rt.register(rtype::COPY_DONE, move |_, req, resp| {
+        copy_done(&d, req, resp)
+    });
     let d = db.clone();
     rt.register(rtype::COMMIT_BACKUP, move |_, req, resp| {
         commit_backup(&d, req, resp)
@@ -196,7 +191,7 @@ pub fn truncate<R: RespBuf>(db: &NodeDb, log: &mut LogReplica, req: &[u8], resp:
 /// torn or missing slot, and the response says where it is.
 pub fn truncate_ring<R: RespBuf>(
     db: &NodeDb,
-    placement: &Placement,
+    config: &Configuration,
     log: &mut LogReplica,
     src: EndpointAddr,
     req: &[u8],
@@ -206,6 +201,23 @@ pub fn truncate_ring<R: RespBuf>(
         return refuse(db, resp);
     };
     let region = db.log_region();
+    let placement = &config.placement;
+    let Some(ring) = region.ring_of(src.node, src.thread) else {
+        return refuse(db, resp);
+    };
+    // A ring not yet restarted in this node's epoch holds records of an older one:
+    // which copies they go to is the old placement's business, so they are left to
+    // recovery's replay (before the restart) and nothing moves. Applied with the new
+    // placement, a promoted backup would skip them as their primary while the head
+    // passed them, and lose them.
+    if region.head(ring).map(|h| h.epoch()) != Some(RingHead::of_epoch(config.epoch).epoch()) {
+        log.ring.truncations_deferred += 1;
+        return RingTruncateResp {
+            status: Status::Ok,
+            head: region.head(ring).map_or(0, |h| h.pos),
+        }
+        .encode(resp);
+    }
     let (mut applied, mut older, mut refused) = (0u64, 0u64, 0u64);
     // The records truncated are committed and installed at their primaries: this
     // node's backup copies of the keys they wrote take them now (DrTM+H §5.4, FaRM
@@ -225,10 +237,7 @@ pub fn truncate_ring<R: RespBuf>(
             }
         }
     };
-    let Some(scan) = region
-        .ring_of(src.node, src.thread)
-        .and_then(|ring| region.truncate_applying(ring, r.head, &mut apply))
-    else {
+    let Some(scan) = region.truncate_applying(ring, r.head, &mut apply) else {
         return refuse(db, resp);
     };
     let st = &mut log.ring;
@@ -321,7 +330,10 @@ pub fn copy<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
     }
     if full {
         db.bad_requests.fetch_add(1, Ordering::Relaxed);
-        return Ack { status: Status::Full }.encode(resp);
+        return Ack {
+            status: Status::Full,
+        }
+        .encode(resp);
     }
     ack(db, true, resp);
 }
@@ -338,7 +350,9 @@ pub fn copy_done<R: RespBuf>(db: &NodeDb, req: &[u8], resp: &mut R) {
     let (epoch, ok) = db.config().with(|c| {
         (
             c.epoch,
-            r.partitions.iter().all(|&p| syncing_here(db, &c.placement, p)),
+            r.partitions
+                .iter()
+                .all(|&p| syncing_here(db, &c.placement, p)),
         )
     });
     if !ok {

@@ -402,7 +402,10 @@ fn spawn_node_until(
                 let r = finish_thread(&mut rt, &th);
                 crew.results.lock().unwrap().push(r);
                 // After the finish: a copy stopped by the run's end counted itself.
-                crew.recovery.lock().unwrap().merge(&recovery.stats.borrow());
+                crew.recovery
+                    .lock()
+                    .unwrap()
+                    .merge(&recovery.stats.borrow());
             });
         match spawned {
             Ok(h) => handles.push(h),

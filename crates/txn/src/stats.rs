@@ -258,6 +258,10 @@ pub struct LogRingStats {
     pub backup_applied: u64,
     pub backup_older: u64,
     pub backup_refused: u64,
+    /// Replica: truncations that moved nothing because the ring still held an older
+    /// epoch's records (left to recovery's replay).
+    #[serde(default)]
+    pub truncations_deferred: u64,
     /// Coordinator: end-of-run drains that gave up with records left (a replica that
     /// did not answer; recovery's records).
     pub drain_gave_up: u64,
@@ -280,6 +284,7 @@ impl LogRingStats {
         self.backup_applied += o.backup_applied;
         self.backup_older += o.backup_older;
         self.backup_refused += o.backup_refused;
+        self.truncations_deferred += o.truncations_deferred;
         self.drain_gave_up += o.drain_gave_up;
     }
 }

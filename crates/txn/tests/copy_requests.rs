@@ -122,7 +122,11 @@ fn copies_reach_only_syncing_copies_in_stage_run() {
         answers.push(resp[0]);
     }
     assert_eq!(answers[0], Status::Ok as u8);
-    assert_eq!(answers.last(), Some(&(Status::Full as u8)), "the table fills");
+    assert_eq!(
+        answers.last(),
+        Some(&(Status::Full as u8)),
+        "the table fills"
+    );
     // Done: accepted for the syncing partition (the agent reports it).
     CopyDoneReq::encode(&[p], &mut done);
     resp.clear();

@@ -160,9 +160,17 @@ fn kill_one(policy: Policy, nodes: u16, kill_at: Duration) {
             r.events,
             r.recovery
         );
-        assert!(r.recovery.items_copied > 0 && r.recovery.partitions_copied > 0, "{:?}", r.recovery);
+        assert!(
+            r.recovery.items_copied > 0 && r.recovery.partitions_copied > 0,
+            "{:?}",
+            r.recovery
+        );
         for k in (0..N_ACCOUNTS).chain(COLD) {
-            assert_eq!(placement.replicas(ACCOUNTS, k).len(), 3, "key {k} has 3 copies");
+            assert_eq!(
+                placement.replicas(ACCOUNTS, k).len(),
+                3,
+                "key {k} has 3 copies"
+            );
         }
     }
     assert_eq!(placement.syncing().count(), 0, "every copy is up to date");
@@ -234,7 +242,9 @@ fn recovery_times_over_20_kills() {
         let worker: Worker = Arc::new(move |w: WorkerCtx| {
             let (all, lost) = (all.clone(), lost.clone());
             Box::pin(async move {
-                let mut seed = 0x2545_f491 ^ ((w.node as u64) << 32) ^ ((w.thread as u64) << 16)
+                let mut seed = 0x2545_f491
+                    ^ ((w.node as u64) << 32)
+                    ^ ((w.thread as u64) << 16)
                     ^ w.coroutine as u64
                     | 1;
                 let mut mine = Vec::new();

@@ -412,7 +412,7 @@ fn ring_truncations_are_checked_and_move_only_the_senders_ring() {
     let mut log = LogReplica::default();
     let truncate = |log: &mut LogReplica, src, req: &[u8]| {
         let mut resp = Vec::new();
-        handlers::truncate_ring(&db, &db.placement(), log, src, req, &mut resp);
+        handlers::truncate_ring(&db, &db.config().load(), log, src, req, &mut resp);
         resp
     };
     // Malformed, or from a node that does not log here (node 1 itself), or from a
@@ -446,4 +446,79 @@ fn ring_truncations_are_checked_and_move_only_the_senders_ring() {
     let resp = truncate(&mut log, coord, &RingTruncateReq { head: 16 }.to_bytes());
     assert_eq!(RingTruncateResp::ok_head(&resp), Some(pos));
     assert_eq!(log.ring.replica_records, 2);
+}
+
+/// A ring that still holds records of an older epoch is not truncated with the new
+/// placement: there a promoted backup would skip a record's write as the key's primary
+/// while its head passed the record, and the write would be lost before recovery's
+/// replay read the ring. The truncation moves nothing until the ring restarts.
+#[test]
+fn a_ring_of_an_older_epoch_is_not_truncated_with_the_new_placement() {
+    use ambidex_cluster::Stage;
+    use ambidex_txn::log_ring::format;
+    use ambidex_txn::messages::{RingTruncateReq, RingTruncateResp};
+    let spec = TableSpec {
+        id: T,
+        name: "t".into(),
+        value_size: VS,
+        capacity_per_node: 64,
+    };
+    let fabric =
+        ambidex_transport::local::LocalFabric::new(ambidex_transport::ClusterConfig::new(3, 1))
+            .unwrap();
+    let placement = Placement::new(3, 3).unwrap();
+    let db = NodeDb::new(&*fabric.nodes()[0], placement.clone(), &[spec]).unwrap();
+    // A key node 0 backs up for primary 2 (then promoted when node 2 goes).
+    let key = (0..10_000u64)
+        .find(|&k| placement.replicas(T, k) == [2, 0, 1])
+        .expect("a key on [2, 0, 1]");
+    assert!(db.load(T, key, &[1; VS]).unwrap());
+    // Coordinator (1, 0) logged a committed write of it in its ring here.
+    let region = db.log_region();
+    let coord = EndpointAddr::new(1, 0);
+    let ring = region.ring_of(coord.node, coord.thread).unwrap();
+    let off = region.desc().ring_offset(ring).unwrap();
+    let token = LockToken {
+        offset: 0,
+        store_version: db.lock_word(T, key).unwrap().version,
+    };
+    let mut body = Vec::new();
+    write(key, token, &[7; VS]).encode(&mut body);
+    let mut rec = Vec::new();
+    let owner = LockOwner::new(1, 0, 3).unwrap();
+    format::encode_record(&mut rec, 1, 1 << 62 | 5, owner, 1, &body);
+    assert!(region.memory().write(off, &rec));
+    // Node 2 fails: node 0 runs in epoch 2, where it is the key's primary, before its
+    // recovery replayed the ring.
+    let mut next = (*db.config().load()).clone();
+    next.epoch = 2;
+    next.placement = placement.without(1 << 2).unwrap();
+    assert_eq!(next.placement.primary(T, key), 0);
+    db.cluster().enter(next.clone(), Stage::Recover);
+    let mut log = LogReplica::default();
+    let mut resp = Vec::new();
+    let req = RingTruncateReq {
+        head: rec.len() as u64,
+    }
+    .to_bytes();
+    handlers::truncate_ring(&db, &next, &mut log, coord, &req, &mut resp);
+    assert_eq!(RingTruncateResp::ok_head(&resp), Some(0), "nothing moved");
+    assert_eq!(region.head(ring).unwrap().pos, 0);
+    assert_eq!(log.ring.truncations_deferred, 1);
+    // The record is still there for recovery's replay.
+    let scan = region.scan(ring).unwrap();
+    assert_eq!(scan.records.len(), 1);
+    // Once replayed, the ring restarts in epoch 2 and truncations of epoch 2 go on.
+    region.restart(2);
+    resp.clear();
+    handlers::truncate_ring(
+        &db,
+        &next,
+        &mut log,
+        coord,
+        &RingTruncateReq { head: 0 }.to_bytes(),
+        &mut resp,
+    );
+    assert_eq!(RingTruncateResp::ok_head(&resp), Some(0));
+    assert_eq!(log.ring.truncations_deferred, 1);
 }

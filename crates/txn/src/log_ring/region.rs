@@ -89,6 +89,12 @@ impl RingHead {
     /// has a smaller number and ends the log like an earlier lap's, and writer and
     /// replica agree on the head without a message. Holds while an epoch writes fewer
     /// than 2^40 slots to one ring (12 days at a million a second) and for 2^24 epochs.
+    /// The epoch part of this head's slot number (of the epoch whose restart it
+    /// follows, modulo 2^24; see [`RingHead::of_epoch`]).
+    pub fn epoch(&self) -> u64 {
+        self.seq.saturating_sub(1) >> Self::EPOCH_SHIFT
+    }
+
     pub fn of_epoch(epoch: u32) -> RingHead {
         let e = (epoch.saturating_sub(1) as u64) & ((1 << (64 - Self::EPOCH_SHIFT)) - 1);
         RingHead {

@@ -487,7 +487,9 @@ impl Txn<'_> {
                     if failed & (1 << i) == 0 {
                         continue;
                     }
-                    let Some(w) = rings.at(r, epoch) else { continue };
+                    let Some(w) = rings.at(r, epoch) else {
+                        continue;
+                    };
                     if res.pad.is_none() || queue_pad(ctx, w, i, res, ops) {
                         queue_record(ctx, w, i, res, rec, max, ops);
                     }
@@ -511,7 +513,9 @@ impl Txn<'_> {
         }
         let mut rings = th.rings.borrow_mut();
         for (i, (&r, res)) in targets.iter().zip(res.iter()).enumerate() {
-            let Some(w) = rings.at(r, epoch) else { continue };
+            let Some(w) = rings.at(r, epoch) else {
+                continue;
+            };
             if failed & (1 << i) != 0 {
                 // Never landed, and the configuration changed: the slot is voided
                 // (recovery installs the transaction from the records that exist).
@@ -651,7 +655,9 @@ async fn reclaim_with(
     {
         let mut rings = th.rings.borrow_mut();
         for (i, &r) in targets.iter().enumerate() {
-            let Some(w) = rings.at(r, epoch) else { continue };
+            let Some(w) = rings.at(r, epoch) else {
+                continue;
+            };
             if !need(w) {
                 continue;
             }

@@ -159,7 +159,17 @@ pub async fn copy(
             send(ctx, *to, rtype::COPY, &req, epoch, stop, &mut pacer, st).await?;
         }
         CopyDoneReq::encode(parts, &mut req);
-        send(ctx, *to, rtype::COPY_DONE, &req, epoch, stop, &mut pacer, st).await?;
+        send(
+            ctx,
+            *to,
+            rtype::COPY_DONE,
+            &req,
+            epoch,
+            stop,
+            &mut pacer,
+            st,
+        )
+        .await?;
         st.partitions_copied += parts.len() as u64;
     }
     Ok(())
