@@ -191,10 +191,6 @@ fn a_killed_node_is_survived_over_shm_under_farm() {
 }
 
 #[test]
-#[ignore = "DrTM+R over shm: in about 1 run of 4 a backup's copy differs from its primary \
-            after the kill (`replicas differ: table 1, partition 29`), on the transaction \
-            side, not diagnosed; over udp, and FaSST, FaRM and DrTM+H over shm, it has \
-            not been seen"]
 fn a_killed_node_is_survived_over_shm_under_drtm_r() {
     killed_node_survived("shm", "drtm-r");
 }
