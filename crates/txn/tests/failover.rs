@@ -101,9 +101,7 @@ fn kill_one(policy: Policy, nodes: u16, kill_at: Duration) {
             ..Default::default()
         },
         duration: Some(kill_at + Duration::from_millis(1500)),
-        manager: Some(ManagerSpec {
-            lease: Duration::from_millis(50),
-        }),
+        manager: Some(ManagerSpec::embedded(Duration::from_millis(50))),
         kill: Some((2, kill_at)),
         ..Default::default()
     };
@@ -154,9 +152,17 @@ fn kill_one(policy: Policy, nodes: u16, kill_at: Duration) {
             r.events,
             r.recovery
         );
-        assert!(r.recovery.items_copied > 0 && r.recovery.partitions_copied > 0, "{:?}", r.recovery);
+        assert!(
+            r.recovery.items_copied > 0 && r.recovery.partitions_copied > 0,
+            "{:?}",
+            r.recovery
+        );
         for k in (0..N_ACCOUNTS).chain(COLD) {
-            assert_eq!(placement.replicas(ACCOUNTS, k).len(), 3, "key {k} has 3 copies");
+            assert_eq!(
+                placement.replicas(ACCOUNTS, k).len(),
+                3,
+                "key {k} has 3 copies"
+            );
         }
     }
     assert_eq!(placement.syncing().count(), 0, "every copy is up to date");
@@ -238,7 +244,9 @@ fn recovery_times_over_20_kills() {
         let worker: Worker = Arc::new(move |w: WorkerCtx| {
             let (all, lost) = (all.clone(), lost.clone());
             Box::pin(async move {
-                let mut seed = 0x2545_f491 ^ ((w.node as u64) << 32) ^ ((w.thread as u64) << 16)
+                let mut seed = 0x2545_f491
+                    ^ ((w.node as u64) << 32)
+                    ^ ((w.thread as u64) << 16)
                     ^ w.coroutine as u64
                     | 1;
                 let mut mine = Vec::new();
@@ -257,9 +265,7 @@ fn recovery_times_over_20_kills() {
             coroutines: 3,
             txn: TxnConfig::default(),
             duration: Some(kill_at + Duration::from_millis(400)),
-            manager: Some(ManagerSpec {
-                lease: Duration::from_millis(lease),
-            }),
+            manager: Some(ManagerSpec::embedded(Duration::from_millis(lease))),
             kill: Some((2, kill_at)),
             ..Default::default()
         };
