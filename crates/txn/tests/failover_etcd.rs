@@ -20,11 +20,11 @@ use ambidex_cluster::{EtcdManager, EventKind, ManagerError, Placement};
 use ambidex_txn::policy::Policy;
 use ambidex_txn::runner::{self, ManagerKind, ManagerSpec, RunSpec, Worker, WorkerCtx};
 use ambidex_txn::{TableSpec, TxnConfig};
-use common::{random_transfer, Backend, TestCluster};
+use common::{rng_next, transfer, Backend, TestCluster};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -170,14 +170,19 @@ fn a_killed_node_is_removed_by_etcd_and_the_survivors_recover() {
     for k in COLD {
         c.load(ACCOUNTS, k, &(k as i64).to_le_bytes());
     }
-    // Every commit's end (the run's clock), per worker, handed over when it returns.
+    // Accounts whose primary was on node 2: none of their transfers commits between the
+    // kill and the recovery.
+    let lost: Arc<Vec<bool>> = Arc::new(
+        (0..N_ACCOUNTS)
+            .map(|k| c.placement.primary(ACCOUNTS, k) == 2)
+            .collect(),
+    );
+    // Every commit's start and end (the run's clock) and whether it wrote a lost
+    // account, per worker, handed over when it returns.
     let commits = Arc::new(Mutex::new(Vec::new()));
     let all = commits.clone();
-    let after_kill = Arc::new(AtomicU64::new(0));
-    let ak = after_kill.clone();
-    let start = Instant::now();
     let worker: Worker = Arc::new(move |w: WorkerCtx| {
-        let (all, ak) = (all.clone(), ak.clone());
+        let (all, lost) = (all.clone(), lost.clone());
         Box::pin(async move {
             let mut seed = 0x9e37_79b9
                 ^ ((w.node as u64) << 32)
@@ -186,11 +191,12 @@ fn a_killed_node_is_removed_by_etcd_and_the_survivors_recover() {
                 | 1;
             let mut mine = Vec::new();
             while !w.stop.load(Ordering::Relaxed) {
-                if random_transfer(&w, ACCOUNTS, N_ACCOUNTS, &mut seed).await {
-                    mine.push(w.ctx.now_ns());
-                    if start.elapsed() > kill_at + Duration::from_millis(5) {
-                        ak.fetch_add(1, Ordering::Relaxed);
-                    }
+                let a = rng_next(&mut seed) % N_ACCOUNTS;
+                let b = (a + 1 + rng_next(&mut seed) % (N_ACCOUNTS - 1)) % N_ACCOUNTS;
+                let amount = (rng_next(&mut seed) % 50) as i64;
+                let t0 = w.ctx.now_ns();
+                if transfer(&w, ACCOUNTS, a, b, amount).await {
+                    mine.push((t0, w.ctx.now_ns(), lost[a as usize] || lost[b as usize]));
                 }
             }
             all.lock().unwrap().extend(mine);
@@ -216,29 +222,29 @@ fn a_killed_node_is_removed_by_etcd_and_the_survivors_recover() {
     let r = runner::run(&c.nodes, &c.dbs, &spec, worker).unwrap();
     let killed = r.killed_at_ns;
     let ms = |ns: u64| format!("{:.0}", ns.saturating_sub(killed) as f64 / 1e6);
-    let since_kill = |what: fn(&EventKind) -> bool| {
-        r.events
-            .iter()
-            .find(|e| what(&e.what))
-            .map(|e| e.at_ns)
-    };
+    let since_kill =
+        |what: fn(&EventKind) -> bool| r.events.iter().find(|e| what(&e.what)).map(|e| e.at_ns);
     let expired = since_kill(|e| matches!(e, EventKind::LeaseExpired { .. }));
     let recovered = since_kill(|e| matches!(e, EventKind::Recovered));
-    let mut commits = commits.lock().unwrap().clone();
-    commits.sort_unstable();
-    let first_after = |t: u64| commits.iter().copied().find(|&c| c > t);
+    let commits = commits.lock().unwrap().clone();
+    // Of the transactions begun after the kill (one in flight may still commit at it).
+    let first_lost = commits
+        .iter()
+        .filter(|&&(t0, _, l)| t0 > killed && l)
+        .map(|&(_, t1, _)| t1)
+        .min();
+    let ended_after = |t: u64| commits.iter().filter(|&&(_, t1, _)| t1 > t).count();
     eprintln!(
-        "etcd: lease expired {} ms after the kill, recovered {} ms, first commit after the \
-         kill {} ms, after recovery {} ms; committed {} ({} after the kill), aborts {:?}, \
-         by_recovery {} incomplete {} epoch {:?}; events (ms since the kill) {:?}",
+        "etcd: after the kill (ms): lease expired {}, recovered {}, first commit begun \
+         after the kill on an account whose primary was node 2 {}; committed {} ({} after the kill, {} after the \
+         recovery), aborts {:?}, by_recovery {} incomplete {} epoch {:?}; events (ms since \
+         the kill, epoch, what) {:?}",
         expired.map_or("-".into(), ms),
         recovered.map_or("-".into(), ms),
-        first_after(killed).map_or("-".into(), ms),
-        recovered
-            .and_then(|t| first_after(t).map(|c| c - t))
-            .map_or("-".into(), |d| format!("{:.1}", d as f64 / 1e6)),
+        first_lost.map_or("-".into(), ms),
         r.txn.committed,
-        after_kill.load(Ordering::Relaxed),
+        ended_after(killed),
+        recovered.map_or(0, ended_after),
         r.txn.aborts,
         r.txn.committed_by_recovery,
         r.txn.committed_incomplete,
@@ -252,14 +258,22 @@ fn a_killed_node_is_removed_by_etcd_and_the_survivors_recover() {
     assert_eq!(r.stuck_workers, 0);
     let state = r.cluster.expect("the final state read from etcd");
     let placement = &state.config.placement;
-    assert!(!placement.is_member(2), "node 2 was removed: {:?}", r.events);
+    assert!(
+        !placement.is_member(2),
+        "node 2 was removed: {:?}",
+        r.events
+    );
     assert!(state.config.epoch > 1, "a new epoch: {state:?}");
     let recovered = recovered.expect("a node published the recovery");
-    let after_recovery = commits.iter().filter(|&&c| c > recovered).count();
+    let after_recovery = ended_after(recovered);
     assert!(
         after_recovery > 50,
         "the survivors go on committing after the reconfiguration: {after_recovery} ({:?})",
         r.txn
+    );
+    assert!(
+        first_lost.is_some_and(|t| t > expired.unwrap_or(0)),
+        "the accounts whose primary was node 2 are written again, after its lease expired"
     );
     let reasons = &r.txn.aborts;
     assert!(
