@@ -264,7 +264,7 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
             (State::Loaded(l), Cmd::Start) => {
                 // The lease starts with the run, not at load (loading takes seconds and
                 // differs per node): the launcher starts its manager just before `start`.
-                if let Some(m) = manager {
+                if let Some(m) = &manager {
                     let events = *ev;
                     let send = Box::new(move |msg: serde_json::Value| {
                         events

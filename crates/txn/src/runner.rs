@@ -12,8 +12,8 @@
 
 use crate::recovery::{RecoveryStats, ThreadRecovery};
 use crate::{HistorySink, NodeDb, TxnConfig, TxnStats, TxnThread};
-use ambidex_cluster::{Agent, ClusterState, EmbeddedManager, Event};
-use ambidex_rpc::{Clock, Ctx, RpcStats, Runtime, RuntimeConfig, SystemClock};
+use ambidex_cluster::{Agent, ClusterState, EmbeddedManager, Event, ManagerClient};
+use ambidex_rpc::{Clock, Ctx, RpcStats, Runtime, RuntimeConfig, SharedClock, SystemClock};
 use ambidex_transport::fault::{FaultConfig, FaultyEndpoint};
 use ambidex_transport::{cputime, CounterSnapshot, Endpoint, NodeId, SharedNode, ThreadId};
 use std::future::Future;
@@ -61,10 +61,41 @@ pub struct RunSpec {
 }
 
 /// How a run's nodes hold leases.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ManagerSpec {
     /// The lease period; renewed at a fifth of it.
     pub lease: Duration,
+    /// Which manager an in-process run starts (node processes ignore it).
+    pub kind: ManagerKind,
+}
+
+impl ManagerSpec {
+    /// Leases of `lease` from an embedded manager (the default).
+    pub fn embedded(lease: Duration) -> ManagerSpec {
+        ManagerSpec {
+            lease,
+            kind: ManagerKind::Embedded,
+        }
+    }
+}
+
+/// The manager behind an in-process run's agents.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ManagerKind {
+    /// An [`EmbeddedManager`] in this process: `RunResult::cluster` is its final state
+    /// and `RunResult::events` its events.
+    Embedded,
+    /// The etcd manager (cargo feature `etcd`): [`run`] bootstraps cluster `cluster` in
+    /// the etcd at `endpoints` (it must not exist yet) from node 0's configuration and
+    /// connects one `EtcdClient` per node. etcd rounds the lease up to whole seconds
+    /// and to its minimum. `RunResult::cluster` is the state read back from etcd at the
+    /// end; `RunResult::events` merges what each node's client published (each change
+    /// is published by one node), on the run's clock.
+    #[cfg(feature = "etcd")]
+    Etcd {
+        endpoints: Vec<String>,
+        cluster: String,
+    },
 }
 
 impl Default for RunSpec {
@@ -125,15 +156,16 @@ pub fn run(
     let crew = Crew::new(nodes.len() * threads as usize * spec.coroutines);
     let clock = SystemClock::shared();
     // Leases: the manager and every node's agent run beside the node threads.
-    let manager = spec
-        .manager
-        .map(|m| EmbeddedManager::start((*dbs[0].config().load()).clone(), m.lease, clock.clone()));
+    let manager = match &spec.manager {
+        None => None,
+        Some(m) => Some(Manager::start(m, dbs, clock.clone())?),
+    };
     let mut agents: Vec<Option<Agent>> = Vec::new();
-    if let (Some(m), Some(ms)) = (&manager, spec.manager) {
+    if let (Some(m), Some(ms)) = (&manager, &spec.manager) {
         for db in dbs {
             let a = Agent::start(
                 format!("agent{}", db.node),
-                Box::new(m.client(db.node, 1)),
+                m.client(db, ms.lease, &clock)?,
                 db.cluster().clone(),
                 ms.lease,
                 clock.clone(),
@@ -186,12 +218,20 @@ pub fn run(
     errors.extend(crew.error.lock().unwrap().take());
     drop(agents);
     let (cluster, events) = match &manager {
-        Some(m) => (Some(m.state()), m.events()),
+        Some(m) => match m.finish() {
+            Ok((state, events, failure)) => {
+                if let Some(f) = failure {
+                    errors.push(format!("the cluster could not go on: {f}"));
+                }
+                (Some(state), events)
+            }
+            Err(e) => {
+                errors.push(e);
+                (None, Vec::new())
+            }
+        },
         None => (None, Vec::new()),
     };
-    if let Some(f) = manager.as_ref().and_then(|m| m.failure()) {
-        errors.push(format!("the cluster could not go on: {f}"));
-    }
     for db in dbs {
         if Some(db.node) != killed && db.cluster().fenced() {
             errors.push(format!(
@@ -234,6 +274,163 @@ pub fn run(
         r.stuck_workers += stuck;
     }
     Ok(r)
+}
+
+/// The manager of an in-process run.
+enum Manager {
+    Embedded(EmbeddedManager),
+    #[cfg(feature = "etcd")]
+    Etcd {
+        endpoints: Vec<String>,
+        cluster: String,
+        /// What each node's client published, moved here when the client is dropped
+        /// (with its agent).
+        events: Arc<Mutex<Vec<Event>>>,
+    },
+}
+
+impl Manager {
+    fn start(
+        spec: &ManagerSpec,
+        dbs: &[Arc<NodeDb>],
+        clock: SharedClock,
+    ) -> Result<Manager, String> {
+        let config = (*dbs[0].config().load()).clone();
+        match &spec.kind {
+            ManagerKind::Embedded => Ok(Manager::Embedded(EmbeddedManager::start(
+                config, spec.lease, clock,
+            ))),
+            #[cfg(feature = "etcd")]
+            ManagerKind::Etcd { endpoints, cluster } => {
+                let eps: Vec<&str> = endpoints.iter().map(String::as_str).collect();
+                let created =
+                    ambidex_cluster::EtcdManager::bootstrap(&eps, cluster, config, spec.lease)
+                        .map_err(|e| format!("cannot bootstrap cluster {cluster} in etcd: {e}"))?;
+                if !created {
+                    return Err(format!(
+                        "cluster {cluster} already exists in etcd: a run needs a new one"
+                    ));
+                }
+                Ok(Manager::Etcd {
+                    endpoints: endpoints.clone(),
+                    cluster: cluster.clone(),
+                    events: Arc::default(),
+                })
+            }
+        }
+    }
+
+    /// Node `db.node`'s handle on the manager (`lease` and `clock` are the etcd
+    /// client's).
+    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
+    fn client(
+        &self,
+        db: &NodeDb,
+        lease: Duration,
+        clock: &SharedClock,
+    ) -> Result<Box<dyn ManagerClient>, String> {
+        match self {
+            Manager::Embedded(m) => Ok(Box::new(m.client(db.node, 1))),
+            #[cfg(feature = "etcd")]
+            Manager::Etcd {
+                endpoints,
+                cluster,
+                events,
+            } => {
+                let eps: Vec<&str> = endpoints.iter().map(String::as_str).collect();
+                let incarnation = db.config().load().incarnations[db.node as usize];
+                let inner = ambidex_cluster::EtcdClient::connect(
+                    &eps,
+                    cluster,
+                    db.node,
+                    incarnation,
+                    lease,
+                )
+                .map_err(|e| format!("node {} cannot connect to etcd: {e}", db.node))?;
+                // The client counts its events from when it connected.
+                Ok(Box::new(etcd::Recording {
+                    inner,
+                    offset_ns: clock.now_ns(),
+                    sink: events.clone(),
+                }))
+            }
+        }
+    }
+
+    /// The final state, the events in time order and why the cluster stopped, if it
+    /// did (after the agents are gone).
+    fn finish(&self) -> Result<(ClusterState, Vec<Event>, Option<String>), String> {
+        match self {
+            Manager::Embedded(m) => Ok((m.state(), m.events(), m.failure())),
+            #[cfg(feature = "etcd")]
+            Manager::Etcd {
+                endpoints,
+                cluster,
+                events,
+            } => {
+                let eps: Vec<&str> = endpoints.iter().map(String::as_str).collect();
+                let (state, failed) = ambidex_cluster::EtcdManager::state(&eps, cluster)
+                    .map_err(|e| format!("cannot read cluster {cluster}'s final state: {e}"))?;
+                let mut events = events.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                events.sort_by_key(|e| e.at_ns);
+                Ok((state, events, failed))
+            }
+        }
+    }
+}
+
+#[cfg(feature = "etcd")]
+mod etcd {
+    use ambidex_cluster::{
+        ClusterState, EtcdClient, Event, Grant, ManagerClient, ManagerError, Stage,
+    };
+    use ambidex_transport::NodeId;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    /// A node's etcd client that hands what it published over to the run when it is
+    /// dropped (with its agent, at the end or at a kill), on the run's clock.
+    pub(super) struct Recording {
+        pub inner: EtcdClient,
+        /// The run's clock when the client connected (its own clock's zero).
+        pub offset_ns: u64,
+        pub sink: Arc<Mutex<Vec<Event>>>,
+    }
+
+    impl Drop for Recording {
+        fn drop(&mut self) {
+            let mut sink = self.sink.lock().unwrap_or_else(|e| e.into_inner());
+            sink.extend(self.inner.events().iter().map(|e| Event {
+                at_ns: e.at_ns + self.offset_ns,
+                ..e.clone()
+            }));
+        }
+    }
+
+    impl ManagerClient for Recording {
+        fn renew(&mut self) -> Result<Grant, ManagerError> {
+            self.inner.renew()
+        }
+        fn state_after(
+            &mut self,
+            revision: u64,
+            wait: Duration,
+        ) -> Result<Option<ClusterState>, ManagerError> {
+            self.inner.state_after(revision, wait)
+        }
+        fn ack(&mut self, epoch: u32, stage: Stage) -> Result<(), ManagerError> {
+            self.inner.ack(epoch, stage)
+        }
+        fn suspect(&mut self, node: NodeId) -> Result<(), ManagerError> {
+            self.inner.suspect(node)
+        }
+        fn synced(&mut self, partitions: &[u32]) -> Result<(), ManagerError> {
+            self.inner.synced(partitions)
+        }
+        fn join(&mut self) -> Result<(), ManagerError> {
+            self.inner.join()
+        }
+    }
 }
 
 /// What the threads of a run share.

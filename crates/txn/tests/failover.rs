@@ -107,9 +107,7 @@ fn kill_one(policy: Policy, nodes: u16, kill_at: Duration) {
             ..Default::default()
         },
         duration: Some(kill_at + Duration::from_millis(1500)),
-        manager: Some(ManagerSpec {
-            lease: Duration::from_millis(50),
-        }),
+        manager: Some(ManagerSpec::embedded(Duration::from_millis(50))),
         kill: Some((2, kill_at)),
         ..Default::default()
     };
@@ -263,9 +261,7 @@ fn recovery_times_over_20_kills() {
             coroutines: 3,
             txn: TxnConfig::default(),
             duration: Some(kill_at + Duration::from_millis(400)),
-            manager: Some(ManagerSpec {
-                lease: Duration::from_millis(lease),
-            }),
+            manager: Some(ManagerSpec::embedded(Duration::from_millis(lease))),
             kill: Some((2, kill_at)),
             ..Default::default()
         };

@@ -58,9 +58,9 @@ impl ClusterSection {
     pub fn manager_spec(&self) -> Option<ambidex_txn::runner::ManagerSpec> {
         match self.manager {
             ManagerKind::None => None,
-            ManagerKind::Embedded => Some(ambidex_txn::runner::ManagerSpec {
-                lease: Duration::from_millis(self.lease_ms),
-            }),
+            ManagerKind::Embedded => Some(ambidex_txn::runner::ManagerSpec::embedded(
+                Duration::from_millis(self.lease_ms),
+            )),
         }
     }
 }

@@ -59,4 +59,21 @@ impl EtcdManager {
         }
         Ok(created)
     }
+
+    /// Reads cluster `cluster`'s state as etcd holds it (read only: no lease is taken,
+    /// nothing is written), and why it stopped, if it did. An error if it was never
+    /// bootstrapped. What a launcher reports at the end of a run.
+    pub fn state(
+        endpoints: &[&str],
+        cluster: &str,
+    ) -> Result<(ClusterState, Option<String>), ManagerError> {
+        let mut c = Conn::open(endpoints, cluster)?;
+        match c.read()?.0 {
+            Some(snap) => Ok((snap.record.state, snap.record.failed)),
+            None => Err(ManagerError::Protocol(format!(
+                "cluster {} has no state in etcd (not bootstrapped)",
+                c.keys.root()
+            ))),
+        }
+    }
 }
