@@ -7,7 +7,6 @@
 
 mod common;
 
-use ambidex_cluster::Placement;
 use ambidex_txn::policy::Policy;
 use ambidex_txn::runner::{self, ManagerSpec, RunSpec, Worker, WorkerCtx};
 use ambidex_txn::{TableSpec, TxnConfig};
@@ -22,36 +21,6 @@ const INITIAL: i64 = 1000;
 /// Keys no transaction touches: after a kill only re-replication brings them to a
 /// new copy.
 const COLD: std::ops::Range<u64> = 1000..1048;
-
-/// Sum of the balances at the primaries `placement` names (its members only).
-fn money_at_primaries(c: &TestCluster, placement: &Placement) -> i64 {
-    (0..N_ACCOUNTS)
-        .map(|k| {
-            let p = placement.primary(ACCOUNTS, k);
-            let mut v = Vec::new();
-            ambidex_txn::actions::read(&c.dbs[p as usize], ACCOUNTS, k, &mut v);
-            i64::from_le_bytes(v.try_into().unwrap())
-        })
-        .sum()
-}
-
-/// Every copy `placement` lists equals the primary's (version and value).
-fn assert_copies_equal(c: &TestCluster, placement: &Placement) {
-    for k in (0..N_ACCOUNTS).chain(COLD) {
-        let reps = placement.replicas(ACCOUNTS, k);
-        let copy = |n: u16| {
-            c.dbs[n as usize]
-                .dump(ACCOUNTS)
-                .into_iter()
-                .find(|(key, _, _)| *key == k)
-                .map(|(_, meta, v)| (meta, v))
-        };
-        let primary = copy(reps[0]).expect("the primary has the key");
-        for &r in &reps[1..] {
-            assert_eq!(copy(r), Some(primary.clone()), "key {k}: node {r} differs");
-        }
-    }
-}
 
 /// `nodes` × 2 threads, R = 3, with the accounts (and the cold keys) loaded.
 fn accounts(nodes: u16) -> TestCluster {
@@ -144,7 +113,7 @@ fn kill_one(policy: Policy, nodes: u16, kill_at: Duration) {
         "the failure shows as aborts with a reason: {reasons:?}"
     );
     assert_eq!(
-        money_at_primaries(&c, placement),
+        c.money_at(placement, ACCOUNTS, 0..N_ACCOUNTS),
         INITIAL * N_ACCOUNTS as i64
     );
     // With a member to spare, every partition that lost a copy got a new one, copied
@@ -172,7 +141,7 @@ fn kill_one(policy: Policy, nodes: u16, kill_at: Duration) {
         }
     }
     assert_eq!(placement.syncing().count(), 0, "every copy is up to date");
-    assert_copies_equal(&c, placement);
+    c.assert_copies_equal(placement, ACCOUNTS, (0..N_ACCOUNTS).chain(COLD));
     for n in placement.members() {
         assert_eq!(
             ambidex_txn::recovery::locks::release_all(&c.dbs[n as usize]),

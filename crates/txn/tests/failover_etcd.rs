@@ -16,7 +16,7 @@
 
 mod common;
 
-use ambidex_cluster::{EtcdManager, EventKind, ManagerError, Placement};
+use ambidex_cluster::{EtcdManager, EventKind, ManagerError};
 use ambidex_txn::policy::Policy;
 use ambidex_txn::runner::{self, ManagerKind, ManagerSpec, RunSpec, Worker, WorkerCtx};
 use ambidex_txn::{TableSpec, TxnConfig};
@@ -115,36 +115,6 @@ impl Drop for Etcd {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Sum of the balances at the primaries `placement` names.
-fn money_at_primaries(c: &TestCluster, placement: &Placement) -> i64 {
-    (0..N_ACCOUNTS)
-        .map(|k| {
-            let p = placement.primary(ACCOUNTS, k);
-            let mut v = Vec::new();
-            ambidex_txn::actions::read(&c.dbs[p as usize], ACCOUNTS, k, &mut v);
-            i64::from_le_bytes(v.try_into().unwrap())
-        })
-        .sum()
-}
-
-/// Every copy `placement` lists equals the primary's (version and value).
-fn assert_copies_equal(c: &TestCluster, placement: &Placement) {
-    for k in (0..N_ACCOUNTS).chain(COLD) {
-        let reps = placement.replicas(ACCOUNTS, k);
-        let copy = |n: u16| {
-            c.dbs[n as usize]
-                .dump(ACCOUNTS)
-                .into_iter()
-                .find(|(key, _, _)| *key == k)
-                .map(|(_, meta, v)| (meta, v))
-        };
-        let primary = copy(reps[0]).expect("the primary has the key");
-        for &r in &reps[1..] {
-            assert_eq!(copy(r), Some(primary.clone()), "key {k}: node {r} differs");
-        }
     }
 }
 
@@ -281,11 +251,11 @@ fn a_killed_node_is_removed_by_etcd_and_the_survivors_recover() {
         "the failure shows as aborts with a reason: {reasons:?}"
     );
     assert_eq!(
-        money_at_primaries(&c, placement),
+        c.money_at(placement, ACCOUNTS, 0..N_ACCOUNTS),
         INITIAL * N_ACCOUNTS as i64
     );
     assert_eq!(placement.syncing().count(), 0, "every copy is up to date");
-    assert_copies_equal(&c, placement);
+    c.assert_copies_equal(placement, ACCOUNTS, (0..N_ACCOUNTS).chain(COLD));
     for n in placement.members() {
         assert_eq!(
             ambidex_txn::recovery::locks::release_all(&c.dbs[n as usize]),

@@ -152,14 +152,49 @@ impl TestCluster {
     /// Asserts that the `i64` balances of `table`'s keys `0..n` sum to `n * initial` at
     /// their primaries.
     pub fn assert_money_at_primaries(&self, table: u32, n: u64, initial: i64) {
-        let mut total = 0i64;
-        for k in 0..n {
-            let p = self.placement.primary(table, k);
+        let total = self.money_at(&self.placement, table, 0..n);
+        assert_eq!(total, initial * n as i64, "money created or destroyed");
+    }
+
+    /// The sum of the `i64` balances of `keys` of `table` at the primaries `placement`
+    /// names (a later configuration's, after a failure).
+    pub fn money_at(
+        &self,
+        placement: &Placement,
+        table: u32,
+        keys: impl Iterator<Item = u64>,
+    ) -> i64 {
+        keys.map(|k| {
+            let p = placement.primary(table, k);
             let mut v = Vec::new();
             ambidex_txn::actions::read(&self.dbs[p as usize], table, k, &mut v);
-            total += i64::from_le_bytes(v.try_into().unwrap());
+            i64::from_le_bytes(v.try_into().unwrap())
+        })
+        .sum()
+    }
+
+    /// Asserts that every copy `placement` lists of `keys` of `table` equals its
+    /// primary's (version and value).
+    pub fn assert_copies_equal(
+        &self,
+        placement: &Placement,
+        table: u32,
+        keys: impl Iterator<Item = u64>,
+    ) {
+        for k in keys {
+            let reps = placement.replicas(table, k);
+            let copy = |n: u16| {
+                self.dbs[n as usize]
+                    .dump(table)
+                    .into_iter()
+                    .find(|(key, _, _)| *key == k)
+                    .map(|(_, meta, v)| (meta, v))
+            };
+            let primary = copy(reps[0]).expect("the primary has the key");
+            for &r in &reps[1..] {
+                assert_eq!(copy(r), Some(primary.clone()), "key {k}: node {r} differs");
+            }
         }
-        assert_eq!(total, initial * n as i64, "money created or destroyed");
     }
 }
 
