@@ -205,19 +205,6 @@ pub fn truncate_ring<R: RespBuf>(
     let Some(ring) = region.ring_of(src.node, src.thread) else {
         return refuse(db, resp);
     };
-    // A ring not yet restarted in this node's epoch holds records of an older one:
-    // which copies they go to is the old placement's business, so they are left to
-    // recovery's replay (before the restart) and nothing moves. Applied with the new
-    // placement, a promoted backup would skip them as their primary while the head
-    // passed them, and lose them.
-    if region.head(ring).map(|h| h.epoch()) != Some(RingHead::of_epoch(config.epoch).epoch()) {
-        log.ring.truncations_deferred += 1;
-        return RingTruncateResp {
-            status: Status::Ok,
-            head: region.head(ring).map_or(0, |h| h.pos),
-        }
-        .encode(resp);
-    }
     let (mut applied, mut older, mut refused) = (0u64, 0u64, 0u64);
     // The records truncated are committed and installed at their primaries: this
     // node's backup copies of the keys they wrote take them now (DrTM+H §5.4, FaRM
@@ -237,8 +224,23 @@ pub fn truncate_ring<R: RespBuf>(
             }
         }
     };
-    let Some(scan) = region.truncate_applying(ring, r.head, &mut apply) else {
-        return refuse(db, resp);
+    // A ring not yet restarted in this node's epoch holds records of an older one:
+    // which copies they go to is the old placement's business, so they are left to
+    // recovery's replay (before the restart) and nothing moves. Applied with the new
+    // placement, a promoted backup would skip them as their primary while the head
+    // passed them, and lose them.
+    let epoch = RingHead::of_epoch(config.epoch).epoch();
+    let scan = match region.truncate_applying(ring, r.head, epoch, &mut apply) {
+        Some(Ok(scan)) => scan,
+        Some(Err(head)) => {
+            log.ring.truncations_deferred += 1;
+            return RingTruncateResp {
+                status: Status::Ok,
+                head: head.pos,
+            }
+            .encode(resp);
+        }
+        None => return refuse(db, resp),
     };
     let st = &mut log.ring;
     st.backup_applied += applied;

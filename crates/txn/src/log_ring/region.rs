@@ -470,23 +470,30 @@ impl LogRegion {
     /// coordinator asks again later). Returns the scan; its `head` is the new head. A
     /// `to` behind the head changes nothing.
     pub fn truncate(&self, ring: u32, to: u64) -> Option<RingScan> {
-        self.truncate_applying(ring, to, &mut |_| {})
+        let epoch = self.head(ring)?.epoch();
+        self.truncate_applying(ring, to, epoch, &mut |_| {})?.ok()
     }
 
     /// [`LogRegion::truncate`], calling `apply` with every record passed, in ring order,
     /// before the head moves past it (under the ring's head lock: one truncation of a
-    /// ring at a time).
+    /// ring at a time), if the ring was restarted in the epoch whose part is `epoch`
+    /// ([`RingHead::epoch`]). A ring still holding an older epoch's records is left
+    /// as it is for recovery's replay: `Err` with its head.
     pub fn truncate_applying(
         &self,
         ring: u32,
         to: u64,
+        epoch: u64,
         apply: &mut dyn FnMut(&[u8]),
-    ) -> Option<RingScan> {
+    ) -> Option<Result<RingScan, RingHead>> {
         let r = self.ring(ring)?;
         let mut head = self.lock_head(ring)?;
+        if head.epoch() != epoch {
+            return Some(Err(*head));
+        }
         let s = scan_ring_with(&r, *head, ScanMode::Truncate { to }, apply);
         *head = s.head;
-        Some(s)
+        Some(Ok(s))
     }
 
     /// Starts every ring again at [`RingHead::of_epoch`]`(epoch)`, where the writers of
