@@ -20,13 +20,18 @@ const VS: usize = 16;
 const ME: EndpointAddr = EndpointAddr::new(0, 1);
 const OTHER: EndpointAddr = EndpointAddr::new(0, 2);
 
-fn db() -> Arc<NodeDb> {
-    let spec = TableSpec {
+/// The table every test here uses.
+fn spec() -> TableSpec {
+    TableSpec {
         id: T,
         name: "t".into(),
         value_size: VS,
         capacity_per_node: 64,
-    };
+    }
+}
+
+fn db() -> Arc<NodeDb> {
+    let spec = spec();
     // One node: it is the primary of every key.
     let fabric =
         ambidex_transport::local::LocalFabric::new(ambidex_transport::ClusterConfig::new(1, 1))
@@ -457,12 +462,7 @@ fn a_ring_of_an_older_epoch_is_not_truncated_with_the_new_placement() {
     use ambidex_cluster::Stage;
     use ambidex_txn::log_ring::format;
     use ambidex_txn::messages::{RingTruncateReq, RingTruncateResp};
-    let spec = TableSpec {
-        id: T,
-        name: "t".into(),
-        value_size: VS,
-        capacity_per_node: 64,
-    };
+    let spec = spec();
     let fabric =
         ambidex_transport::local::LocalFabric::new(ambidex_transport::ClusterConfig::new(3, 1))
             .unwrap();

@@ -148,14 +148,14 @@ pub async fn copy(
                     };
                     CopyReq::push(&mut req, &item);
                     st.items_copied += 1;
-                    if req.len() >= REQUEST_BYTES || req_full(&req) {
+                    if req.len() >= REQUEST_BYTES || items_in(&req) == u16::MAX {
                         send(ctx, *to, rtype::COPY, &req, epoch, stop, &mut pacer, st).await?;
                         CopyReq::begin(&mut req);
                     }
                 }
             }
         }
-        if req.len() > 2 {
+        if items_in(&req) > 0 {
             send(ctx, *to, rtype::COPY, &req, epoch, stop, &mut pacer, st).await?;
         }
         CopyDoneReq::encode(parts, &mut req);
@@ -175,9 +175,9 @@ pub async fn copy(
     Ok(())
 }
 
-/// A request's item count is 16 bits.
-fn req_full(req: &[u8]) -> bool {
-    u16::from_le_bytes([req[0], req[1]]) == u16::MAX
+/// The items of a COPY request being built (its count is 16 bits).
+fn items_in(req: &[u8]) -> u16 {
+    u16::from_le_bytes([req[0], req[1]])
 }
 
 fn check(ctx: &Ctx, epoch: u32, stop: &Cell<bool>) -> Result<(), CopyError> {
