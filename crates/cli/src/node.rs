@@ -22,6 +22,8 @@
 //!      ← {"cmd":"stop"}         the window ends; workers finish their transaction
 //! node → {"event":"workers_done","node":I}   this node's workers returned; it still serves
 //!      ← {"cmd":"finish"}       every node's workers are done: stop serving, check, report
+//!                                 (with a manager, `"state":{ClusterState}` is its final
+//!                                 state: every node checks under that configuration)
 //! node → {"event":"report","node":I,"report":{...}}   then the process exits 0
 //!      ← {"cmd":"abort"}        exit now (status 2), no report
 //! node → {"event":"error","node":I,"message":"..."}   then the process exits 1
@@ -42,7 +44,7 @@
 //! fields of a command object are ignored.
 
 use ambidex_cluster::manager::channel::ChannelInbox;
-use ambidex_cluster::Agent;
+use ambidex_cluster::{Agent, ClusterState};
 use ambidex_store::Catalog;
 use ambidex_workloads::config::Transport;
 use ambidex_workloads::node::{load_node, LoadedNode, RunningNode};
@@ -59,11 +61,17 @@ const MAX_COMMAND: u64 = 16 * 1024 * 1024;
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(tag = "cmd", rename_all = "snake_case")]
 enum Cmd {
-    Catalog { catalog: Catalog },
+    Catalog {
+        catalog: Catalog,
+    },
     Start,
     Measure,
     Stop,
-    Finish,
+    Finish {
+        /// The manager's final state, if the run had one.
+        #[serde(default)]
+        state: Option<Box<ClusterState>>,
+    },
     Abort,
 }
 
@@ -299,7 +307,7 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
                 r.stop();
                 State::Stopped(r, false)
             }
-            (State::Stopped(r, _), Cmd::Finish) => {
+            (State::Stopped(r, _), Cmd::Finish { state }) => {
                 // No transaction runs any more: the run's membership is over (the
                 // launcher takes the manager's events before it sends finish).
                 drop(agent.take());
@@ -312,7 +320,7 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
                     }
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                let report = r.finish()?;
+                let report = r.finish(state.as_deref())?;
                 let body = serde_json::json!({
                     "report": serde_json::to_value(&report).map_err(|e| e.to_string())?
                 });
@@ -359,7 +367,7 @@ mod tests {
     #[test]
     fn commands_parse_as_json_or_words_and_bad_ones_are_errors() {
         assert_eq!(parse_command("{\"cmd\":\"start\"}\n"), Ok(Cmd::Start));
-        assert_eq!(parse_command("  finish "), Ok(Cmd::Finish));
+        assert_eq!(parse_command("  finish "), Ok(Cmd::Finish { state: None }));
         assert!(parse_command("{\"cmd\":\"launch\"}").is_err());
         // Other fields are ignored (room for parameters later).
         assert_eq!(parse_command("{\"cmd\":\"stop\",\"x\":1}"), Ok(Cmd::Stop));

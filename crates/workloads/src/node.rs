@@ -16,6 +16,7 @@ use crate::driver::{
     dispatch, make_worker, run_spec, Tally, WorkloadVisitor, MEASURE, STOP, WARMUP,
 };
 use crate::load::build_and_load_node;
+use ambidex_cluster::{ClusterState, Stage};
 use ambidex_rpc::RpcStats;
 use ambidex_store::{Catalog, LogRegionDesc, TableDesc};
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
@@ -242,8 +243,9 @@ impl RunningNode {
     }
 
     /// Every node's workers are done: stops serving, checks this node's data and
-    /// returns its report.
-    pub fn finish(mut self) -> Result<NodeReport, String> {
+    /// returns its report. With `last`, the manager's final state, this node checks
+    /// under that configuration (see [`check_under`]).
+    pub fn finish(mut self, last: Option<&ClusterState>) -> Result<NodeReport, String> {
         self.phase.store(STOP, Ordering::SeqCst);
         self.crew.drain.store(true, Ordering::SeqCst);
         for h in std::mem::take(&mut self.handles) {
@@ -266,6 +268,7 @@ impl RunningNode {
             stuck += s;
         }
         let tally = std::mem::replace(&mut *self.total.lock().unwrap(), Tally::new(self.types));
+        check_under(&self.db, last)?;
         let (check, digests) = (self.check)(&self.db);
         let mut r = NodeReport::new(
             self.node, tally, &txn, &rpc, counters, stuck, check, digests,
@@ -285,4 +288,32 @@ impl RunningNode {
         self.phase.store(STOP, Ordering::SeqCst);
         self.crew.drain.store(true, Ordering::SeqCst);
     }
+}
+
+/// Moves `db` (its threads stopped) to the manager's final configuration before its
+/// check. Each node counts the rows it is primary of, so the nodes must count with
+/// one placement: a node whose agent stopped before it saw the last epoch would
+/// otherwise count a partition the new primary counts too, or one no node counts.
+/// A final state that is not at stage Run (the run ended mid-reconfiguration) cannot be
+/// checked this way: an error. Without `last` (no manager), nothing changes.
+pub fn check_under(db: &NodeDb, last: Option<&ClusterState>) -> Result<(), String> {
+    let Some(last) = last else { return Ok(()) };
+    if last.stage != Stage::Run {
+        return Err(format!(
+            "the run ended during a reconfiguration (epoch {}, stage {:?}): the checks need a settled configuration",
+            last.config.epoch, last.stage
+        ));
+    }
+    let state = db.cluster();
+    let epoch = state.config.epoch();
+    if last.config.epoch < epoch {
+        return Err(format!(
+            "node {}: the launcher's final configuration (epoch {}) is older than this node's (epoch {epoch})",
+            db.node, last.config.epoch
+        ));
+    }
+    if last.config.epoch > epoch || *state.config.load() != last.config {
+        state.enter(last.config.clone(), Stage::Run);
+    }
+    Ok(())
 }

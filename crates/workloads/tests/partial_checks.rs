@@ -127,3 +127,56 @@ fn local_nodes(p: &ambidex_txn::Placement) -> Vec<ambidex_transport::SharedNode>
         .unwrap()
         .nodes()
 }
+
+/// After a death, every node checks under the manager's final configuration
+/// (`check_under`): a node left in an older epoch would count its primaries with the
+/// old placement, and the dead node's accounts would be missing from the combination.
+#[test]
+fn nodes_left_in_different_epochs_check_under_the_final_configuration() {
+    use ambidex_cluster::{ClusterState, Configuration, Stage};
+    use ambidex_workloads::node::check_under;
+    let p = Placement::new(3, 3).unwrap();
+    let bank = SmallBank::new(p.clone(), 1, 0.01);
+    let dbs = build_and_load(&bank, p.clone(), &local_nodes(&p), 5, false).unwrap();
+    let last = ClusterState {
+        config: Configuration::initial(3, 3)
+            .unwrap()
+            .without(1 << 2)
+            .unwrap(),
+        stage: Stage::Run,
+        revision: 9,
+    };
+    // Node 2 died; one survivor moved to epoch 2, the other's agent stopped before it
+    // did. The one that moved is one that gained none of node 2's partitions (if
+    // either did not), so the combination misses the partitions the other gained.
+    let first = Configuration::initial(3, 3).unwrap();
+    let gained = |n: u16| {
+        primary_rows(&dbs[2..], smallbank::CHECKING)
+            .iter()
+            .any(|&(k, _)| last.config.placement.primary(smallbank::CHECKING, k) == n)
+    };
+    let moved: usize = if gained(0) { 1 } else { 0 };
+    assert!(gained(1 - moved as u16), "node 2's partitions went nowhere");
+    let survivors = &dbs[..2];
+    survivors[moved]
+        .cluster()
+        .enter(last.config.clone(), Stage::Run);
+    let e = combined(&bank, survivors).unwrap_err();
+    assert!(e.contains("accounts"), "{e}");
+    // A final state mid-reconfiguration, or older than a node's, is refused.
+    let adopt = ClusterState {
+        stage: Stage::Adopt,
+        ..last.clone()
+    };
+    assert!(check_under(&dbs[1], Some(&adopt)).is_err());
+    let older = ClusterState {
+        config: first,
+        ..last.clone()
+    };
+    assert!(check_under(&survivors[moved], Some(&older)).is_err());
+    for db in survivors {
+        check_under(db, Some(&last)).unwrap();
+    }
+    let v = combined(&bank, survivors).unwrap();
+    assert_eq!(v["balance_checked"], false, "{v}");
+}

@@ -536,7 +536,13 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
     let membership = host.as_ref().map(|h| (h.events(), h.state(), h.start_ns()));
     // A death from here on (during finish) fails the run again.
     procs.survive_deaths(false);
-    procs.send_all("finish")?;
+    // Every node checks under the final configuration (each counts its primaries).
+    match &membership {
+        Some((_, state, _)) => {
+            procs.send_all_json(&serde_json::json!({ "cmd": "finish", "state": state }))?
+        }
+        None => procs.send_all("finish")?,
+    }
     let reports = procs.wait_live("report", Duration::from_secs(600))?;
     procs.wait_exits(Duration::from_secs(10), "after its report")?;
     drop(host);
