@@ -24,7 +24,7 @@ use ambidex_rpc::RpcStats;
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
 use ambidex_txn::runner::{self, RunSpec, Worker, WorkerCtx};
 use ambidex_txn::stats::LocationCacheStats;
-use ambidex_txn::{NodeDb, Placement, Policy, TxnStats};
+use ambidex_txn::{NodeDb, Placement, Policy, TxnConfig, TxnStats};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -155,7 +155,10 @@ pub fn run_spec(cfg: &Config, coroutines: usize, node: Option<NodeId>) -> Result
     Ok(RunSpec {
         coroutines,
         rpc: cfg.rpc.runtime_config()?,
-        txn: cfg.txn.txn_config()?,
+        txn: TxnConfig {
+            rereplication_bytes_per_s: cfg.cluster.rereplication_bytes_per_s()?,
+            ..cfg.txn.txn_config()?
+        },
         fault: match &cfg.fault {
             Some(f) => Some(f.fault_config(node.unwrap_or(0))?),
             None => None,

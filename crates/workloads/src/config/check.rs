@@ -51,7 +51,20 @@ impl ClusterSection {
                 format!("must be 1..=60000 ms, not {}", self.lease_ms),
             );
         }
+        self.rereplication_bytes_per_s()?;
         Ok(c)
+    }
+
+    /// `rereplication_mb_per_s` in bytes per second (at least 1 KiB/s, at most 64 GiB/s).
+    pub fn rereplication_bytes_per_s(&self) -> Result<u64, ConfigError> {
+        let mb = self.rereplication_mb_per_s;
+        if !(mb.is_finite() && (1.0 / 1024.0..=65_536.0).contains(&mb)) {
+            return invalid(
+                "cluster.rereplication_mb_per_s",
+                format!("must be 0.001..=65536 MiB/s, not {mb}"),
+            );
+        }
+        Ok((mb * (1u64 << 20) as f64) as u64)
     }
 
     /// The lease of a run with a manager (`None` without one).
@@ -228,8 +241,7 @@ impl TxnSection {
         Ok(TxnConfig {
             policy: self.resolve_policy()?,
             skip_validation_for_tests: self.inject_bug == Some(InjectedBug::SkipValidation),
-            // Not a configuration key yet: runs do not survive a death outside the
-            // library's runner, so nothing re-replicates there.
+            // `cluster.rereplication_mb_per_s`, set by `run_spec`.
             rereplication_bytes_per_s: ambidex_txn::REREPLICATION_BYTES_PER_S,
         })
     }

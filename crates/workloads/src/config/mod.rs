@@ -130,6 +130,9 @@ pub struct ClusterSection {
     pub manager: ManagerKind,
     /// The lease period (ms) with a manager; nodes renew at a fifth of it.
     pub lease_ms: u64,
+    /// After a failure, how fast each primary copies its partitions to their new
+    /// backups (MiB/s per node), in the background while transactions run.
+    pub rereplication_mb_per_s: f64,
 }
 
 /// The configuration manager of a run (`cluster.manager`). The etcd manager exists in
@@ -182,6 +185,7 @@ impl Default for ClusterSection {
             udp_addrs: Vec::new(),
             manager: ManagerKind::Embedded,
             lease_ms: 50,
+            rereplication_mb_per_s: (ambidex_txn::REREPLICATION_BYTES_PER_S >> 20) as f64,
         }
     }
 }

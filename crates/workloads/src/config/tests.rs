@@ -189,6 +189,28 @@ fn bad_values_are_typed_errors() {
         c.cluster.lease_ms = lease;
         assert_eq!(field(c), "cluster.lease_ms");
     }
+    for rate in [0.0, -1.0, f64::NAN, 1e9] {
+        let mut c = Config::default();
+        c.cluster.rereplication_mb_per_s = rate;
+        assert_eq!(field(c), "cluster.rereplication_mb_per_s");
+    }
+}
+
+#[test]
+fn the_rereplication_pace_is_a_key_in_mib_per_second() {
+    let c = Config::default();
+    let spec = crate::driver::run_spec(&c, 1, None).unwrap();
+    assert_eq!(
+        spec.txn.rereplication_bytes_per_s,
+        ambidex_txn::REREPLICATION_BYTES_PER_S
+    );
+    let c = Config::read(
+        &file("r.toml", "[cluster]\nrereplication_mb_per_s = 8\n"),
+        &Config::default(),
+    )
+    .unwrap();
+    let spec = crate::driver::run_spec(&c, 1, None).unwrap();
+    assert_eq!(spec.txn.rereplication_bytes_per_s, 8 << 20);
 }
 
 #[test]
