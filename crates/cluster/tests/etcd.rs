@@ -1,86 +1,29 @@
 //! The etcd manager against a real etcd (Debian's `etcd-server`, which .ci/run
-//! installs), one per test on loopback with a temporary data directory and free
-//! ports. Without `etcd` the tests print why and pass, except under CI, where it must
+//! installs), one per test on loopback ([`LocalEtcd`]: 1 s leases are granted as
+//! asked). Without `etcd` the tests print why and pass, except under CI, where it must
 //! be there.
-//!
-//! etcd runs with a 10 ms heartbeat and a 100 ms election timeout: its minimum lease
-//! TTL is 1.5 election timeouts rounded up to a second, so leases of 1 s are granted
-//! as asked (with the defaults, 100 ms and 1 s, the minimum is 2 s).
 
 use ambidex_cluster::manager::etcd::keys::lease_value;
+use ambidex_cluster::manager::etcd::local::LocalEtcd;
 use ambidex_cluster::manager::etcd::ttl_secs;
 use ambidex_cluster::{
     ClusterState, Configuration, EtcdClient, EtcdManager, ManagerClient, ManagerError, Refusal,
     Stage,
 };
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-/// A running etcd, killed (and its data removed) when dropped.
-struct Etcd {
-    child: Child,
-    dir: PathBuf,
-    endpoint: String,
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
-    l.local_addr().unwrap().port()
-}
+/// The test's etcd, with what the tests do to it.
+struct Etcd(LocalEtcd);
 
 impl Etcd {
     /// Starts etcd, or says why it cannot and returns `None`.
     fn start(test: &str) -> Option<Etcd> {
-        let present = Command::new("etcd")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !present {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "etcd is not installed; .ci/run installs Debian's etcd-server"
-            );
-            eprintln!("{test}: skipped: `etcd` is not installed (apt-get install etcd-server)");
-            return None;
-        }
-        let dir = std::env::temp_dir().join(format!(
-            "ambidex-etcd-{}-{test}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let (client, peer) = (free_port(), free_port());
-        let endpoint = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let log = std::fs::File::create(dir.join("etcd.log")).unwrap();
-        let child = Command::new("etcd")
-            .args(["--name", "t", "--data-dir"])
-            .arg(dir.join("data"))
-            .args(["--listen-client-urls", &endpoint])
-            .args(["--advertise-client-urls", &endpoint])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("t={peer_url}")])
-            .args(["--heartbeat-interval", "10", "--election-timeout", "100"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("etcd starts");
-        Some(Etcd {
-            child,
-            dir,
-            endpoint,
-        })
+        LocalEtcd::start_for_test(test).map(Etcd)
     }
 
     fn endpoints(&self) -> [&str; 1] {
-        [self.endpoint.as_str()]
+        self.0.endpoints()
     }
 
     /// Bootstraps `cluster`, waiting for etcd to serve.
@@ -96,7 +39,7 @@ impl Etcd {
                     let _ = e;
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                Err(e) => panic!("bootstrap: {e}; etcd log {:?}", self.dir.join("etcd.log")),
+                Err(e) => panic!("bootstrap: {e}; etcd log {:?}", self.0.log()),
             }
         }
     }
@@ -128,14 +71,6 @@ impl Etcd {
                 .unwrap();
             f(c).await.unwrap();
         });
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -4,29 +4,24 @@
 //! after the reconfiguration, money conserved at the final primaries, every copy equal
 //! to its primary, no lock left, the failure seen as aborts with a reason.
 //!
-//! etcd is Debian's `etcd-server` (`.ci/run` installs it), one on loopback with a
-//! temporary data directory and free ports, started as `crates/cluster/tests/etcd.rs`
-//! starts it (a small copy of its helper: tests of another crate cannot be shared).
-//! Without `etcd` the test prints why and passes, except under CI, where it must be
-//! there. etcd runs with a 10 ms heartbeat and a 100 ms election timeout, so it grants
-//! 1 s leases (its minimum is 1.5 election timeouts rounded up to a second).
+//! etcd is Debian's `etcd-server` (`.ci/run` installs it), one on loopback
+//! ([`LocalEtcd`], which grants 1 s leases). Without `etcd` the test prints why and
+//! passes, except under CI, where it must be there.
 //!
 //! Only built with the `etcd` feature (`required-features`); the crate's dev-dependency
 //! on itself turns it on for `cargo test`.
 
 mod common;
 
-use ambidex_cluster::{EtcdManager, EventKind, ManagerError};
+use ambidex_cluster::manager::etcd::local::LocalEtcd;
+use ambidex_cluster::EventKind;
 use ambidex_txn::policy::Policy;
 use ambidex_txn::runner::{self, ManagerKind, ManagerSpec, RunSpec, Worker, WorkerCtx};
 use ambidex_txn::{TableSpec, TxnConfig};
 use common::{rng_next, transfer, Backend, TestCluster};
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const ACCOUNTS: u32 = 1;
 const N_ACCOUNTS: u64 = 24;
@@ -34,95 +29,11 @@ const INITIAL: i64 = 1000;
 /// Keys no transaction touches.
 const COLD: std::ops::Range<u64> = 1000..1048;
 
-/// A running etcd, killed (and its data removed) when dropped.
-struct Etcd {
-    child: Child,
-    dir: PathBuf,
-    endpoint: String,
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
-    l.local_addr().unwrap().port()
-}
-
-impl Etcd {
-    /// Starts etcd and waits until it serves, or says why it cannot and returns `None`.
-    fn start(test: &str) -> Option<Etcd> {
-        let present = Command::new("etcd")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !present {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "etcd is not installed; .ci/run installs Debian's etcd-server"
-            );
-            eprintln!("{test}: skipped: `etcd` is not installed (apt-get install etcd-server)");
-            return None;
-        }
-        let dir = std::env::temp_dir().join(format!(
-            "ambidex-etcd-{}-{test}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let (client, peer) = (free_port(), free_port());
-        let endpoint = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let log = std::fs::File::create(dir.join("etcd.log")).unwrap();
-        let child = Command::new("etcd")
-            .args(["--name", "t", "--data-dir"])
-            .arg(dir.join("data"))
-            .args(["--listen-client-urls", &endpoint])
-            .args(["--advertise-client-urls", &endpoint])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("t={peer_url}")])
-            .args(["--heartbeat-interval", "10", "--election-timeout", "100"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("etcd starts");
-        let etcd = Etcd {
-            child,
-            dir,
-            endpoint,
-        };
-        // Serving once a read of a cluster that does not exist answers that it does not.
-        let start = Instant::now();
-        loop {
-            match EtcdManager::state(&[etcd.endpoint.as_str()], "probe") {
-                Err(ManagerError::Unreachable(e)) => {
-                    assert!(
-                        start.elapsed() < Duration::from_secs(20),
-                        "etcd does not serve after 20 s: {e}; log {:?}",
-                        etcd.dir.join("etcd.log")
-                    );
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                _ => return Some(etcd),
-            }
-        }
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// 3 nodes × 2 threads, R = 3, FaSST, 1 s etcd leases; node 2 dies 1 s in, the run
 /// lasts 5 s.
 #[test]
 fn a_killed_node_is_removed_by_etcd_and_the_survivors_recover() {
-    let Some(etcd) = Etcd::start("failover") else {
+    let Some(etcd) = LocalEtcd::start_for_test("failover") else {
         return;
     };
     let kill_at = Duration::from_millis(1000);
@@ -182,7 +93,7 @@ fn a_killed_node_is_removed_by_etcd_and_the_survivors_recover() {
         manager: Some(ManagerSpec {
             lease: Duration::from_secs(1),
             kind: ManagerKind::Etcd {
-                endpoints: vec![etcd.endpoint.clone()],
+                endpoints: vec![etcd.endpoint().to_string()],
                 cluster: "failover".into(),
             },
         }),

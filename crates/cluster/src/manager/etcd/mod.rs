@@ -37,6 +37,7 @@
 mod bootstrap;
 mod conn;
 pub mod keys;
+pub mod local;
 
 pub use bootstrap::EtcdManager;
 use conn::{unreachable, Conn, CALL_TIMEOUT};
