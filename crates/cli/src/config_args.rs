@@ -22,10 +22,14 @@ pub struct ConfigArgs {
     #[arg(long)]
     pub threads: Option<u16>,
     /// Configuration manager: `embedded` (the launcher hosts it; nodes hold leases and a
-    /// node that dies is reported, not fatal) or `none` (a node that dies fails the run)
-    /// [default: embedded].
+    /// node that dies is reported, not fatal), `etcd` (leases and state in the etcd at
+    /// --etcd; a build with `--features etcd`) or `none` (a node that dies fails the
+    /// run) [default: embedded].
     #[arg(long, value_name = "KIND")]
     pub manager: Option<ManagerKind>,
+    /// etcd's client URLs, comma-separated (with --manager etcd).
+    #[arg(long, value_name = "URLS", value_delimiter = ',')]
+    pub etcd: Option<Vec<String>>,
     /// Lease period in ms with a manager; nodes renew at a fifth of it [default: 50].
     #[arg(long, value_name = "MS")]
     pub lease_ms: Option<u64>,
@@ -96,6 +100,7 @@ impl ConfigArgs {
         set(&mut c.cluster.replication, self.replication);
         set(&mut c.cluster.manager, self.manager);
         set(&mut c.cluster.lease_ms, self.lease_ms);
+        set(&mut c.cluster.etcd_endpoints, self.etcd.clone());
         if self.coroutines.is_some() {
             c.run.coroutines = self.coroutines;
         }

@@ -39,20 +39,25 @@
 //!      ← {"manager":{"push":{ClusterState}}}     every new state, pushed by the launcher
 //! ```
 //!
+//! With `cluster.manager = "etcd"` the agent calls etcd itself (no `manager` lines);
+//! its client's events come back in the report (`manager_events`).
+//!
 //! End of input before the report (the launcher died, ssh dropped) stops the node with
 //! status 3. Commands may also be written as bare words (`start`), for people; other
 //! fields of a command object are ignored.
 
 use ambidex_cluster::manager::channel::ChannelInbox;
-use ambidex_cluster::{Agent, ClusterState};
+use ambidex_cluster::{Agent, ClusterState, Event};
 use ambidex_store::Catalog;
-use ambidex_workloads::config::Transport;
+use ambidex_workloads::config::{ManagerKind, Transport};
+use ambidex_workloads::etcd_membership;
 use ambidex_workloads::node::{load_node, LoadedNode, RunningNode};
 use ambidex_workloads::{transports, Config};
 use serde::Deserialize;
 use std::io::{BufRead, Read, Write};
 use std::path::Path;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Longest command line read from stdin (a catalog has every node's descriptors).
@@ -221,6 +226,8 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
     let manager = cfg.cluster.manager_spec();
     // Held from `start` to `finish`: dropping it stops the agent's thread.
     let mut agent: Option<Agent> = None;
+    // With etcd: what this node's client published, once the agent is dropped.
+    let etcd_events: Arc<Mutex<Vec<Event>>> = Arc::default();
 
     // The transport first: the tables live in regions registered on it.
     let udp = cfg.rpc.udp_options().map_err(|e| e.to_string())?;
@@ -272,7 +279,20 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
             (State::Loaded(l), Cmd::Start) => {
                 // The lease starts with the run, not at load (loading takes seconds and
                 // differs per node): the launcher starts its manager just before `start`.
-                if let Some(m) = &manager {
+                if let (Some(m), ManagerKind::Etcd) = (&manager, cfg.cluster.manager) {
+                    // The node's agent calls etcd itself.
+                    let client =
+                        etcd_membership::node_client(&cfg.cluster, node, etcd_events.clone())?;
+                    let a = Agent::start(
+                        format!("agent{node}"),
+                        client,
+                        l.cluster_state(),
+                        m.lease,
+                        ambidex_transport::clock::SystemClock::shared(),
+                    )
+                    .map_err(|e| format!("cannot start the cluster agent: {e}"))?;
+                    agent = Some(a);
+                } else if let Some(m) = &manager {
                     let events = *ev;
                     let send = Box::new(move |msg: serde_json::Value| {
                         events
@@ -320,7 +340,9 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
                     }
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                let report = r.finish(state.as_deref())?;
+                let mut report = r.finish(state.as_deref())?;
+                report.manager_events =
+                    std::mem::take(&mut *etcd_events.lock().unwrap_or_else(|e| e.into_inner()));
                 let body = serde_json::json!({
                     "report": serde_json::to_value(&report).map_err(|e| e.to_string())?
                 });

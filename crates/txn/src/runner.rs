@@ -337,22 +337,16 @@ impl Manager {
                 cluster,
                 events,
             } => {
-                let eps: Vec<&str> = endpoints.iter().map(String::as_str).collect();
                 let incarnation = db.config().load().incarnations[db.node as usize];
-                let inner = ambidex_cluster::EtcdClient::connect(
-                    &eps,
+                let c = etcd::Recording::connect(
+                    endpoints,
                     cluster,
-                    db.node,
-                    incarnation,
+                    (db.node, incarnation),
                     lease,
-                )
-                .map_err(|e| format!("node {} cannot connect to etcd: {e}", db.node))?;
-                // The client counts its events from when it connected.
-                Ok(Box::new(etcd::Recording {
-                    inner,
-                    offset_ns: clock.now_ns(),
-                    sink: events.clone(),
-                }))
+                    clock,
+                    events.clone(),
+                )?;
+                Ok(Box::new(c))
             }
         }
     }
@@ -379,22 +373,50 @@ impl Manager {
     }
 }
 
+/// A node's etcd client that records what it published (in-process runs and node
+/// processes report the manager's events from these).
 #[cfg(feature = "etcd")]
-mod etcd {
+pub mod etcd {
     use ambidex_cluster::{
         ClusterState, EtcdClient, Event, Grant, ManagerClient, ManagerError, Stage,
     };
+    use ambidex_rpc::SharedClock;
     use ambidex_transport::NodeId;
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
-    /// A node's etcd client that hands what it published over to the run when it is
+    /// A node's etcd client that hands what it published over to `sink` when it is
     /// dropped (with its agent, at the end or at a kill), on the run's clock.
-    pub(super) struct Recording {
-        pub inner: EtcdClient,
+    pub struct Recording {
+        inner: EtcdClient,
         /// The run's clock when the client connected (its own clock's zero).
-        pub offset_ns: u64,
-        pub sink: Arc<Mutex<Vec<Event>>>,
+        offset_ns: u64,
+        sink: Arc<Mutex<Vec<Event>>>,
+    }
+
+    impl Recording {
+        /// Connects node `member.0` (incarnation `member.1`) to cluster `cluster` in
+        /// the etcd at `endpoints`, with leases of `lease`; its events go to `sink`,
+        /// on `clock`.
+        pub fn connect(
+            endpoints: &[String],
+            cluster: &str,
+            member: (NodeId, u64),
+            lease: Duration,
+            clock: &SharedClock,
+            sink: Arc<Mutex<Vec<Event>>>,
+        ) -> Result<Recording, String> {
+            let eps: Vec<&str> = endpoints.iter().map(String::as_str).collect();
+            let (node, incarnation) = member;
+            let inner = EtcdClient::connect(&eps, cluster, node, incarnation, lease)
+                .map_err(|e| format!("node {node} cannot connect to etcd: {e}"))?;
+            // The client counts its events from when it connected.
+            Ok(Recording {
+                inner,
+                offset_ns: clock.now_ns(),
+                sink,
+            })
+        }
     }
 
     impl Drop for Recording {

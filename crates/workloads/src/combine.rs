@@ -66,6 +66,10 @@ pub struct NodeReport {
     /// (`null`: none).
     #[serde(default)]
     pub first_lost_commit_ns: Option<u64>,
+    /// With the etcd manager: the membership events this node's client published
+    /// (system clock, ns since the Unix epoch; each change is published by one node).
+    #[serde(default)]
+    pub manager_events: Vec<ambidex_cluster::Event>,
 }
 
 /// An order-independent digest of the rows of `table` in placement partition
@@ -139,6 +143,7 @@ impl NodeReport {
             node,
             timeline_10ms: tally.timeline,
             first_lost_commit_ns: tally.first_lost_commit_ns,
+            manager_events: Vec::new(),
             per_type: tally.per_type,
             aborts_by_reason: tally.aborts,
             latency_ns: tally

@@ -32,6 +32,7 @@ pub mod combine;
 pub mod common;
 pub mod config;
 pub mod driver;
+pub mod etcd_membership;
 pub mod load;
 pub mod lost;
 pub mod node;

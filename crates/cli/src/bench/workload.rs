@@ -10,7 +10,10 @@ use crate::config_args::{set, ConfigArgs};
 use crate::manager_host::ManagerHost;
 use ambidex_workloads::combine::combine_live_reports;
 use ambidex_workloads::combine::{node_policy, same_policy};
-use ambidex_workloads::config::{ClusterSection, FaultSection, RunSection};
+use ambidex_workloads::config::{
+    fresh_etcd_cluster, ClusterSection, FaultSection, ManagerKind, RunSection,
+};
+use ambidex_workloads::etcd_membership;
 use ambidex_workloads::plot::{plot, Plot};
 use ambidex_workloads::report::{one_sided_line, policy_line};
 use ambidex_workloads::survival::{recovery, Kill, ManagerEvent, NodeFailure};
@@ -442,6 +445,10 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
     }
     // Where the nodes meet on this host, unless the file says.
     transports::on_this_host(&mut cfg.cluster);
+    // With etcd, every node must join the same new cluster there.
+    if cfg.cluster.manager == ManagerKind::Etcd && cfg.cluster.etcd_cluster.is_none() {
+        cfg.cluster.etcd_cluster = Some(fresh_etcd_cluster());
+    }
     let dir = std::env::temp_dir().join(format!(
         "ambidex-run-{}-{}",
         std::process::id(),
@@ -504,15 +511,20 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
     procs.send_all_json(&serde_json::json!({ "cmd": "catalog", "catalog": catalog }))?;
     // With a manager, every lease starts now (not during loading), and from now on a
     // node that dies is reported rather than fatal.
-    let mut host = match cfg.cluster.manager_spec() {
-        Some(m) => {
+    let mut host = match (cfg.cluster.manager_spec(), cfg.cluster.manager) {
+        (None, _) => None,
+        (Some(_), ManagerKind::Etcd) => {
+            etcd_membership::bootstrap(&cfg.cluster)?;
+            procs.survive_deaths(true);
+            Some(RunManager::Etcd { start_ns: 0 })
+        }
+        (Some(m), _) => {
             let mut h = ManagerHost::start(nodes, cfg.cluster.replication, m.lease)?;
             procs.answer_manager_calls(h.manager());
             h.start_pushing(procs.stdins())?;
             procs.survive_deaths(true);
-            Some(h)
+            Some(RunManager::Embedded(h))
         }
-        None => None,
     };
     let run_start = Instant::now();
     if let Some(h) = &mut host {
@@ -533,7 +545,11 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
     procs.wait_live("workers_done", drain)?;
     // The run's membership ends here: the nodes stop their agents at finish, and the
     // lease expiries that follow are the end of the run, not failures.
-    let membership = host.as_ref().map(|h| (h.events(), h.state(), h.start_ns()));
+    let membership = match &host {
+        Some(h) => Some((h.events(), h.state(&cfg.cluster)?, h.start_ns())),
+        None => None,
+    };
+    let etcd = matches!(host, Some(RunManager::Etcd { .. }));
     // A death from here on (during finish) fails the run again.
     procs.survive_deaths(false);
     // Every node checks under the final configuration (each counts its primaries).
@@ -557,6 +573,17 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
             Ok(r)
         })
         .collect::<Result<Vec<_>, String>>()?;
+    // With etcd, the nodes' clients published the events: each change once, by one node.
+    let membership = membership.map(|(mut events, state, start_ns)| {
+        if etcd {
+            events = reports
+                .iter()
+                .flat_map(|r| r.manager_events.iter().cloned())
+                .collect();
+            events.sort_by_key(|e| (e.at_ns, e.epoch));
+        }
+        (events, state, start_ns)
+    });
     let transport = cfg.cluster.transport.name();
     let mut report = match &membership {
         Some((_, state, _)) => combine_live_reports(
@@ -627,4 +654,53 @@ fn merge_histories(out: &Path, run: &RunSection, nodes: u16) -> Result<(), Strin
         let _ = std::fs::remove_file(&part);
     }
     Ok(())
+}
+
+/// Who holds a run's membership.
+enum RunManager {
+    /// The launcher's embedded manager.
+    Embedded(ManagerHost),
+    /// The etcd at `cluster.etcd_endpoints`; the run started at `start_ns` (system
+    /// clock, ns since the Unix epoch, as the nodes' clients count).
+    Etcd { start_ns: u64 },
+}
+
+impl RunManager {
+    /// Marks now as the run's start.
+    fn mark_start(&mut self) {
+        match self {
+            RunManager::Embedded(h) => h.mark_start(),
+            RunManager::Etcd { start_ns } => {
+                *start_ns = ambidex_transport::clock::SystemClock::shared().now_ns()
+            }
+        }
+    }
+
+    fn start_ns(&self) -> u64 {
+        match self {
+            RunManager::Embedded(h) => h.start_ns(),
+            RunManager::Etcd { start_ns } => *start_ns,
+        }
+    }
+
+    /// The manager's events so far; none with etcd, whose events come with the nodes'
+    /// reports.
+    fn events(&self) -> Vec<ambidex_cluster::Event> {
+        match self {
+            RunManager::Embedded(h) => h.events(),
+            RunManager::Etcd { .. } => Vec::new(),
+        }
+    }
+
+    /// The membership's state now. A cluster that stopped (etcd records why) is an
+    /// error.
+    fn state(&self, c: &ClusterSection) -> Result<ambidex_cluster::ClusterState, String> {
+        match self {
+            RunManager::Embedded(h) => Ok(h.state()),
+            RunManager::Etcd { .. } => match etcd_membership::final_state(c)? {
+                (state, None) => Ok(state),
+                (_, Some(why)) => Err(format!("the cluster could not go on: {why}")),
+            },
+        }
+    }
 }

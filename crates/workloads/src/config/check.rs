@@ -52,6 +52,7 @@ impl ClusterSection {
             );
         }
         self.rereplication_bytes_per_s()?;
+        self.check_etcd()?;
         Ok(c)
     }
 
@@ -67,15 +68,72 @@ impl ClusterSection {
         Ok((mb * (1u64 << 20) as f64) as u64)
     }
 
-    /// The lease of a run with a manager (`None` without one).
+    /// The etcd settings: there with `manager = "etcd"` (in a build that has it), and
+    /// only then.
+    fn check_etcd(&self) -> Result<(), ConfigError> {
+        let etcd = self.manager == ManagerKind::Etcd;
+        if etcd && !cfg!(feature = "etcd") {
+            return invalid(
+                "cluster.manager",
+                "this ambidex was built without etcd: build it with `--features etcd`",
+            );
+        }
+        if etcd && self.etcd_endpoints.is_empty() {
+            return invalid(
+                "cluster.etcd_endpoints",
+                "manager = \"etcd\" needs etcd's client URLs, e.g. [\"http://127.0.0.1:2379\"]",
+            );
+        }
+        if !etcd && (!self.etcd_endpoints.is_empty() || self.etcd_cluster.is_some()) {
+            return invalid(
+                "cluster.manager",
+                format!(
+                    "etcd_endpoints and etcd_cluster need manager = \"etcd\", not {:?}",
+                    self.manager.name()
+                ),
+            );
+        }
+        if let Some(name) = &self.etcd_cluster {
+            // One segment of the keys' path (`/ambidex/NAME/...`).
+            if name.is_empty() || name.contains('/') {
+                return invalid(
+                    "cluster.etcd_cluster",
+                    format!("{name:?} must be one non-empty path segment (no '/')"),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The membership of a run (`None`: no manager, no leases). With etcd and no
+    /// `etcd_cluster`, each call names a fresh cluster: a run creates its own.
     pub fn manager_spec(&self) -> Option<ambidex_txn::runner::ManagerSpec> {
+        let lease = Duration::from_millis(self.lease_ms);
         match self.manager {
             ManagerKind::None => None,
-            ManagerKind::Embedded => Some(ambidex_txn::runner::ManagerSpec::embedded(
-                Duration::from_millis(self.lease_ms),
-            )),
+            ManagerKind::Embedded => Some(ambidex_txn::runner::ManagerSpec::embedded(lease)),
+            #[cfg(feature = "etcd")]
+            ManagerKind::Etcd => Some(ambidex_txn::runner::ManagerSpec {
+                lease,
+                kind: ambidex_txn::runner::ManagerKind::Etcd {
+                    endpoints: self.etcd_endpoints.clone(),
+                    cluster: self.etcd_cluster.clone().unwrap_or_else(fresh_etcd_cluster),
+                },
+            }),
+            // Refused by `check_etcd`.
+            #[cfg(not(feature = "etcd"))]
+            ManagerKind::Etcd => None,
         }
     }
+}
+
+/// A cluster name in etcd no earlier run used: `ambidex-PID-NANOS`.
+pub fn fresh_etcd_cluster() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("ambidex-{}-{nanos}", std::process::id())
 }
 
 impl Config {

@@ -25,6 +25,7 @@ mod policy;
 #[cfg(test)]
 mod tests;
 
+pub use check::fresh_etcd_cluster;
 pub use error::ConfigError;
 pub use policy::{describe as describe_policy, phases as policy_phases, PhaseChoice};
 
@@ -126,8 +127,17 @@ pub struct ClusterSection {
     pub udp_addrs: Vec<SocketAddr>,
     /// Who decides the cluster's membership: `embedded` (the launcher, or the process of
     /// an in-process run, hosts the configuration manager; node processes hold leases
-    /// from it) or `none` (no leases: a node that dies fails the run).
+    /// from it), `etcd` (the state and the leases live in the etcd at `etcd_endpoints`;
+    /// builds with the cargo feature `etcd` only) or `none` (no leases: a node that
+    /// dies fails the run).
     pub manager: ManagerKind,
+    /// With `manager = "etcd"`: etcd's client URLs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub etcd_endpoints: Vec<String>,
+    /// With `manager = "etcd"`: the cluster's name in etcd (its keys' prefix). It must
+    /// not exist yet: each run creates it. Default: a fresh name per run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etcd_cluster: Option<String>,
     /// The lease period (ms) with a manager; nodes renew at a fifth of it.
     pub lease_ms: u64,
     /// After a failure, how fast each primary copies its partitions to their new
@@ -135,8 +145,7 @@ pub struct ClusterSection {
     pub rereplication_mb_per_s: f64,
 }
 
-/// The configuration manager of a run (`cluster.manager`). The etcd manager exists in
-/// `ambidex-cluster` (cargo feature `etcd`) but no run path starts it yet.
+/// The configuration manager of a run (`cluster.manager`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ManagerKind {
@@ -145,6 +154,8 @@ pub enum ManagerKind {
     /// One manager in the launcher (or this process, for an in-process run).
     #[default]
     Embedded,
+    /// The state and the leases in etcd; every node takes the manager's decisions.
+    Etcd,
 }
 
 impl ManagerKind {
@@ -152,6 +163,7 @@ impl ManagerKind {
         match self {
             ManagerKind::None => "none",
             ManagerKind::Embedded => "embedded",
+            ManagerKind::Etcd => "etcd",
         }
     }
 }
@@ -162,10 +174,11 @@ impl std::str::FromStr for ManagerKind {
         match s {
             "none" => Ok(ManagerKind::None),
             "embedded" => Ok(ManagerKind::Embedded),
+            "etcd" => Ok(ManagerKind::Etcd),
             _ => Err(ConfigError::UnknownName {
                 what: "manager",
                 name: s.to_string(),
-                known: "none, embedded",
+                known: "none, embedded, etcd",
             }),
         }
     }
@@ -184,6 +197,8 @@ impl Default for ClusterSection {
             shm_dir: None,
             udp_addrs: Vec::new(),
             manager: ManagerKind::Embedded,
+            etcd_endpoints: Vec::new(),
+            etcd_cluster: None,
             lease_ms: 50,
             rereplication_mb_per_s: (ambidex_txn::REREPLICATION_BYTES_PER_S >> 20) as f64,
         }

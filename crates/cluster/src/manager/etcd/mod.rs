@@ -11,10 +11,12 @@
 //!   ([`crate::LeaseKeeper`]). A member is gone when that key is absent: etcd deleted
 //!   it when the lease expired. The node counts its lease from when it sent the
 //!   renewal, and never longer than the etcd lease, so it stops serving first.
-//! - Once a majority of the other members suspect a node, the first node to see it
-//!   re-attaches that node's key to a fresh lease of the same length that nobody
-//!   renews: the node is refused ([`Refusal::Revoked`]) and removed when that lease
-//!   expires, which is no earlier than the node's own estimate runs out.
+//! - Once a majority of the other members suspect a node and its key outlived a lease
+//!   (and etcd's expiry sweep) since, so it still renews, the first node to see it
+//!   re-attaches that node's key to a fresh lease a second longer that nobody renews:
+//!   the node is refused ([`Refusal::Revoked`]) and removed when that lease expires,
+//!   which is no earlier than the node's own estimate runs out. A dead node is not
+//!   revoked: its key expires first.
 //! - [`ManagerClient::state_after`] waits on an etcd watch of the cluster's keys;
 //!   every event wakes it to read the keys again and decide.
 //!
@@ -58,6 +60,9 @@ const MAX_ROUNDS: usize = 16;
 
 /// How long a look for events already arrived waits.
 const DRAIN: Duration = Duration::from_millis(1);
+
+/// How often etcd deletes expired leases (its `lessor` checks every 500 ms).
+const EXPIRY_SWEEP: Duration = Duration::from_millis(500);
 
 /// How often [`ManagerClient::state_after`] reads when it has no watch (it lost it and
 /// could not make a new one).
@@ -107,6 +112,9 @@ pub struct EtcdClient {
     watch_restarts: u64,
     /// What this node published (other nodes publish the rest).
     events: Vec<Event>,
+    /// Members a majority suspects, and since when this node saw it (see
+    /// [`EtcdClient::revoke_suspected`]).
+    suspected_since: Vec<(NodeId, Instant)>,
 }
 
 impl EtcdClient {
@@ -166,6 +174,7 @@ impl EtcdClient {
             epoch_start: Instant::now(),
             watch_restarts: 0,
             events: Vec::new(),
+            suspected_since: Vec::new(),
         };
         c.rewatch();
         Ok(c)
@@ -295,10 +304,15 @@ impl EtcdClient {
     }
 
     /// Re-attaches to a lease nobody renews the key of every member a majority of the
-    /// others suspect (the first node to see it does; the others' transactions fail).
+    /// others suspect (the first node to see it does; the others' transactions fail),
+    /// once its key outlived a lease and etcd's expiry sweep since this node first saw
+    /// the majority. A dead node's key is gone by then (it stopped renewing before it
+    /// was suspected), so its removal waits for its own lease only; revoking at once
+    /// would delay it to the revoking lease's end, a whole lease and a second later. A
+    /// node that still renews (cut off from the others, not from etcd) is revoked then.
     fn revoke_suspected(&mut self) -> Result<(), ManagerError> {
         let s = &self.last;
-        let due: Vec<(NodeId, keys::LeaseKey)> = s
+        let suspected: Vec<(NodeId, keys::LeaseKey)> = s
             .state()
             .config
             .placement
@@ -306,6 +320,18 @@ impl EtcdClient {
             .filter_map(|n| s.leases[n as usize].map(|l| (n, l)))
             .filter(|(n, l)| !l.revoked && decide::revokes(s.state(), *n, s.reporters(*n)))
             .collect();
+        self.suspected_since
+            .retain(|(n, _)| suspected.iter().any(|(m, _)| m == n));
+        let now = Instant::now();
+        let wait = Duration::from_secs(self.ttl.max(0) as u64) + EXPIRY_SWEEP;
+        let mut due = Vec::new();
+        for (n, l) in suspected {
+            match self.suspected_since.iter().find(|(m, _)| *m == n) {
+                None => self.suspected_since.push((n, now)),
+                Some((_, since)) if now.duration_since(*since) >= wait => due.push((n, l)),
+                Some(_) => {}
+            }
+        }
         for (n, l) in due {
             // A second more than the node's own lease: a renewal it sent just before
             // this revocation commits may extend its own estimate by a whole lease.

@@ -1,0 +1,120 @@
+//! Node processes with the etcd manager (`--manager etcd --etcd URL`): the launcher
+//! creates the run's cluster in etcd, each node's agent holds its lease in etcd itself,
+//! and a node killed mid-run is removed when etcd's lease expires; the survivors
+//! recover, commit again (on the killed node's partitions too) and pass the checks.
+//! etcd is Debian's `etcd-server` on loopback (`LocalEtcd`, 1 s leases); without it
+//! the test prints why and passes, except under CI (.ci/run installs it).
+//!
+//! The `ambidex` binary these tests run has etcd: the crate's dev-dependency on
+//! ambidex-workloads turns its `etcd` feature on for test builds.
+
+use ambidex_cluster::manager::etcd::local::LocalEtcd;
+use serde_json::Value;
+use std::process::Command;
+
+const EXE: &str = env!("CARGO_BIN_EXE_ambidex");
+
+fn bench(args: &[&str]) -> (bool, Value, String) {
+    let out = Command::new(EXE)
+        .args(["bench", "smallbank", "--scale", "0.05"])
+        .args(args)
+        .args(["--json", "--no-progress"])
+        .output()
+        .expect("run ambidex");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON report ({e}, {}):\n{stderr}", out.status));
+    (out.status.success(), report, stderr)
+}
+
+fn kinds(r: &Value) -> Vec<String> {
+    r["manager_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| match &e["what"] {
+            Value::String(s) => s.clone(),
+            Value::Object(m) => m.keys().next().unwrap().clone(),
+            other => panic!("event {other}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_killed_node_process_is_removed_by_etcd_and_the_survivors_recover() {
+    let Some(etcd) = LocalEtcd::start_for_test("survival") else {
+        return;
+    };
+    let (ok, r, stderr) = bench(&[
+        "--transport",
+        "udp",
+        "--manager",
+        "etcd",
+        "--etcd",
+        etcd.endpoint(),
+        "--lease-ms",
+        "1000",
+        // The survivors give up on node 2, and suspect it, long before etcd expires it.
+        "--rpc-give-up-ms",
+        "300",
+        "--duration",
+        "4",
+        "--warmup",
+        "0.3",
+        "--kill",
+        "2@1",
+    ]);
+    assert!(ok, "{stderr}");
+    assert_eq!(r["config"]["cluster"]["manager"], "etcd", "{}", r["config"]);
+    assert_eq!(r["failures"].as_array().unwrap().len(), 1, "{stderr}");
+    let k = kinds(&r);
+    let pos = |what: &str| k.iter().position(|x| x == what);
+    let expired = pos("lease-expired").unwrap_or_else(|| panic!("{k:?}"));
+    let reconfigured = pos("reconfigured").unwrap_or_else(|| panic!("{k:?}"));
+    assert!(expired <= reconfigured, "{k:?}");
+    let rc = &r["recovery"];
+    // etcd deletes the dead node's key between its 1 s TTL and 0.5 s after (its expiry
+    // sweep), counted from its last renewal, before the kill. The survivors suspect it
+    // long before that, and must not revoke it (a revocation would hold its key for a
+    // lease and a second more: about 3.3 s).
+    let reconfigured = rc["reconfigured_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{rc}"));
+    assert!((500.0..2200.0).contains(&reconfigured), "{rc}; {k:?}");
+    assert!(!k.contains(&"revoked".to_string()), "{k:?}");
+    assert!(rc["recovered_ms"].as_f64().is_some(), "{rc}");
+    let first = rc["first_commit_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no commit on node 2's partitions after the kill: {rc}"));
+    // After the new configuration. (Not necessarily after the `recovered` event: the
+    // node that publishes stage Run times its event once etcd answered, and another
+    // node may have started on it by then.)
+    assert!(first >= reconfigured, "{rc}");
+    let check = &r["check"];
+    assert!(check.get("violation").is_none(), "{check}");
+    assert_eq!(check["balance_checked"], false, "{check}");
+    assert!(
+        check["replica_rows_compared"].as_u64().unwrap() > 0,
+        "{check}"
+    );
+    eprintln!("etcd over udp: recovery {rc}; events {k:?}");
+}
+
+#[test]
+fn the_etcd_manager_needs_its_endpoints() {
+    let out = Command::new(EXE)
+        .args([
+            "bench",
+            "smallbank",
+            "--transport",
+            "udp",
+            "--manager",
+            "etcd",
+        ])
+        .args(["--duration", "1", "--json", "--no-progress"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("etcd_endpoints"), "{stderr}");
+}
