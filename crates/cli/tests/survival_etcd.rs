@@ -56,7 +56,7 @@ fn a_killed_node_process_is_removed_by_etcd_and_the_survivors_recover() {
         "1000",
         // The survivors give up on node 2, and suspect it, long before etcd expires it.
         "--rpc-give-up-ms",
-        "300",
+        "600",
         "--duration",
         "4",
         "--warmup",

@@ -234,10 +234,21 @@ fn the_manager_is_embedded_by_default_and_none_turns_leases_off() {
         .unwrap()
         .manager
         .is_none());
-    assert!(matches!(
-        Config::read(&file("m2.toml", "[cluster]\nmanager = \"etcd\"\n"), &base),
-        Err(ConfigError::Parse { .. })
-    ));
+    // etcd needs its endpoints, and a build with the `etcd` feature.
+    let field = |c: Config| match c.validate() {
+        Err(ConfigError::Invalid { field, .. }) => field,
+        other => panic!("{other:?}"),
+    };
+    let c = Config::read(&file("m2.toml", "[cluster]\nmanager = \"etcd\"\n"), &base).unwrap();
+    let needs = if cfg!(feature = "etcd") {
+        "cluster.etcd_endpoints"
+    } else {
+        "cluster.manager"
+    };
+    assert_eq!(field(c), needs);
+    let mut c = Config::default();
+    c.cluster.etcd_endpoints = vec!["http://127.0.0.1:2379".into()];
+    assert_eq!(field(c), "cluster.manager", "endpoints without etcd");
     assert!("zookeeper".parse::<crate::config::ManagerKind>().is_err());
 }
 
