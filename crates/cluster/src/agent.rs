@@ -9,7 +9,7 @@
 //! is *fenced*: it must stop serving at once ([`NodeState::fenced`]).
 
 use crate::config::{ConfigCell, Configuration};
-use crate::lease::LeaseKeeper;
+use crate::lease::{LeaseKeeper, FIRST_GRANT_WITHIN_NS};
 use crate::manager::{ManagerClient, ManagerError};
 use crate::membership::Stage;
 use ambidex_transport::clock::SharedClock;
@@ -271,8 +271,9 @@ impl Loop {
             }
         }
         let now = self.clock.now_ns();
+        let first_within = self.keeper.lease_ns().max(FIRST_GRANT_WITHIN_NS);
         if !self.keeper.valid(now)
-            && (self.keeper.valid_until() > 0 || now > self.started + self.keeper.lease_ns())
+            && (self.keeper.valid_until() > 0 || now > self.started + first_within)
         {
             return Err(ManagerError::Unreachable(
                 "the lease ran out (or was never granted) before it was renewed".into(),

@@ -5,6 +5,12 @@
 //! read the same clock; across hosts this assumes a bound on clock drift, as FaRM
 //! does).
 
+/// How long a member has, from when a real-time manager starts, to get its first
+/// renewal granted (at least a lease). Starting node processes on a loaded machine can
+/// take longer than a short lease; a node serves only once granted, so this grace
+/// costs nothing but a slower removal of a node that never started.
+pub const FIRST_GRANT_WITHIN_NS: u64 = 1_000_000_000;
+
 /// The lease state of one node.
 #[derive(Clone, Debug)]
 pub struct LeaseKeeper {

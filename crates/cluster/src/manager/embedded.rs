@@ -4,6 +4,7 @@
 
 use super::{ManagerClient, ManagerError};
 use crate::config::Configuration;
+use crate::lease::FIRST_GRANT_WITHIN_NS;
 use crate::membership::{ClusterState, Event, Grant, Membership, Stage};
 use ambidex_transport::clock::SharedClock;
 use ambidex_transport::NodeId;
@@ -48,8 +49,11 @@ impl EmbeddedManager {
     /// Starts managing a cluster in `config` with leases of `lease`.
     pub fn start(config: Configuration, lease: Duration, clock: SharedClock) -> EmbeddedManager {
         let lease_ns = lease.as_nanos().max(1) as u64;
+        let now = clock.now_ns();
+        let mut m = Membership::new(config, lease_ns, now);
+        m.extend_first_leases(now + FIRST_GRANT_WITHIN_NS.max(lease_ns));
         let shared = Arc::new(Shared {
-            m: Mutex::new(Membership::new(config, lease_ns, clock.now_ns())),
+            m: Mutex::new(m),
             changed: Condvar::new(),
             clock,
             stop: AtomicBool::new(false),

@@ -114,6 +114,9 @@ pub struct Membership {
     expiry: Vec<u64>,
     /// Members whose renewals are refused (suspected by a majority).
     revoked: u64,
+    /// Members on the start-up grace, not granted a lease yet
+    /// ([`Membership::extend_first_leases`]).
+    ungranted: u64,
     /// Per suspected node: (reporter, when) of its recent suspicions.
     suspicions: Vec<Vec<(NodeId, u64)>>,
     /// Members that acknowledged the current stage.
@@ -141,12 +144,23 @@ impl Membership {
             lease_ns,
             expiry: vec![now + lease_ns; n],
             revoked: 0,
+            ungranted: 0,
             suspicions: vec![Vec::new(); n],
             acked: 0,
             joining: Vec::new(),
             failed: None,
             events: Vec::new(),
         }
+    }
+
+    /// Lets every member's first lease run until at least `until` (manager time), or
+    /// until its first renewal, whichever comes first: see
+    /// [`crate::lease::FIRST_GRANT_WITHIN_NS`].
+    pub fn extend_first_leases(&mut self, until: u64) {
+        for e in &mut self.expiry {
+            *e = (*e).max(until);
+        }
+        self.ungranted = self.members();
     }
 
     /// The state every node must follow.
@@ -186,8 +200,14 @@ impl Membership {
             return Err(Refusal::Revoked { node });
         }
         let e = &mut self.expiry[node as usize];
-        // A lease granted never shrinks.
-        *e = (*e).max(now + self.lease_ns);
+        if self.ungranted & (1 << node) != 0 {
+            // The first grant ends the start-up grace: the node held no lease before.
+            self.ungranted &= !(1 << node);
+            *e = now + self.lease_ns;
+        } else {
+            // A lease granted never shrinks.
+            *e = (*e).max(now + self.lease_ns);
+        }
         Ok(Grant {
             until_ns: *e,
             epoch: self.state.config.epoch,
@@ -466,6 +486,25 @@ mod tests {
             m.events().last().unwrap().what,
             EventKind::Rereplicated
         ));
+    }
+
+    #[test]
+    fn the_start_up_grace_lasts_until_the_first_grant() {
+        let mut m = three();
+        m.extend_first_leases(1_000 * MS);
+        // Nobody renewed by 30 ms: still members (the grace).
+        assert!(!m.tick(30 * MS));
+        // Nodes 0 and 1 renew; node 2 never does.
+        m.renew(0, 1, 40 * MS).unwrap();
+        m.renew(1, 1, 40 * MS).unwrap();
+        // Their leases run from the grant (20 ms), not to the grace's end.
+        m.renew(0, 1, 55 * MS).unwrap();
+        assert!(m.tick(70 * MS), "node 1's lease ran out at 60 ms");
+        assert!(!m.state().config.placement.is_member(1));
+        assert!(
+            m.state().config.placement.is_member(2),
+            "node 2 is on the grace"
+        );
     }
 
     #[test]
