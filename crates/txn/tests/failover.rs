@@ -7,7 +7,7 @@
 
 mod common;
 
-use ambidex_txn::policy::Policy;
+use ambidex_txn::policy::{Execute, Lock, Policy};
 use ambidex_txn::runner::{self, ManagerSpec, RunSpec, Worker, WorkerCtx};
 use ambidex_txn::{TableSpec, TxnConfig};
 use common::{random_transfer, rng_next, transfer, Backend, TestCluster};
@@ -108,8 +108,13 @@ fn kill_one(policy: Policy, nodes: u16, kill_at: Duration) {
         r.txn
     );
     let reasons = &r.txn.aborts;
+    // A transaction that needs an RPC of the dead node fails with a reason. Under
+    // DrTM+R and DrTM+H a transfer may send it none (locks by CAS, reads and log and
+    // commit one-sided, into memory an in-process crash leaves in place), so whether one
+    // was caught in flight is chance (about 1 run in 6 saw none on a loaded machine).
+    let needs_rpc = policy.execute == Execute::Rpc || policy.lock == Lock::Rpc;
     assert!(
-        reasons.contains_key("epoch_changed") || reasons.contains_key("node_failed"),
+        !needs_rpc || reasons.contains_key("epoch_changed") || reasons.contains_key("node_failed"),
         "the failure shows as aborts with a reason: {reasons:?}"
     );
     assert_eq!(
