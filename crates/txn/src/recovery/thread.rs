@@ -55,12 +55,20 @@ impl ThreadRecovery {
     /// The recovery of `th`'s thread, whose runtime is `rt` (already following the
     /// node's epoch: `TxnThread::install` does it).
     pub fn new(rt: &Runtime, th: &TxnThread) -> ThreadRecovery {
+        let state = th.db.cluster().clone();
+        // A thread that starts while its node reconfigures (a rejoining node admitted
+        // before its threads were up) takes its part in the epoch: none is done yet.
+        let done = if state.stage() == Stage::Run {
+            rt.epoch()
+        } else {
+            0
+        };
         ThreadRecovery {
-            state: th.db.cluster().clone(),
-            adopted: rt.epoch(),
-            recovered: Rc::new(Cell::new(rt.epoch())),
+            state,
+            adopted: done,
+            recovered: Rc::new(Cell::new(done)),
             replaying: Rc::new(Cell::new(false)),
-            copies_checked: rt.epoch(),
+            copies_checked: done,
             stop_copy: Rc::new(Cell::new(false)),
             stats: Rc::new(RefCell::new(RecoveryStats::default())),
         }
