@@ -12,9 +12,7 @@
 
 use crate::recovery::{RecoveryStats, ThreadRecovery};
 use crate::{HistorySink, NodeDb, TxnConfig, TxnStats, TxnThread};
-use ambidex_cluster::{
-    Agent, ClusterState, Configuration, EmbeddedManager, Event, ManagerClient,
-};
+use ambidex_cluster::{Agent, ClusterState, Configuration, EmbeddedManager, Event, ManagerClient};
 use ambidex_rpc::{Clock, Ctx, RpcStats, Runtime, RuntimeConfig, SharedClock, SystemClock};
 use ambidex_transport::fault::{FaultConfig, FaultyEndpoint};
 use ambidex_transport::{cputime, CounterSnapshot, Endpoint, NodeId, SharedNode, ThreadId};
@@ -182,8 +180,7 @@ pub fn run(
         return Err("one database per node is needed".into());
     }
     if let Some((n, _)) = spec.restart {
-        if spec.manager.is_none() || spec.fresh_db.is_none() || spec.kill.map(|k| k.0) != Some(n)
-        {
+        if spec.manager.is_none() || spec.fresh_db.is_none() || spec.kill.map(|k| k.0) != Some(n) {
             return Err(format!(
                 "restarting node {n} needs a manager, RunSpec::fresh_db, and node {n} killed"
             ));
@@ -302,6 +299,11 @@ pub fn run(
         }
     }
     errors.extend(crew.error.lock().unwrap().take());
+    // All at once: stopped one by one, the first could lose its lease while the last
+    // stop, and be removed from the final configuration.
+    for a in agents.iter().flatten() {
+        a.signal_stop();
+    }
     drop(agents);
     let (cluster, events) = match &manager {
         Some(m) => match m.finish() {
@@ -543,7 +545,11 @@ fn restart_node(a: RestartArgs<'_>) -> Result<(Agent, Restarted, Vec<JoinHandle<
     let n = a.node;
     let (fresh, ms) = match (&a.spec.fresh_db, &a.spec.manager) {
         (Some(f), Some(m)) => (f, m),
-        _ => return Err(format!("restarting node {n} needs a manager and a fresh_db")),
+        _ => {
+            return Err(format!(
+                "restarting node {n} needs a manager and a fresh_db"
+            ))
+        }
     };
     let transport = a
         .nodes

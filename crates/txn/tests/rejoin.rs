@@ -66,12 +66,26 @@ fn kill_and_rejoin(policy: Policy, nodes: u16, kill_at: Duration, restart_at: Du
                 ^ w.coroutine as u64
                 ^ start.elapsed().as_nanos() as u64
                 | 1;
-            while !w.stop.load(Ordering::Relaxed) {
+            // Until node 2 rejoined and every copy is up to date (as this node sees
+            // it), and a while after the restart; the run's duration is only a bound.
+            let mine = std::cell::Cell::new(0u64);
+            // The rejoined node's workers commit a few of their own first.
+            let done = || {
+                (w.node != 2 || mine.get() >= 20)
+                    && start.elapsed() > restart_at + Duration::from_millis(600)
+                    && w.th.db.config().with(|c| {
+                        c.incarnations[2] == 2
+                            && c.placement.is_member(2)
+                            && c.placement.syncing().next().is_none()
+                    })
+            };
+            while !w.stop.load(Ordering::Relaxed) && !done() {
                 if random_transfer(&w, ACCOUNTS, N_ACCOUNTS, &mut seed).await
                     && w.node == 2
                     && start.elapsed() > restart_at
                 {
                     br.fetch_add(1, Ordering::Relaxed);
+                    mine.set(mine.get() + 1);
                 }
             }
         })
@@ -85,7 +99,7 @@ fn kill_and_rejoin(policy: Policy, nodes: u16, kill_at: Duration, restart_at: Du
             policy,
             ..Default::default()
         },
-        duration: Some(restart_at + Duration::from_millis(1200)),
+        duration: Some(restart_at + Duration::from_secs(10)),
         manager: Some(ManagerSpec::embedded(Duration::from_millis(50))),
         kill: Some((2, kill_at)),
         restart: Some((2, restart_at)),
@@ -117,7 +131,11 @@ fn kill_and_rejoin(policy: Policy, nodes: u16, kill_at: Duration, restart_at: Du
     let placement = &config.placement;
     assert!(placement.is_member(2), "node 2 rejoined: {:?}", r.events);
     assert_eq!(config.incarnations[2], 2, "as its new incarnation");
-    assert!(config.epoch >= 3, "removed, then admitted: {}", config.epoch);
+    assert!(
+        config.epoch >= 3,
+        "removed, then admitted: {}",
+        config.epoch
+    );
     assert!(
         r.events.iter().any(|e| matches!(
             e.what,
@@ -126,7 +144,11 @@ fn kill_and_rejoin(policy: Policy, nodes: u16, kill_at: Duration, restart_at: Du
         "the join is a reconfiguration: {:?}",
         r.events
     );
-    assert_eq!(placement.syncing().count(), 0, "every copy is up to date");
+    assert_eq!(
+        placement.syncing().count(),
+        0,
+        "every copy is up to date: {config:?}"
+    );
     assert!(
         r.recovery.items_copied > 0 && r.recovery.partitions_copied > 0,
         "{:?}",
@@ -138,7 +160,11 @@ fn kill_and_rejoin(policy: Policy, nodes: u16, kill_at: Duration, restart_at: Du
         "the rejoined node runs in a configuration that has it"
     );
     for k in (0..N_ACCOUNTS).chain(COLD) {
-        assert_eq!(placement.replicas(ACCOUNTS, k).len(), 3, "key {k}: 3 copies");
+        assert_eq!(
+            placement.replicas(ACCOUNTS, k).len(),
+            3,
+            "key {k}: 3 copies"
+        );
     }
     // From here on node 2 is its new incarnation.
     c.dbs[2] = rejoined.db.clone();
