@@ -238,8 +238,10 @@ pub fn run(
         if let (Some((n, at)), Some(k), None, Some(m)) =
             (spec.restart, killed, &restarted, &manager)
         {
-            // Once the others removed the dead incarnation (the join would remove it
-            // too, but only a removal fences its regions' old epoch for recovery).
+            // Once the others removed the dead incarnation: its descriptors change in
+            // their catalogs, which must not happen while it is a member (a thread
+            // filling its caches would reach the new, empty regions in an epoch that
+            // still counts the old incarnation's copies).
             let removed = current
                 .iter()
                 .filter(|d| d.node != n)
@@ -267,10 +269,7 @@ pub fn run(
                         agents[n as usize] = Some(agent);
                         handles[n as usize] = hs;
                         current[n as usize] = r.db.clone();
-                        restarted = Some(Restarted {
-                            at_ns: clock.now_ns(),
-                            ..r
-                        });
+                        restarted = Some(r);
                     }
                     Err(e) => {
                         crew.fail(e);
@@ -542,7 +541,7 @@ struct RestartArgs<'a> {
 /// whole catalog), and its agent (joining) and threads start. Its threads wait, holding
 /// no lease, until the agent moved them to the configuration that admits it.
 fn restart_node(a: RestartArgs<'_>) -> Result<(Agent, Restarted, Vec<JoinHandle<()>>), String> {
-    let n = a.node;
+    let (n, at_ns) = (a.node, a.clock.now_ns());
     let (fresh, ms) = match (&a.spec.fresh_db, &a.spec.manager) {
         (Some(f), Some(m)) => (f, m),
         _ => {
@@ -612,7 +611,7 @@ fn restart_node(a: RestartArgs<'_>) -> Result<(Agent, Restarted, Vec<JoinHandle<
     );
     let r = Restarted {
         node: n,
-        at_ns: 0,
+        at_ns,
         incarnation,
         db,
     };
