@@ -56,12 +56,14 @@ impl ThreadRecovery {
     /// node's epoch: `TxnThread::install` does it).
     pub fn new(rt: &Runtime, th: &TxnThread) -> ThreadRecovery {
         let state = th.db.cluster().clone();
-        // A thread that starts while its node reconfigures (a rejoining node admitted
-        // before its threads were up) takes its part in the epoch: none is done yet.
-        let done = if state.stage() == Stage::Run {
-            rt.epoch()
-        } else {
+        // A thread that starts while its node adopts an epoch (a rejoining node
+        // admitted before its threads were up) takes its part in it: it has adopted
+        // nothing yet. (Later stages need every thread's adoption, so a thread cannot
+        // start in them but where a test drives the stages itself.)
+        let done = if state.stage() == Stage::Adopt {
             0
+        } else {
+            rt.epoch()
         };
         ThreadRecovery {
             state,
