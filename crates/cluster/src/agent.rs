@@ -193,21 +193,62 @@ impl Agent {
     /// through `client`, with leases of `lease`.
     pub fn start(
         name: String,
-        mut client: Box<dyn ManagerClient>,
+        client: Box<dyn ManagerClient>,
         state: Arc<NodeState>,
         lease: Duration,
         clock: SharedClock,
     ) -> std::io::Result<Agent> {
+        Self::spawn(name, client, state, lease, clock, None)
+    }
+
+    /// Starts the agent of a restarted node, `node` as `incarnation` (its client's),
+    /// which is not a member yet: it asks to join, waits for a configuration that has
+    /// it as a member ([`join_cluster`]), moves `state` to it, and then works as
+    /// [`Agent::start`]'s. Until then the node holds no lease, so its threads neither
+    /// serve nor run transactions. A refusal fences it.
+    pub fn join(
+        name: String,
+        client: Box<dyn ManagerClient>,
+        state: Arc<NodeState>,
+        lease: Duration,
+        clock: SharedClock,
+        node: NodeId,
+        incarnation: u64,
+    ) -> std::io::Result<Agent> {
+        Self::spawn(name, client, state, lease, clock, Some((node, incarnation)))
+    }
+
+    fn spawn(
+        name: String,
+        mut client: Box<dyn ManagerClient>,
+        state: Arc<NodeState>,
+        lease: Duration,
+        clock: SharedClock,
+        joining: Option<(NodeId, u64)>,
+    ) -> std::io::Result<Agent> {
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
+        // No lease until the first renewal is granted (set before the threads can
+        // look: a joiner's threads start beside its agent).
+        state.lease_until.store(0, Ordering::Release);
         let handle = std::thread::Builder::new().name(name).spawn(move || {
             crate::priority::raise_lease_thread();
-            // No lease until the first renewal is granted.
-            state.lease_until.store(0, Ordering::Release);
+            let lease_ns = lease.as_nanos().max(1) as u64;
+            let mut revision = 0;
+            if let Some((node, incarnation)) = joining {
+                let period = Duration::from_nanos(lease_ns / 5);
+                match join_cluster(&mut *client, &state, node, incarnation, period, &st) {
+                    Ok(r) => revision = r,
+                    Err(e) => {
+                        state.fence(e.to_string());
+                        return;
+                    }
+                }
+            }
             let started = clock.now_ns();
             let mut a = Loop {
-                keeper: LeaseKeeper::new(lease.as_nanos().max(1) as u64),
-                revision: 0,
+                keeper: LeaseKeeper::new(lease_ns),
+                revision,
                 acked: None,
                 started,
                 clock,
@@ -225,6 +266,15 @@ impl Agent {
     }
 }
 
+impl Agent {
+    /// Tells the agent to stop without waiting for it (dropping it waits): a run
+    /// stopping several agents stops them all at once, so none outlives another's lease
+    /// and sees it removed.
+    pub fn signal_stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
 impl Drop for Agent {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
@@ -232,6 +282,44 @@ impl Drop for Agent {
             let _ = h.join();
         }
     }
+}
+
+/// The join of a restarted node (`node` as `incarnation`): asks the manager until it
+/// takes the request (an unreachable manager is asked again every `period`), then
+/// follows the state until a configuration has this incarnation as a member, and moves
+/// `state` to it (its threads adopt it). Returns the revision of that state, or
+/// `Ok(0)` if `stop` was set first.
+fn join_cluster(
+    client: &mut dyn ManagerClient,
+    state: &NodeState,
+    node: NodeId,
+    incarnation: u64,
+    period: Duration,
+    stop: &AtomicBool,
+) -> Result<u64, ManagerError> {
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return Ok(0);
+        }
+        match client.join() {
+            Ok(()) => break,
+            Err(ManagerError::Refused(r)) => return Err(ManagerError::Refused(r)),
+            Err(_) => std::thread::sleep(period),
+        }
+    }
+    let mut revision = 0;
+    while !stop.load(Ordering::SeqCst) {
+        let Some(s) = client.state_after(revision, period)? else {
+            continue;
+        };
+        revision = s.revision;
+        let c = &s.config;
+        if c.incarnations.get(node as usize) == Some(&incarnation) && c.placement.is_member(node) {
+            state.enter(s.config, s.stage);
+            return Ok(revision);
+        }
+    }
+    Ok(0)
 }
 
 struct Loop {
@@ -442,6 +530,95 @@ mod tests {
             w.join().unwrap();
         }
         drop(agents);
+    }
+
+    /// "Threads" of `s`: adopt each new epoch once, recover at stage Recover.
+    fn threads_of(s: Arc<NodeState>, n: usize, stop: Arc<AtomicBool>) -> Vec<JoinHandle<()>> {
+        (0..n)
+            .map(|_| {
+                let (s, stop) = (s.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let (mut adopted, mut recovered) = (s.config.epoch(), s.config.epoch());
+                    while !stop.load(Ordering::SeqCst) {
+                        let e = s.config.epoch();
+                        if e > adopted {
+                            adopted = e;
+                            s.adopted(e);
+                        }
+                        if s.stage() == Stage::Recover && e > recovered {
+                            recovered = e;
+                            s.recovered(e);
+                        }
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// Node 2 stops; once it is removed, a new incarnation of it (a fresh state in the
+    /// survivors' configuration) joins: it holds no lease and does not run until it is
+    /// admitted, then runs as a member, a syncing backup of every partition.
+    #[test]
+    fn a_restarted_node_joins_and_runs_once_admitted() {
+        let lease = Duration::from_millis(30);
+        let m = manager(lease);
+        let states: Vec<Arc<NodeState>> = (0..3)
+            .map(|_| NodeState::new(Configuration::initial(3, 3).unwrap(), 2))
+            .collect();
+        let mut agents: Vec<Option<Agent>> = (0..3u16)
+            .map(|n| {
+                let client = Box::new(m.client(n, 1));
+                let s = states[n as usize].clone();
+                Some(
+                    Agent::start(format!("a{n}"), client, s, lease, SystemClock::shared()).unwrap(),
+                )
+            })
+            .collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut workers: Vec<_> = states[..2]
+            .iter()
+            .flat_map(|s| threads_of(s.clone(), 2, stop.clone()))
+            .collect();
+        let now = || SystemClock::shared().now_ns();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        std::thread::sleep(Duration::from_millis(50));
+        agents[2] = None;
+        while !(states[0].running(now()) && states[0].config.epoch() == 2) {
+            assert!(Instant::now() < deadline, "never removed: {:?}", m.state());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let joiner = NodeState::new((*states[0].config.load()).clone(), 2);
+        let agent = Agent::join(
+            "a2'".into(),
+            Box::new(m.client(2, 2)),
+            joiner.clone(),
+            lease,
+            SystemClock::shared(),
+            2,
+            2,
+        )
+        .unwrap();
+        assert!(!joiner.running(now()), "runs before it is admitted");
+        workers.extend(threads_of(joiner.clone(), 2, stop.clone()));
+        while !(joiner.running(now()) && states[0].running(now())) {
+            assert!(Instant::now() < deadline, "never admitted: {:?}", m.state());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let c = joiner.config.load();
+        assert_eq!((c.epoch, c.incarnations[2]), (3, 2));
+        assert!(c.placement.is_member(2));
+        assert_eq!(
+            c.placement.syncing().count(),
+            c.placement.partitions() as usize
+        );
+        assert_eq!(*states[1].config.load(), *c);
+        assert!(!joiner.fenced());
+        stop.store(true, Ordering::SeqCst);
+        for w in workers {
+            w.join().unwrap();
+        }
+        drop((agent, agents));
     }
 
     #[test]

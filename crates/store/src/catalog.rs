@@ -206,7 +206,7 @@ impl Catalog {
 
     /// Checks `desc` and files it under its node. Filing the same descriptor twice is
     /// harmless; a different one for the same (node, table) is a [`CatalogError::Conflict`]
-    /// (a restarted owner's tables come with a new catalog, not an update).
+    /// (a restarted owner's descriptors replace its old ones: [`Catalog::replace_node`]).
     pub fn insert(&mut self, desc: TableDesc) -> Result<(), CatalogError> {
         let (node, table) = (desc.region.node, desc.table_id);
         if node >= self.nodes {
@@ -286,6 +286,46 @@ impl Catalog {
                 Ok(())
             }
         }
+    }
+
+    /// `node` restarted with new regions: its table descriptors become `tables` and its
+    /// log region `log`, each checked as [`Catalog::insert`] does. On an error the
+    /// catalog is left as it was.
+    pub fn replace_node(
+        &mut self,
+        node: NodeId,
+        tables: impl IntoIterator<Item = TableDesc>,
+        log: Option<LogRegionDesc>,
+    ) -> Result<(), CatalogError> {
+        if node >= self.nodes {
+            return Err(CatalogError::UnknownNode {
+                node,
+                nodes: self.nodes,
+            });
+        }
+        let mut next = self.clone();
+        next.tables[node as usize].clear();
+        next.logs[node as usize] = None;
+        for d in tables {
+            if d.region.node != node {
+                return Err(CatalogError::UnknownNode {
+                    node: d.region.node,
+                    nodes: self.nodes,
+                });
+            }
+            next.insert(d)?;
+        }
+        if let Some(d) = log {
+            if d.region.node != node {
+                return Err(CatalogError::UnknownNode {
+                    node: d.region.node,
+                    nodes: self.nodes,
+                });
+            }
+            next.insert_log(d)?;
+        }
+        *self = next;
+        Ok(())
     }
 
     /// The log region of `node`, if filed.

@@ -219,3 +219,32 @@ fn log_regions_are_checked_when_filed_and_when_read() {
     let tables_only: Catalog = serde_json::from_value(v).unwrap();
     assert_eq!(tables_only.log_region(1), None);
 }
+
+/// A restarted node's new descriptors replace its old ones; a bad one leaves the
+/// catalog as it was.
+#[test]
+fn a_restarted_nodes_descriptors_replace_its_old_ones() {
+    let (_fabric, _t, desc) = setup();
+    let mut cat = Catalog::new(2);
+    cat.insert(desc).unwrap();
+    cat.insert_log(log_desc(0, 4, 1024)).unwrap();
+    let mut new = desc;
+    new.region.id += 1;
+    new.region.key ^= 0xff;
+    assert!(matches!(
+        cat.insert(new),
+        Err(CatalogError::Conflict { node: 0, table: 7 })
+    ));
+    let mut new_log = log_desc(0, 4, 1024);
+    new_log.region.key = 78;
+    cat.replace_node(0, [new], Some(new_log)).unwrap();
+    assert_eq!(cat.get(0, 7), Some(&new));
+    assert_eq!(cat.log_region(0), Some(&new_log));
+    let before = cat.clone();
+    let mut bad = new_log;
+    bad.ring_bytes = 1000;
+    assert!(cat.replace_node(0, [desc], Some(bad)).is_err());
+    assert!(cat.replace_node(0, [], Some(log_desc(1, 4, 1024))).is_err());
+    assert!(cat.replace_node(2, [], None).is_err());
+    assert_eq!(cat, before);
+}

@@ -123,6 +123,19 @@ pub trait NodeTransport: Send + Sync {
 
     /// Node-wide counters (for example remote access violations against its regions).
     fn counters(&self) -> CounterSnapshot;
+
+    /// This node crashed and starts again in this process as a new incarnation (an
+    /// in-process restart): its endpoints can be taken again. Every thread of the old
+    /// incarnation must have stopped for good (its endpoints are never used again).
+    /// Regions already registered stay (battery-backed, as in `sim`); the new
+    /// incarnation registers its own. Backends whose nodes are processes restart by
+    /// starting a new process, not through this.
+    fn restart(&self) -> Result<(), TransportError> {
+        Err(TransportError::Config(format!(
+            "node {}: this transport cannot restart a node in process",
+            self.node()
+        )))
+    }
 }
 
 /// A node transport shared by the threads of a node.

@@ -187,6 +187,16 @@ impl NodeTransport for LocalNode {
     fn counters(&self) -> CounterSnapshot {
         self.fabric.nodes[self.node as usize].counters.snapshot()
     }
+
+    /// The endpoints are released: a new incarnation takes them on the same receive
+    /// rings, whose consumers and producers resume from the positions kept in the
+    /// rings (what the old incarnation left unread is of an older epoch, and dropped).
+    fn restart(&self) -> Result<(), TransportError> {
+        for t in &self.fabric.nodes[self.node as usize].taken {
+            t.store(false, Ordering::Release);
+        }
+        Ok(())
+    }
 }
 
 struct LocalEndpoint {

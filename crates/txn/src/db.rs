@@ -18,7 +18,7 @@ use ambidex_store::{
 };
 use ambidex_transport::{NodeId, NodeTransport, Perms, Region};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Marks a tombstone in the transaction version word.
 pub const TOMBSTONE: u64 = 1 << 63;
@@ -47,8 +47,12 @@ pub struct NodeDb {
     nodes: u16,
     replication: u16,
     tables: Vec<Option<(TableSpec, Table)>>,
-    /// Every node's table descriptors, set once at start-up ([`NodeDb::set_catalog`]).
-    catalog: OnceLock<Catalog>,
+    /// Every node's table and log region descriptors, set at start-up
+    /// ([`NodeDb::set_catalog`]); a restarted node's entries are replaced when it
+    /// rejoins ([`NodeDb::replace_in_catalog`]). Threads read it only to fill their own
+    /// caches (`RemoteTables`, `RingWriters`), which they drop at every new epoch, so
+    /// the lock is off the one-sided hot path.
+    catalog: RwLock<Option<Arc<Catalog>>>,
     /// One registered region per thread of this node: the destination of its
     /// coroutines' one-sided READs (the start-up check's and the one-sided phases').
     scratch: Vec<Region>,
@@ -120,7 +124,8 @@ impl NodeDb {
     }
 
     /// The database of `transport`'s node running in `config` (its epoch is the
-    /// transport's, and the node one of its members).
+    /// transport's, and the node one of its members; or, for a restarted node that
+    /// will join, the cluster's current configuration, which it is not a member of).
     pub fn with_config(
         transport: &dyn NodeTransport,
         config: Configuration,
@@ -185,7 +190,7 @@ impl NodeDb {
             replication,
             location_cache: LocationCache::new(cache_entries),
             tables,
-            catalog: OnceLock::new(),
+            catalog: RwLock::new(None),
             scratch,
             verified: Mutex::new(None),
             bad_requests: AtomicU64::new(0),
@@ -296,14 +301,56 @@ impl NodeDb {
                 ));
             }
         }
-        self.catalog
-            .set(cat)
-            .map_err(|_| format!("node {}: the catalog is already set", self.node))
+        let mut slot = self.catalog.write().unwrap_or_else(|e| e.into_inner());
+        if slot.is_some() {
+            return Err(format!("node {}: the catalog is already set", self.node));
+        }
+        *slot = Some(Arc::new(cat));
+        Ok(())
+    }
+
+    /// Node `node` restarted with new regions (`tables`, `log`: its new database's
+    /// [`NodeDb::table_descs`] and [`NodeDb::log_region_desc`]): they replace its old
+    /// descriptors here. Called before the new incarnation joins; this node's threads
+    /// take them when they move to the epoch that admits it (until then it is not a
+    /// member, so nothing reaches it).
+    pub fn replace_in_catalog(
+        &self,
+        node: NodeId,
+        tables: Vec<TableDesc>,
+        log: LogRegionDesc,
+    ) -> Result<(), String> {
+        if node == self.node {
+            return Err(format!(
+                "node {}: its own descriptors are replaced by a new database, not an update",
+                self.node
+            ));
+        }
+        let mut slot = self.catalog.write().unwrap_or_else(|e| e.into_inner());
+        let cat = slot
+            .as_ref()
+            .ok_or_else(|| format!("node {}: no catalog to update", self.node))?;
+        if tables.len() != cat.of_node(self.node).len() {
+            return Err(format!(
+                "node {}: node {node} restarted with {} tables, this node has {}",
+                self.node,
+                tables.len(),
+                cat.of_node(self.node).len()
+            ));
+        }
+        let mut next = (**cat).clone();
+        next.replace_node(node, tables, Some(log))
+            .map_err(|e| format!("node {}: node {node}'s new descriptors: {e}", self.node))?;
+        *slot = Some(Arc::new(next));
+        Ok(())
     }
 
     /// The cluster's catalog, once set.
-    pub fn catalog(&self) -> Option<&Catalog> {
-        self.catalog.get()
+    pub fn catalog(&self) -> Option<Arc<Catalog>> {
+        self.catalog
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Tables of other nodes in the catalog (what the start-up check reads).

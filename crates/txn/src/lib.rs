@@ -235,6 +235,8 @@ impl TxnThread {
     pub(crate) fn forget_old_epoch(&self, epoch: u32) {
         self.orphans.borrow_mut().clear();
         self.rings.borrow_mut().reset(epoch);
+        // A node that rejoined since has new descriptors (`NodeDb::replace_in_catalog`).
+        self.remote.borrow_mut().clear();
         if self.thread == 0 {
             for t in self.db.tables() {
                 self.db.location_cache.invalidate_table(t.desc().table_id);

@@ -40,6 +40,13 @@ pub(crate) struct RemoteTables {
 }
 
 impl RemoteTables {
+    /// Forgets every table: the next use builds them again from the catalog (at a new
+    /// epoch, after which a rejoined node's new descriptors apply).
+    pub fn clear(&mut self) {
+        self.tables.clear();
+        self.per_node = 0;
+    }
+
     /// The table `table` of `node`, or `None` if the catalog does not have it (no
     /// catalog, an unknown table, a layout the catalog's checks let through but the
     /// shape cannot use).

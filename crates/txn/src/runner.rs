@@ -12,7 +12,7 @@
 
 use crate::recovery::{RecoveryStats, ThreadRecovery};
 use crate::{HistorySink, NodeDb, TxnConfig, TxnStats, TxnThread};
-use ambidex_cluster::{Agent, ClusterState, EmbeddedManager, Event, ManagerClient};
+use ambidex_cluster::{Agent, ClusterState, Configuration, EmbeddedManager, Event, ManagerClient};
 use ambidex_rpc::{Clock, Ctx, RpcStats, Runtime, RuntimeConfig, SharedClock, SystemClock};
 use ambidex_transport::fault::{FaultConfig, FaultyEndpoint};
 use ambidex_transport::{cputime, CounterSnapshot, Endpoint, NodeId, SharedNode, ThreadId};
@@ -41,6 +41,12 @@ pub type Worker = Arc<dyn Fn(WorkerCtx) -> Pin<Box<dyn Future<Output = ()>>> + S
 /// Makes the history sink of one (node, thread), if histories are recorded.
 pub type SinkFactory = Arc<dyn Fn(NodeId, ThreadId) -> Box<dyn HistorySink> + Send + Sync>;
 
+/// Makes the empty database of a restarted node on its transport, in the cluster's
+/// current configuration (which it is not a member of): the same tables, capacities and
+/// log rings as the other nodes', in new regions (`NodeDb::with_config`).
+pub type DbFactory =
+    Arc<dyn Fn(&SharedNode, Configuration) -> Result<Arc<NodeDb>, String> + Send + Sync>;
+
 #[derive(Clone)]
 pub struct RunSpec {
     pub coroutines: usize,
@@ -58,6 +64,12 @@ pub struct RunSpec {
     /// In-process runs with a manager: node `.0`'s threads and agent stop dead `.1`
     /// after the start (a crash: no goodbye, its memory left as it was).
     pub kill: Option<(NodeId, Duration)>,
+    /// In-process runs with a manager: the killed node starts again `.1` after the
+    /// start (once the others removed it) as a new incarnation with an empty database
+    /// made by `fresh_db`; it joins and is brought up to date by re-replication.
+    pub restart: Option<(NodeId, Duration)>,
+    /// Makes the restarted node's database (needed with `restart`).
+    pub fresh_db: Option<DbFactory>,
 }
 
 /// How a run's nodes hold leases.
@@ -109,6 +121,8 @@ impl Default for RunSpec {
             history: None,
             manager: None,
             kill: None,
+            restart: None,
+            fresh_db: None,
         }
     }
 }
@@ -139,6 +153,19 @@ pub struct RunResult {
     pub killed_at_ns: u64,
     /// What the node threads' recoveries and re-replication did, summed.
     pub recovery: RecoveryStats,
+    /// The node restarted (`RunSpec::restart`), if it was.
+    pub restarted: Option<Restarted>,
+}
+
+/// A node restarted during a run.
+#[derive(Clone)]
+pub struct Restarted {
+    pub node: NodeId,
+    /// When its new incarnation started (the manager's clock, as `RunResult::start_ns`).
+    pub at_ns: u64,
+    pub incarnation: u64,
+    /// Its new database (the old one is the caller's, as it was at the crash).
+    pub db: Arc<NodeDb>,
 }
 
 /// Runs `worker` on every thread of every node until all workers return (or the
@@ -152,6 +179,13 @@ pub fn run(
     if nodes.len() != dbs.len() || nodes.is_empty() {
         return Err("one database per node is needed".into());
     }
+    if let Some((n, _)) = spec.restart {
+        if spec.manager.is_none() || spec.fresh_db.is_none() || spec.kill.map(|k| k.0) != Some(n) {
+            return Err(format!(
+                "restarting node {n} needs a manager, RunSpec::fresh_db, and node {n} killed"
+            ));
+        }
+    }
     let threads = nodes[0].config().threads_per_node;
     let crew = Crew::new(nodes.len() * threads as usize * spec.coroutines);
     let clock = SystemClock::shared();
@@ -163,9 +197,10 @@ pub fn run(
     let mut agents: Vec<Option<Agent>> = Vec::new();
     if let (Some(m), Some(ms)) = (&manager, &spec.manager) {
         for db in dbs {
+            let incarnation = db.config().load().incarnations[db.node as usize];
             let a = Agent::start(
                 format!("agent{}", db.node),
-                m.client(db, ms.lease, &clock)?,
+                m.client(db, incarnation, ms.lease, &clock)?,
                 db.cluster().clone(),
                 ms.lease,
                 clock.clone(),
@@ -177,11 +212,12 @@ pub fn run(
     let cpu0 = cputime::process_cpu_seconds();
     let start = Instant::now();
     let start_ns = clock.now_ns();
+    // Per node, its threads.
     let mut handles = Vec::new();
     let mut dead = Vec::new();
     for (node, db) in nodes.iter().zip(dbs) {
         let d = Arc::new(AtomicBool::new(false));
-        handles.extend(spawn_node_until(
+        handles.push(spawn_node_until(
             node.clone(),
             db.clone(),
             spec,
@@ -194,8 +230,54 @@ pub fn run(
     }
     let mut killed = None;
     let mut killed_at_ns = 0;
+    // Every node's current database (a restarted node's new one).
+    let mut current: Vec<Arc<NodeDb>> = dbs.to_vec();
+    let mut restarted: Option<Restarted> = None;
     let until = spec.duration.unwrap_or(Duration::MAX);
     while start.elapsed() < until && crew.live.load(Ordering::SeqCst) > 0 {
+        if let (Some((n, at)), Some(k), None, Some(m)) =
+            (spec.restart, killed, &restarted, &manager)
+        {
+            // Once the others removed the dead incarnation: its descriptors change in
+            // their catalogs, which must not happen while it is a member (a thread
+            // filling its caches would reach the new, empty regions in an epoch that
+            // still counts the old incarnation's copies).
+            let removed = current
+                .iter()
+                .filter(|d| d.node != n)
+                .all(|d| !d.config().with(|c| c.placement.is_member(n)));
+            if n == k && start.elapsed() >= at && removed {
+                // Its old threads stopped (they return at the kill): its endpoints can
+                // be taken again.
+                for h in std::mem::take(&mut handles[n as usize]) {
+                    if h.join().is_err() {
+                        crew.fail(format!("a thread of killed node {n} panicked"));
+                    }
+                }
+                let args = RestartArgs {
+                    node: n,
+                    nodes,
+                    current: &current,
+                    spec,
+                    worker: &worker,
+                    crew: &crew,
+                    manager: m,
+                    clock: &clock,
+                };
+                match restart_node(args) {
+                    Ok((agent, r, hs)) => {
+                        agents[n as usize] = Some(agent);
+                        handles[n as usize] = hs;
+                        current[n as usize] = r.db.clone();
+                        restarted = Some(r);
+                    }
+                    Err(e) => {
+                        crew.fail(e);
+                        break;
+                    }
+                }
+            }
+        }
         if let Some((n, at)) = spec.kill {
             if killed.is_none() && start.elapsed() >= at && (n as usize) < dead.len() {
                 if let Some(a) = agents.get_mut(n as usize) {
@@ -210,12 +292,17 @@ pub fn run(
     }
     crew.stop.store(true, Ordering::SeqCst);
     let mut errors = Vec::new();
-    for h in handles {
+    for h in handles.into_iter().flatten() {
         if h.join().is_err() {
             errors.push("a node thread panicked".to_string());
         }
     }
     errors.extend(crew.error.lock().unwrap().take());
+    // All at once: stopped one by one, the first could lose its lease while the last
+    // stop, and be removed from the final configuration.
+    for a in agents.iter().flatten() {
+        a.signal_stop();
+    }
     drop(agents);
     let (cluster, events) = match &manager {
         Some(m) => match m.finish() {
@@ -232,8 +319,10 @@ pub fn run(
         },
         None => (None, Vec::new()),
     };
-    for db in dbs {
-        if Some(db.node) != killed && db.cluster().fenced() {
+    // The node killed and not restarted is not checked.
+    let gone = killed.filter(|_| restarted.is_none());
+    for db in &current {
+        if Some(db.node) != gone && db.cluster().fenced() {
             errors.push(format!(
                 "node {} was fenced: {}",
                 db.node,
@@ -242,9 +331,9 @@ pub fn run(
         }
     }
     let mut verified = 0;
-    for db in dbs
+    for db in current
         .iter()
-        .filter(|d| d.catalog().is_some() && Some(d.node) != killed)
+        .filter(|d| d.catalog().is_some() && Some(d.node) != gone)
     {
         match db.remote_tables_verified() {
             Ok(n) => verified += n,
@@ -264,6 +353,7 @@ pub fn run(
         killed,
         killed_at_ns,
         recovery: *crew.recovery.lock().unwrap(),
+        restarted,
         ..Default::default()
     };
     for (txn, rpc, tr, stuck) in crew.results.lock().unwrap().iter() {
@@ -326,18 +416,18 @@ impl Manager {
     fn client(
         &self,
         db: &NodeDb,
+        incarnation: u64,
         lease: Duration,
         clock: &SharedClock,
     ) -> Result<Box<dyn ManagerClient>, String> {
         match self {
-            Manager::Embedded(m) => Ok(Box::new(m.client(db.node, 1))),
+            Manager::Embedded(m) => Ok(Box::new(m.client(db.node, incarnation))),
             #[cfg(feature = "etcd")]
             Manager::Etcd {
                 endpoints,
                 cluster,
                 events,
             } => {
-                let incarnation = db.config().load().incarnations[db.node as usize];
                 let c = etcd::Recording::connect(
                     endpoints,
                     cluster,
@@ -453,6 +543,101 @@ pub mod etcd {
             self.inner.join()
         }
     }
+}
+
+/// What [`restart_node`] needs of the run.
+struct RestartArgs<'a> {
+    node: NodeId,
+    nodes: &'a [SharedNode],
+    current: &'a [Arc<NodeDb>],
+    spec: &'a RunSpec,
+    worker: &'a Worker,
+    crew: &'a Crew,
+    manager: &'a Manager,
+    clock: &'a SharedClock,
+}
+
+/// Starts killed node `a.node` again (its old threads have stopped): its endpoints are
+/// released, a new empty database is made in the survivors' configuration with the
+/// next incarnation, every node's catalog gets its new descriptors (the joiner the
+/// whole catalog), and its agent (joining) and threads start. Its threads wait, holding
+/// no lease, until the agent moved them to the configuration that admits it.
+fn restart_node(a: RestartArgs<'_>) -> Result<(Agent, Restarted, Vec<JoinHandle<()>>), String> {
+    let (n, at_ns) = (a.node, a.clock.now_ns());
+    let (fresh, ms) = match (&a.spec.fresh_db, &a.spec.manager) {
+        (Some(f), Some(m)) => (f, m),
+        _ => {
+            return Err(format!(
+                "restarting node {n} needs a manager and a fresh_db"
+            ))
+        }
+    };
+    let transport = a
+        .nodes
+        .get(n as usize)
+        .ok_or_else(|| format!("no node {n} to restart"))?;
+    let survivor = a
+        .current
+        .iter()
+        .find(|d| d.node != n)
+        .ok_or_else(|| format!("node {n} has nobody to rejoin"))?;
+    let config = (*survivor.config().load()).clone();
+    let incarnation = config
+        .incarnations
+        .get(n as usize)
+        .map(|i| i + 1)
+        .ok_or_else(|| format!("node {n} is not in the configuration"))?;
+    transport
+        .restart()
+        .map_err(|e| format!("cannot restart node {n}: {e}"))?;
+    let db = fresh(transport, config)?;
+    if db.node != n {
+        return Err(format!(
+            "the fresh database of node {n} is node {}'s",
+            db.node
+        ));
+    }
+    if let Some(cat) = survivor.catalog() {
+        let (tables, log) = (db.table_descs(), db.log_region_desc());
+        let mut whole = (*cat).clone();
+        whole
+            .replace_node(n, tables.clone(), Some(log))
+            .map_err(|e| format!("node {n}'s new descriptors: {e}"))?;
+        db.set_catalog(whole)?;
+        for d in a.current.iter().filter(|d| d.node != n) {
+            d.replace_in_catalog(n, tables.clone(), log)?;
+        }
+    }
+    let agent = Agent::join(
+        format!("agent{n}"),
+        a.manager.client(&db, incarnation, ms.lease, a.clock)?,
+        db.cluster().clone(),
+        ms.lease,
+        a.clock.clone(),
+        n,
+        incarnation,
+    )
+    .map_err(|e| format!("cannot start node {n}'s agent: {e}"))?;
+    let threads = transport.config().threads_per_node as usize;
+    a.crew
+        .live
+        .fetch_add(threads * a.spec.coroutines, Ordering::SeqCst);
+    let handles = spawn_node_until(
+        transport.clone(),
+        db.clone(),
+        a.spec,
+        a.worker.clone(),
+        a.crew,
+        Serve::UntilAllWorkersDone,
+        Arc::new(AtomicBool::new(false)),
+    );
+    let r = Restarted {
+        node: n,
+        at_ns,
+        incarnation,
+        db,
+    };
+    Ok((agent, r, handles))
 }
 
 /// What the threads of a run share.
@@ -716,7 +901,30 @@ where
     }
     if verify {
         rt.spawn(move |ctx| async move {
-            let r = db.verify_remote_tables(&ctx).await;
+            let state = db.cluster().clone();
+            let member = || state.config.with(|c| c.placement.is_member(db.node));
+            // A restarted node checks once it is admitted and running: until then it
+            // is not a member, and the others' tables are not its business yet.
+            if !member() {
+                while !(member() && state.running(ctx.step_ns())) {
+                    if state.fenced() || stop.load(Ordering::Relaxed) {
+                        db.record_verification(Err(format!(
+                            "node {}: stopped before it joined the cluster",
+                            db.node
+                        )));
+                        return;
+                    }
+                    ctx.yield_now().await;
+                }
+            }
+            // A check cut short by a new epoch (a READ failed with it) is made again.
+            let r = loop {
+                let e = state.config.epoch();
+                let r = db.verify_remote_tables(&ctx).await;
+                if r.is_ok() || state.config.epoch() == e || state.fenced() {
+                    break r;
+                }
+            };
             db.record_verification(r);
         });
     }

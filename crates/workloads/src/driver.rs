@@ -167,6 +167,8 @@ pub fn run_spec(cfg: &Config, coroutines: usize, node: Option<NodeId>) -> Result
         history: None,
         manager: cfg.cluster.manager_spec(),
         kill: None,
+        restart: None,
+        fresh_db: None,
     })
 }
 

@@ -1036,6 +1036,13 @@ impl NodeTransport for SimNode {
             .counters
             .snapshot()
     }
+
+    /// A crash (if the node is up) followed by [`SimNet::restart`].
+    fn restart(&self) -> Result<(), TransportError> {
+        self.net.crash(self.node);
+        self.net.restart(self.node);
+        Ok(())
+    }
 }
 
 /// An endpoint of a [`SimNet`]: a handle; the state lives in the network.
