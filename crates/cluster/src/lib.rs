@@ -28,7 +28,7 @@ pub mod membership;
 pub mod placement;
 
 pub mod priority;
-pub use agent::{Agent, NodeState};
+pub use agent::{Agent, AgentCore, NodeState};
 pub use config::{ConfigCell, ConfigView, Configuration};
 pub use lease::LeaseKeeper;
 pub use manager::channel::{ChannelClient, ChannelInbox};
