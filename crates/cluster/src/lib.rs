@@ -35,6 +35,7 @@ pub use manager::channel::{ChannelClient, ChannelInbox};
 pub use manager::embedded::{EmbeddedClient, EmbeddedManager};
 #[cfg(feature = "etcd")]
 pub use manager::etcd::{EtcdClient, EtcdManager};
+pub use manager::stepped::{SteppedClient, SteppedManager};
 pub use manager::{ManagerClient, ManagerError};
 pub use membership::{ClusterState, Event, EventKind, Grant, Membership, Refusal, Stage};
 pub use placement::{Placement, PlacementError, MAX_NODES};
