@@ -67,6 +67,17 @@ impl SteppedManager {
         }
     }
 
+    /// The current epoch and stage (without copying the configuration).
+    pub fn epoch_stage(&self) -> (u32, Stage) {
+        let m = self.shared.lock();
+        (m.state().config.epoch, m.state().stage)
+    }
+
+    /// The members now (bit i: node i).
+    pub fn members(&self) -> u64 {
+        self.shared.lock().state().config.placement.member_mask()
+    }
+
     /// The current state.
     pub fn state(&self) -> ClusterState {
         self.shared.lock().state().clone()

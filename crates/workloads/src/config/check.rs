@@ -228,6 +228,8 @@ impl TxnSection {
         Ok(TxnConfig {
             policy: self.resolve_policy()?,
             skip_validation_for_tests: self.inject_bug == Some(InjectedBug::SkipValidation),
+            recovery_skips_dead_coordinators_for_tests: self.inject_bug
+                == Some(InjectedBug::RecoverySkipsDeadCoordinators),
             // Not a configuration key yet: runs do not survive a death outside the
             // library's runner, so nothing re-replicates there.
             rereplication_bytes_per_s: ambidex_txn::REREPLICATION_BYTES_PER_S,
