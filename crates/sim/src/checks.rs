@@ -34,6 +34,7 @@ pub struct MemorySink {
 }
 
 /// A record of `items` as the history format has it.
+#[allow(clippy::too_many_arguments)]
 fn to_record(
     id: u64,
     node: NodeId,

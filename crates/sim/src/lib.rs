@@ -14,8 +14,10 @@
 //!    work (not paused, not known idle) and runs one master step of it
 //!    (`Runtime::poll_once`), charging it a seeded sliver of simulated CPU time; when every
 //!    runtime is idle, time jumps to the next network event (or 1 ms, so retransmission
-//!    timers fire). The fault profile ([`FaultProfile`]) starts partitions and node pauses
-//!    from a second seeded stream;
+//!    timers fire). The fault profile ([`FaultProfile`]) starts partitions, node pauses
+//!    and crashes from a second seeded stream. A configuration manager on simulated time
+//!    and one stepped agent per node give every node a lease ([`LEASE`]) and carry the
+//!    cluster through reconfigurations (`docs/simulation.md`);
 //! 4. after `steps` steps, stops the workers, heals partitions, ends pauses and keeps
 //!    stepping until every worker has returned, no RPC is in flight and the network is
 //!    empty (or a generous budget runs out: the workers left are stuck);
@@ -798,7 +800,9 @@ impl Sim {
                 let hit = phases.contains(&p);
                 if hit || late {
                     self.crash_node(node, target, hit, phases.iter().map(|p| p.name().into()));
-                    self.crash.as_mut().map(|c| c.done = true);
+                    if let Some(c) = self.crash.as_mut() {
+                        c.done = true;
+                    }
                 }
             }
             (CrashTarget::Recovery(_), 0) => {
@@ -1191,7 +1195,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
             })
             .collect();
         failures.push(format!(
-            "not quiescent after {} steps / {} ms of simulated time: {} coroutine(s) stuck [{}], {} RPC(s) and {} network event(s) in flight, cluster at {:?}",
+            "not quiescent after {} steps / {} ms of simulated time: {} coroutine(s) stuck [{}], {} RPC(s) and {} network event(s) in flight, cluster at {:?}; coordinators in phases [{}], installations pending [{}]",
             quiesce_steps,
             (sim.now() - t_stop) / 1_000_000,
             stuck.len(),
@@ -1199,6 +1203,20 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
             sim.rpcs_in_flight(&gone),
             net.in_flight(),
             sim.epoch_stage(),
+            (0..nodes)
+                .filter(|&n| !gone[n as usize])
+                .map(|n| {
+                    let p: Vec<&str> = sim.phases_of(n).iter().map(|p| p.name()).collect();
+                    format!("node {n}: {}", p.join("+"))
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            sim.threads
+                .iter()
+                .filter(|t| !gone[t.addr.node as usize])
+                .map(|t| format!("{}.{}: {}", t.addr.node, t.addr.thread, t.th.commits_pending()))
+                .collect::<Vec<_>>()
+                .join(", "),
         ));
     }
     // The final configuration: the checks read the members' copies where it places
@@ -1254,11 +1272,8 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
                 .iter()
                 .find(|x| x.table == w.table && x.key == w.key)
                 .and_then(|x| x.value.as_deref())
-                .and_then(|v| ambidex_history::decode_hex(v));
-            let new = w
-                .value
-                .as_deref()
-                .and_then(|v| ambidex_history::decode_hex(v));
+                .and_then(ambidex_history::decode_hex);
+            let new = w.value.as_deref().and_then(ambidex_history::decode_hex);
             wl.committed_by_recovery(w.table, old.as_deref(), new.as_deref());
         }
     }

@@ -13,8 +13,8 @@
 //!   commit primaries), or crashes a second node during the recovery from a first
 //!   crash ("recovery"): the manager removes it when its lease runs out, the survivors
 //!   adopt the new configuration, recover from the logs and run on. A crashed node
-//!   stays down (restarting it as a fresh node that rejoins is the hook
-//!   `Sim::restart`, not done yet).
+//!   stays down (restarting it as a fresh node that rejoins would follow
+//!   `Sim::crash_node`; not done, rejoin is another change).
 //! - `long-partition` cuts one node off for 2–3× the give-up time: the others suspect
 //!   it, the manager revokes and removes it, it is fenced, and it stays out once the
 //!   partition heals (it is no member any more).
