@@ -410,7 +410,8 @@ pub struct CrashEvent {
     pub node: NodeId,
     /// Simulated ns.
     pub at_ns: u64,
-    /// The phase the profile aimed at ("execute", ..., "commit-primary", "recovery").
+    /// The phase the profile aimed at ("execute", ..., "commit_primary", "recovery";
+    /// "before recovery" for the first of two crashes aimed at recovery).
     pub target: String,
     /// Whether a coordinator of the node was in the target phase at the crash (for
     /// "recovery": whether the cluster was in stage Adopt or Recover).
@@ -799,7 +800,12 @@ impl Sim {
                 let phases = self.phases_of(node);
                 let hit = phases.contains(&p);
                 if hit || late {
-                    self.crash_node(node, target, hit, phases.iter().map(|p| p.name().into()));
+                    self.crash_node(
+                        node,
+                        target.name(),
+                        hit,
+                        phases.iter().map(|p| p.name().into()),
+                    );
                     if let Some(c) = self.crash.as_mut() {
                         c.done = true;
                     }
@@ -807,7 +813,13 @@ impl Sim {
             }
             (CrashTarget::Recovery(_), 0) => {
                 let phases = self.phases_of(node);
-                self.crash_node(node, target, false, phases.iter().map(|p| p.name().into()));
+                // The first of two: in whatever phase (not a target of its own).
+                self.crash_node(
+                    node,
+                    "before recovery".into(),
+                    true,
+                    phases.iter().map(|p| p.name().into()),
+                );
                 let c = self.crash.as_mut().expect("a plan");
                 c.made = 1;
                 // The second crash comes while the cluster recovers from the first.
@@ -829,7 +841,7 @@ impl Sim {
                 {
                     let second = plan.second;
                     let stage = format!("{stage:?}").to_lowercase();
-                    self.crash_node(second, target, hit || other, [stage]);
+                    self.crash_node(second, target.name(), hit || other, [stage]);
                     let c = self.crash.as_mut().expect("a plan");
                     c.made = 2;
                     c.done = true;
@@ -845,7 +857,7 @@ impl Sim {
     fn crash_node(
         &mut self,
         n: NodeId,
-        target: CrashTarget,
+        target: String,
         hit: bool,
         phases: impl IntoIterator<Item = String>,
     ) {
@@ -858,7 +870,7 @@ impl Sim {
         self.crashes.push(CrashEvent {
             node: n,
             at_ns: self.now(),
-            target: target.name(),
+            target,
             hit,
             phases: phases.into_iter().collect(),
         });

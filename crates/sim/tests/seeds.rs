@@ -480,7 +480,11 @@ fn crash_sweep(
     let r = sweep_known(workload, mode, "crash", seeds, known);
     let mut hits: std::collections::BTreeMap<String, (u32, u32)> = Default::default();
     for x in &r {
-        let want = if x.crashes.first().is_some_and(|c| c.target == "recovery") {
+        let want = if x
+            .crashes
+            .first()
+            .is_some_and(|c| c.target == "before recovery")
+        {
             2
         } else {
             1
