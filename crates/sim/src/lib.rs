@@ -1069,6 +1069,14 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
             done: false,
         }
     });
+    // Every node holds its lease before anything runs: each agent renews once now,
+    // then every AGENT_EVERY_NS from a seeded phase.
+    let mut cluster = cluster;
+    for n in 0..nodes as usize {
+        if let Some((agent, client)) = cluster.agents[n].as_mut() {
+            agent.step(clocks[n].now_ns(), client, dbs[n].cluster());
+        }
+    }
     let mut sim = Sim {
         net: net.clone(),
         clocks,
