@@ -236,7 +236,7 @@ fn print_one(r: &SimReport, wall: f64) {
     println!("  {}", one_sided_line(&r.one_sided, &r.location_cache));
     for c in &r.crashes {
         println!(
-            "  crash: node {} at {:.3} ms, aiming at {} ({}; in {})",
+            "  crash: node {} at {:.3} ms, target {} ({}; in {})",
             c.node,
             c.at_ns as f64 / 1e6,
             c.target,

@@ -552,7 +552,8 @@ fn object_store_ci_seeds_pass_under_crashes() {
     crash_sweep(WorkloadKind::ObjectStore, "fasst", 0..CI_SEEDS, &[]);
 }
 
-/// DrTM+R (one-sided execute, CAS locks, one-sided validation, RPC log) under crashes:
+/// DrTM+R (cached one-sided execute, CAS locks, validation by READ, log and commit by
+/// WRITE) under crashes:
 /// SmallBank's 200 CI seeds. Seeds 23 and 177 are known failures (a survivor's
 /// coroutine hangs in no phase after the failover, with nothing in flight; some
 /// backups may miss writes; TATP and the object store show it too): a bug this profile
