@@ -29,7 +29,9 @@ pub struct Args {
     /// Scheduler steps (one node's master step each) before the workers stop [default: 2000].
     #[arg(long)]
     pub steps: Option<u64>,
-    /// Fault profile: none, lossy, reorder, partition, pause, onesided, chaos [default: chaos].
+    /// Fault profile: none, lossy, reorder, partition, pause, onesided, chaos, crash
+    /// (one node crashes in a protocol phase, or two during recovery), long-partition
+    /// (one node cut off for longer than the give-up time) [default: chaos].
     #[arg(long)]
     pub faults: Option<String>,
     /// Cut nodes off at a fixed simulated time: NODES@FROM..UNTIL in ms, e.g. 2@1..6 or
@@ -39,7 +41,8 @@ pub struct Args {
     /// Do not schedule a node for a while: NODE@FROM..UNTIL in ms (repeatable).
     #[arg(long, value_name = "NODE@FROM..UNTIL")]
     pub pause: Vec<String>,
-    /// TEST ONLY: run a deliberately broken protocol (skip-validation).
+    /// TEST ONLY: run a deliberately broken protocol (skip-validation,
+    /// recovery-skips-dead-coordinators).
     #[arg(long)]
     pub inject_bug: Option<InjectedBug>,
     /// With --seeds: seeds run in parallel on this many threads (each seed is still one
@@ -231,6 +234,39 @@ fn print_one(r: &SimReport, wall: f64) {
         r.rpc.rpcs_issued, r.rpc.retransmits, r.rpc.duplicate_requests, r.rpc.rpcs_failed
     );
     println!("  {}", one_sided_line(&r.one_sided, &r.location_cache));
+    for c in &r.crashes {
+        println!(
+            "  crash: node {} at {:.3} ms, target {} ({}; in {})",
+            c.node,
+            c.at_ns as f64 / 1e6,
+            c.target,
+            if c.hit { "hit" } else { "missed" },
+            if c.phases.is_empty() {
+                "no phase".to_string()
+            } else {
+                c.phases.join(", ")
+            }
+        );
+    }
+    if let Some((n, from, until)) = r.long_partition {
+        println!(
+            "  long partition: node {n} cut off {:.3}..{:.3} ms",
+            from as f64 / 1e6,
+            until as f64 / 1e6
+        );
+    }
+    println!(
+        "  cluster: epoch {}, stage {}, members {:#b}; {} manager event(s); recovery: {} record(s), {} write(s) sent, {} lock(s) released; {} transaction(s) of unknown outcome taken as committed, {} as aborted",
+        r.cluster.epoch,
+        r.cluster.stage,
+        r.cluster.members,
+        r.cluster.events.len(),
+        r.recovery.records,
+        r.recovery.writes_sent,
+        r.recovery.locks_released,
+        r.unknown_committed,
+        r.unknown_aborted
+    );
     println!(
         "  history: {} transactions, serializable={}; workload check: {}",
         r.history_transactions, r.serializable, r.workload_check

@@ -245,16 +245,10 @@ impl Agent {
                     }
                 }
             }
-            let started = clock.now_ns();
-            let mut a = Loop {
-                keeper: LeaseKeeper::new(lease_ns),
-                revision,
-                acked: None,
-                started,
-                clock,
-            };
+            let mut a = AgentCore::new(lease, clock.now_ns(), &state);
+            a.revision = revision;
             while !st.load(Ordering::SeqCst) && !state.fenced() {
-                if let Err(e) = a.step(&mut *client, &state) {
+                if let Err(e) = a.round(|| clock.now_ns(), &mut *client, &state, false) {
                     state.fence(e.to_string());
                 }
             }
@@ -322,24 +316,56 @@ fn join_cluster(
     Ok(0)
 }
 
-struct Loop {
+/// An agent's logic without a thread: [`Agent`] runs its rounds on a thread of its
+/// own, waiting for the manager between them; a deterministic simulator calls
+/// [`AgentCore::step`] at times of its choosing, which never waits.
+pub struct AgentCore {
     keeper: LeaseKeeper,
     revision: u64,
     /// The (epoch, stage) last acknowledged.
     acked: Option<(u32, Stage)>,
     started: u64,
-    clock: SharedClock,
 }
 
-impl Loop {
+impl AgentCore {
+    /// The agent of the node whose threads share `state`, started at `now` (its
+    /// clock) with leases of `lease`: the node holds no lease until the first renewal
+    /// is granted.
+    pub fn new(lease: Duration, now: u64, state: &NodeState) -> AgentCore {
+        state.lease_until.store(0, Ordering::Release);
+        AgentCore {
+            keeper: LeaseKeeper::new(lease.as_nanos().max(1) as u64),
+            revision: 0,
+            acked: None,
+            started: now,
+        }
+    }
+
+    /// One round at `now` (this node's clock) without waiting for the manager: renew
+    /// if due, take a newer state if there is one, acknowledge what the threads have
+    /// reached. An error fences the node; returns whether it still serves (a fenced
+    /// node's agent has nothing more to do).
+    pub fn step(&mut self, now: u64, client: &mut dyn ManagerClient, state: &NodeState) -> bool {
+        if state.fenced() {
+            return false;
+        }
+        if let Err(e) = self.round(|| now, client, state, true) {
+            state.fence(e.to_string());
+        }
+        !state.fenced()
+    }
+
     /// One round: renew if due, take a newer state, acknowledge what the threads have
-    /// reached. An error fences the node.
-    fn step(
+    /// reached. An error fences the node. `clock` is read where the thread reads its
+    /// clock; `stepped`: take the manager's state without waiting.
+    fn round(
         &mut self,
+        clock: impl Fn() -> u64,
         client: &mut dyn ManagerClient,
         state: &NodeState,
+        stepped: bool,
     ) -> Result<(), ManagerError> {
-        let now = self.clock.now_ns();
+        let now = clock();
         if self.keeper.due(now) {
             let sent = self.keeper.sending(now);
             match client.renew() {
@@ -358,7 +384,7 @@ impl Loop {
                 Err(_) => {}
             }
         }
-        let now = self.clock.now_ns();
+        let now = clock();
         let first_within = self.keeper.lease_ns().max(FIRST_GRANT_WITHIN_NS);
         if !self.keeper.valid(now)
             && (self.keeper.valid_until() > 0 || now > self.started + first_within)
@@ -377,7 +403,11 @@ impl Loop {
         };
         // Never past the lease's end: the node is fenced then, not a period later.
         let left = self.keeper.valid_until().saturating_sub(now).max(50_000);
-        let wait = wait.min(Duration::from_nanos(left));
+        let wait = if stepped {
+            Duration::ZERO
+        } else {
+            wait.min(Duration::from_nanos(left))
+        };
         if let Some(s) = client.state_after(self.revision, wait)? {
             self.revision = s.revision;
             if s.config.epoch > state.config.epoch() {

@@ -28,13 +28,14 @@ pub mod membership;
 pub mod placement;
 
 pub mod priority;
-pub use agent::{Agent, NodeState};
+pub use agent::{Agent, AgentCore, NodeState};
 pub use config::{ConfigCell, ConfigView, Configuration};
 pub use lease::LeaseKeeper;
 pub use manager::channel::{ChannelClient, ChannelInbox};
 pub use manager::embedded::{EmbeddedClient, EmbeddedManager};
 #[cfg(feature = "etcd")]
 pub use manager::etcd::{EtcdClient, EtcdManager};
+pub use manager::stepped::{SteppedClient, SteppedManager};
 pub use manager::{ManagerClient, ManagerError};
 pub use membership::{ClusterState, Event, EventKind, Grant, Membership, Refusal, Stage};
 pub use placement::{Placement, PlacementError, MAX_NODES};

@@ -335,6 +335,12 @@ struct Edge {
 
 /// Checks a history. Record order does not matter.
 pub fn check(recs: &[TxnRecord]) -> CheckReport {
+    if recs.iter().any(|r| r.outcome == Outcome::Unknown) {
+        // Each transaction of unknown outcome is committed if anyone saw it.
+        let mut resolved = recs.to_vec();
+        crate::format::resolve_unknown(&mut resolved, |_| false);
+        return check(&resolved);
+    }
     let mut rep = CheckReport {
         transactions: recs.len() as u64,
         ..CheckReport::default()

@@ -71,6 +71,7 @@ pub fn export_elle(recs: &[TxnRecord], out: impl Write) -> io::Result<ElleExport
         let done = match r.outcome {
             Outcome::Committed => "ok",
             Outcome::Aborted => "fail",
+            Outcome::Unknown => "info",
         };
         let invoke = json!({"index": 2 * i, "type": "invoke", "f": "txn", "process": process, "value": mops});
         let complete = json!({"index": 2 * i + 1, "type": done, "f": "txn", "process": process, "value": mops});

@@ -19,6 +19,10 @@ pub const MAX_ID: u64 = (1 << 63) - 1;
 pub enum Outcome {
     Committed,
     Aborted,
+    /// Indeterminate: the coordinator died while another node could still commit it
+    /// (its log record may survive). The checkers take it as committed if any other
+    /// transaction saw one of its writes, as aborted otherwise ([`resolve_unknown`]).
+    Unknown,
 }
 
 impl Outcome {
@@ -26,6 +30,7 @@ impl Outcome {
         match self {
             Outcome::Committed => "committed",
             Outcome::Aborted => "aborted",
+            Outcome::Unknown => "unknown",
         }
     }
 }
@@ -92,6 +97,47 @@ pub struct TxnRecord {
     pub reads: Vec<ReadRecord>,
     #[serde(default)]
     pub writes: Vec<WriteRecord>,
+}
+
+/// Decides every transaction of unknown outcome: committed if another transaction
+/// read one of its versions or overwrote one, or if `installed` says one of its writes
+/// is in the store (the caller knows the final state), else aborted (nobody can have
+/// seen it). Returns how many were taken as (committed, aborted).
+pub fn resolve_unknown(
+    recs: &mut [TxnRecord],
+    installed: impl Fn(&WriteRecord) -> bool,
+) -> (u64, u64) {
+    use std::collections::BTreeSet;
+    if recs.iter().all(|r| r.outcome != Outcome::Unknown) {
+        return (0, 0);
+    }
+    let mut seen: BTreeSet<u64> = BTreeSet::new();
+    for r in recs.iter() {
+        seen.extend(r.reads.iter().map(|x| x.version).filter(|&v| v != r.id));
+        seen.extend(
+            r.writes
+                .iter()
+                .map(|w| w.prev_version)
+                .filter(|&v| v != r.id),
+        );
+    }
+    let (mut c, mut a) = (0, 0);
+    for r in recs.iter_mut().filter(|r| r.outcome == Outcome::Unknown) {
+        let committed =
+            !r.writes.is_empty() && (seen.contains(&r.id) || r.writes.iter().any(&installed));
+        if committed {
+            r.outcome = Outcome::Committed;
+            c += 1;
+        } else {
+            r.outcome = Outcome::Aborted;
+            a += 1;
+        }
+        r.reason = Some(format!(
+            "unknown outcome, taken as {}",
+            if committed { "committed" } else { "aborted" }
+        ));
+    }
+    (c, a)
 }
 
 impl TxnRecord {

@@ -209,3 +209,38 @@ fn check_file_reports_parse_errors_and_results() {
     assert!(err.contains("line 2"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A transaction of unknown outcome (its coordinator died) is committed if another
+/// transaction saw one of its writes, aborted otherwise: either way the history checks.
+#[test]
+fn unknown_outcomes_are_committed_if_seen() {
+    use ambidex_history::{resolve_unknown, Outcome};
+    let unknown = |t: common::T| {
+        let mut r = t.done();
+        r.outcome = Outcome::Unknown;
+        r
+    };
+    // T100 (unknown) wrote key 1; T101 read its version and overwrote it.
+    let seen = vec![
+        unknown(txn(100).r(1, INIT).w(1, INIT)),
+        txn(101).r(1, 100).w(1, 100).done(),
+    ];
+    assert!(check(&seen).valid, "{}", check(&seen).summary());
+    let mut r = seen.clone();
+    assert_eq!(resolve_unknown(&mut r, |_| false), (1, 0));
+    assert!(r[0].is_committed());
+    // Nobody saw T102's write: aborted, and a later reader of the initial version is
+    // fine. Unless the store holds it: committed.
+    let unseen = vec![
+        unknown(txn(102).r(2, INIT).w(2, INIT)),
+        txn(103).r(2, INIT).done(),
+    ];
+    assert!(check(&unseen).valid, "{}", check(&unseen).summary());
+    let mut r = unseen.clone();
+    assert_eq!(resolve_unknown(&mut r, |_| false), (0, 1));
+    let mut r = unseen;
+    assert_eq!(resolve_unknown(&mut r, |w| w.version == 102), (1, 0));
+    // The format names the outcome "unknown".
+    let lines = serde_json::to_string(&seen[0]).unwrap();
+    assert!(lines.contains("\"outcome\":\"unknown\""), "{lines}");
+}

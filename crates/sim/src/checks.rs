@@ -21,11 +21,71 @@ use std::sync::Arc;
 const MAX_LISTED: usize = 5;
 
 /// Records every finished transaction of a thread into a shared in-memory list, exactly
-/// as `ambidex_txn::history::RecorderSink` writes them to a file (no JSON round trip).
+/// as `ambidex_txn::history::RecorderSink` writes them to a file (no JSON round trip),
+/// and keeps the transactions whose log phase started and that have not finished in
+/// `pending` (shared by the node's threads): if the node crashes, their outcome is
+/// unknown ([`Outcome::Unknown`]).
 pub struct MemorySink {
     pub recs: Rc<RefCell<Vec<TxnRecord>>>,
     /// The node's clock offset from simulated time (µs), written into every record.
     pub clock_offset_us: u64,
+    /// Transactions of the node that may commit without their coordinator, by id.
+    pub pending: Rc<RefCell<BTreeMap<u64, TxnRecord>>>,
+}
+
+/// A record of `items` as the history format has it.
+#[allow(clippy::too_many_arguments)]
+fn to_record(
+    id: u64,
+    node: NodeId,
+    thread: ThreadId,
+    outcome: Outcome,
+    reason: Option<String>,
+    (start_ns, end_ns): (u64, u64),
+    clock_offset_us: u64,
+    items: &[ItemView<'_>],
+) -> TxnRecord {
+    let mut reads = Vec::with_capacity(items.len());
+    let mut writes = Vec::new();
+    for it in items {
+        reads.push(ReadRecord {
+            table: it.table,
+            key: it.key,
+            version: it.version,
+            value: it.exists.then(|| encode_hex(it.value)),
+        });
+        if let Some(kind) = it.write {
+            let (kind, value) = match kind {
+                WriteKind::Insert => (HKind::Insert, it.new_value),
+                WriteKind::Update => (HKind::Update, it.new_value),
+                WriteKind::Delete => (HKind::Delete, None),
+            };
+            // As the file recorder: an aborted transaction that never chose a value
+            // has no write to record.
+            if value.is_some() || kind == HKind::Delete {
+                writes.push(WriteRecord {
+                    table: it.table,
+                    key: it.key,
+                    kind,
+                    prev_version: it.version,
+                    version: id,
+                    value: value.map(encode_hex),
+                });
+            }
+        }
+    }
+    TxnRecord {
+        id,
+        node: node as u32,
+        thread: thread as u32,
+        outcome,
+        reason,
+        start_us: start_ns / 1000,
+        end_us: end_ns / 1000,
+        clock_offset_us: Some(clock_offset_us),
+        reads,
+        writes,
+    }
 }
 
 impl HistorySink for MemorySink {
@@ -39,51 +99,42 @@ impl HistorySink for MemorySink {
         end_ns: u64,
         items: &[ItemView<'_>],
     ) {
-        let mut reads = Vec::with_capacity(items.len());
-        let mut writes = Vec::new();
-        for it in items {
-            reads.push(ReadRecord {
-                table: it.table,
-                key: it.key,
-                version: it.version,
-                value: it.exists.then(|| encode_hex(it.value)),
-            });
-            if let Some(kind) = it.write {
-                let (kind, value) = match kind {
-                    WriteKind::Insert => (HKind::Insert, it.new_value),
-                    WriteKind::Update => (HKind::Update, it.new_value),
-                    WriteKind::Delete => (HKind::Delete, None),
-                };
-                // As the file recorder: an aborted transaction that never chose a value
-                // has no write to record.
-                if value.is_some() || kind == HKind::Delete {
-                    writes.push(WriteRecord {
-                        table: it.table,
-                        key: it.key,
-                        kind,
-                        prev_version: it.version,
-                        version: id,
-                        value: value.map(encode_hex),
-                    });
-                }
-            }
-        }
-        self.recs.borrow_mut().push(TxnRecord {
+        self.pending.borrow_mut().remove(&id);
+        self.recs.borrow_mut().push(to_record(
             id,
-            node: node as u32,
-            thread: thread as u32,
-            outcome: if outcome.is_ok() {
+            node,
+            thread,
+            if outcome.is_ok() {
                 Outcome::Committed
             } else {
                 Outcome::Aborted
             },
-            reason: outcome.err().map(|r| r.name().to_string()),
-            start_us: start_ns / 1000,
-            end_us: end_ns / 1000,
-            clock_offset_us: Some(self.clock_offset_us),
-            reads,
-            writes,
-        });
+            outcome.err().map(|r| r.name().to_string()),
+            (start_ns, end_ns),
+            self.clock_offset_us,
+            items,
+        ));
+    }
+
+    fn pending(
+        &mut self,
+        id: u64,
+        node: NodeId,
+        thread: ThreadId,
+        start_ns: u64,
+        items: &[ItemView<'_>],
+    ) {
+        let r = to_record(
+            id,
+            node,
+            thread,
+            Outcome::Unknown,
+            None,
+            (start_ns, start_ns),
+            self.clock_offset_us,
+            items,
+        );
+        self.pending.borrow_mut().insert(id, r);
     }
 }
 
@@ -147,12 +198,19 @@ pub struct Dump {
 
 impl Dump {
     pub fn of(dbs: &[Arc<NodeDb>], tables: &[u32]) -> Dump {
+        Dump::of_members(dbs, tables, u64::MAX)
+    }
+
+    /// The rows of the nodes in `members` (bit i: node i) only: a node removed from
+    /// the cluster (crashed, or cut off and fenced) holds nothing that counts.
+    pub fn of_members(dbs: &[Arc<NodeDb>], tables: &[u32], members: u64) -> Dump {
         Dump {
             tables: tables
                 .iter()
                 .map(|&t| {
                     let rows = dbs
                         .iter()
+                        .filter(|db| members & (1 << db.node) != 0)
                         .flat_map(|db| {
                             db.dump(t)
                                 .into_iter()

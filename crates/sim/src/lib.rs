@@ -14,8 +14,10 @@
 //!    work (not paused, not known idle) and runs one master step of it
 //!    (`Runtime::poll_once`), charging it a seeded sliver of simulated CPU time; when every
 //!    runtime is idle, time jumps to the next network event (or 1 ms, so retransmission
-//!    timers fire). The fault profile ([`FaultProfile`]) starts partitions and node pauses
-//!    from a second seeded stream;
+//!    timers fire). The fault profile ([`FaultProfile`]) starts partitions, node pauses
+//!    and crashes from a second seeded stream. A configuration manager on simulated time
+//!    and one stepped agent per node give every node a lease ([`LEASE`]) and carry the
+//!    cluster through reconfigurations (`docs/simulation.md`);
 //! 4. after `steps` steps, stops the workers, heals partitions, ends pauses and keeps
 //!    stepping until every worker has returned, no RPC is in flight and the network is
 //!    empty (or a generous budget runs out: the workers left are stuck);
@@ -38,13 +40,15 @@ pub use profile::{FaultProfile, PROFILES};
 
 pub use ambidex_workloads::config::InjectedBug;
 
+use ambidex_cluster::{AgentCore, Stage, SteppedClient, SteppedManager};
 use ambidex_history::TxnRecord;
-use ambidex_rpc::{ManualClock, RpcStats, Runtime, RuntimeConfig};
+use ambidex_rpc::{Clock, ManualClock, RpcStats, Runtime, RuntimeConfig};
 use ambidex_transport::{EndpointAddr, NodeId, SharedNode};
 use ambidex_transport_sim::{mix, SimNet, SimNetStats, HASH_SEED};
-use ambidex_txn::runner::{start_thread, RunSpec, WorkerCtx};
+use ambidex_txn::recovery::{RecoveryStats, ThreadRecovery};
+use ambidex_txn::runner::{start_thread, ManagerSpec, RunSpec, WorkerCtx};
 use ambidex_txn::stats::LocationCacheStats;
-use ambidex_txn::{NodeDb, Placement, TxnStats, TxnThread};
+use ambidex_txn::{NodeDb, Phase, Placement, TxnStats, TxnThread};
 use ambidex_workloads::common::{worker_seed, Outcome, Workload};
 use ambidex_workloads::driver::run_spec;
 use ambidex_workloads::load::{build_nodes, LoadOptions};
@@ -60,6 +64,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A fault placed at a fixed simulated time, in addition to the profile's.
 #[derive(Clone, Debug, PartialEq)]
@@ -354,6 +359,20 @@ pub struct SimReport {
     pub per_type: BTreeMap<String, TypeCount>,
     pub partitions: u64,
     pub pauses: u64,
+    /// Nodes crashed (the `crash` profile), in order.
+    pub crashes: Vec<CrashEvent>,
+    /// A node cut off for longer than the give-up time (the `long-partition` profile):
+    /// (node, from, until), simulated ns.
+    pub long_partition: Option<(NodeId, u64, u64)>,
+    /// The configuration manager's final state and what it did.
+    pub cluster: ClusterReport,
+    /// What the nodes' recoveries and re-replications did, summed over threads.
+    pub recovery: RecoveryStats,
+    /// Transactions whose coordinator died (or was fenced) before it knew their
+    /// outcome, as the checks took them: committed (someone saw a write of theirs, or
+    /// it is installed) or aborted.
+    pub unknown_committed: u64,
+    pub unknown_aborted: u64,
     pub net: SimNetStats,
     pub rpc: RpcStats,
     pub txn_layer: TxnStats,
@@ -383,6 +402,36 @@ pub struct SimReport {
     /// The recorded history (for `--history FILE`); not in the JSON report.
     #[serde(skip)]
     pub history: Vec<TxnRecord>,
+}
+
+/// One crash of a run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CrashEvent {
+    pub node: NodeId,
+    /// Simulated ns.
+    pub at_ns: u64,
+    /// The phase the profile aimed at ("execute", ..., "commit_primary", "recovery";
+    /// "before recovery" for the first of two crashes aimed at recovery).
+    pub target: String,
+    /// Whether a coordinator of the node was in the target phase at the crash (for
+    /// "recovery": whether the cluster was in stage Adopt or Recover).
+    pub hit: bool,
+    /// Every phase a coordinator of the node was in at the crash, or the cluster's
+    /// stage for a crash during recovery.
+    pub phases: Vec<String>,
+}
+
+/// The manager's side of a run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ClusterReport {
+    pub epoch: u32,
+    pub stage: String,
+    /// Bit i: node i is a member at the end.
+    pub members: u64,
+    /// The manager's events ("at_ns epoch what").
+    pub events: Vec<String>,
+    /// Why the cluster stopped, if it did.
+    pub failure: Option<String>,
 }
 
 impl SimReport {
@@ -467,6 +516,8 @@ struct NodeThread {
     addr: EndpointAddr,
     rt: Runtime,
     th: Rc<TxnThread>,
+    /// Its part in reconfigurations (adopt, recover, copy), as a node thread's loop.
+    rec: ThreadRecovery,
     /// Simulated time at which this runtime's last step found nothing to do.
     idle_since: Option<u64>,
 }
@@ -481,6 +532,65 @@ const STEP_NS: (u64, u64) = (100, 1_000);
 /// Limits of the quiescing phase: simulated time and steps.
 const QUIESCE_NS: u64 = 10_000_000_000;
 const QUIESCE_STEPS: u64 = 2_000_000;
+
+/// Every node's lease (simulated time): renewed at a fifth of it by its agent, which
+/// the scheduler steps every [`AGENT_EVERY_NS`]; the manager ticks as often.
+pub const LEASE: Duration = Duration::from_millis(10);
+pub const AGENT_EVERY_NS: u64 = 1_000_000;
+/// Steps a run goes on for once the cluster runs again after a reconfiguration (so
+/// transactions run in the new configuration), and the simulated time a run may take
+/// waiting for that at most.
+const STEPS_AFTER_RECOVERY: u64 = 1_500;
+const RUN_LIMIT_NS: u64 = 2_000_000_000;
+
+/// The manager of a run and its nodes' agents, stepped by the scheduler.
+struct SimCluster {
+    manager: SteppedManager,
+    /// Per node: its agent, and its handle on the manager (`None` once it crashed).
+    agents: Vec<Option<(AgentCore, SteppedClient)>>,
+    next_agent: Vec<u64>,
+    next_tick: u64,
+}
+
+/// What the `crash` profile aims at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CrashTarget {
+    Phase(Phase),
+    /// A second node, while the cluster recovers from a first crash (stage Adopt if
+    /// `.0` is false, Recover if true, whichever comes if that one is missed).
+    Recovery(bool),
+}
+
+impl CrashTarget {
+    /// The target of seed `seed`: the phases and recovery in turn.
+    fn of_seed(seed: u64) -> CrashTarget {
+        match seed % 7 {
+            6 => CrashTarget::Recovery((seed / 7) % 2 == 1),
+            i => CrashTarget::Phase(Phase::ALL[i as usize]),
+        }
+    }
+
+    fn name(self) -> String {
+        match self {
+            CrashTarget::Phase(p) => p.name().to_string(),
+            CrashTarget::Recovery(_) => "recovery".into(),
+        }
+    }
+}
+
+/// A crash the profile will make.
+struct CrashPlan {
+    node: NodeId,
+    target: CrashTarget,
+    /// Not before this (simulated ns); at this latest if the target is never seen.
+    from_ns: u64,
+    deadline_ns: u64,
+    /// For a crash during recovery: the second node.
+    second: NodeId,
+    /// Crashes made of this plan (1 or 2 when done).
+    made: u8,
+    done: bool,
+}
 
 struct Sim {
     net: Arc<SimNet>,
@@ -499,6 +609,14 @@ struct Sim {
     calm: bool,
     /// Scripted pauses: (node, from, until).
     pauses_at: Vec<(usize, u64, u64)>,
+    dbs: Vec<Arc<NodeDb>>,
+    cluster: SimCluster,
+    crashed: Vec<bool>,
+    crash: Option<CrashPlan>,
+    crashes: Vec<CrashEvent>,
+    /// The long partition, once placed: (node, from, until).
+    long_partition: Option<(NodeId, u64, u64)>,
+    give_up_ns: u64,
 }
 
 fn gap(rng: &mut SmallRng, mean: u64) -> u64 {
@@ -531,6 +649,16 @@ impl Sim {
             }
         }
         let n = self.paused_until.len() as u16;
+        self.crash_if_due(now);
+        let (lo, hi) = self.faults.long_partition;
+        if hi > 0.0 && self.long_partition.is_none() && n > 1 {
+            let node = self.fault_rng.gen_range(0..n);
+            let from = now + self.fault_rng.gen_range(100_000..=600_000);
+            let d = (self.give_up_ns as f64 * self.fault_rng.gen_range(lo..=hi)) as u64;
+            self.net.partition(&[node], from, from + d);
+            self.partitions += 1;
+            self.long_partition = Some((node, from, from + d));
+        }
         let f = &self.faults;
         if f.partition_every_ns > 0 && now >= self.next_partition && n > 1 {
             // A random non-empty proper subset of the nodes is cut off from the rest.
@@ -558,9 +686,11 @@ impl Sim {
     fn step(&mut self, candidates: &mut Vec<usize>) -> bool {
         let now = self.now();
         self.inject_faults(now);
+        self.drive_cluster(now);
         candidates.clear();
         for (i, t) in self.threads.iter().enumerate() {
-            if self.paused_until[t.addr.node as usize] > now {
+            let n = t.addr.node as usize;
+            if self.paused_until[n] > now || self.crashed[n] {
                 continue;
             }
             let idle = t
@@ -581,6 +711,12 @@ impl Sim {
                     t = t.min(p);
                 }
             }
+            t = t.min(self.cluster.next_tick);
+            for (n, &a) in self.cluster.next_agent.iter().enumerate() {
+                if self.cluster.agents[n].is_some() {
+                    t = t.min(a);
+                }
+            }
             for th in self.threads.iter_mut() {
                 th.idle_since = None;
             }
@@ -589,6 +725,10 @@ impl Sim {
         }
         let i = candidates[self.sched.gen_range(0..candidates.len())];
         let t = &mut self.threads[i];
+        // As a node thread's loop: its part in a reconfiguration between steps.
+        if t.rec.due(&t.rt) {
+            t.rec.step(&mut t.rt, &t.th);
+        }
         if t.rt.poll_once() {
             t.idle_since = None;
         } else {
@@ -601,10 +741,147 @@ impl Sim {
         true
     }
 
-    /// RPCs issued and not yet completed or failed, over every runtime.
-    fn rpcs_in_flight(&self) -> u64 {
+    /// Ticks the manager and steps the agents that are due (a paused node's agent is
+    /// paused with it; a crashed node's is gone).
+    fn drive_cluster(&mut self, now: u64) {
+        let c = &mut self.cluster;
+        if now >= c.next_tick {
+            c.manager.tick(now);
+            c.next_tick = now + AGENT_EVERY_NS;
+        }
+        for n in 0..c.agents.len() {
+            if now < c.next_agent[n] || self.paused_until[n] > now {
+                continue;
+            }
+            if let Some((agent, client)) = c.agents[n].as_mut() {
+                agent.step(self.clocks[n].now_ns(), client, self.dbs[n].cluster());
+                c.next_agent[n] = now + AGENT_EVERY_NS;
+            }
+        }
+    }
+
+    /// The manager's epoch and stage now.
+    fn epoch_stage(&self) -> (u32, Stage) {
+        self.cluster.manager.epoch_stage()
+    }
+
+    /// Whether the run must go on whatever its steps: a crash still to come, a long
+    /// partition not over yet, or a reconfiguration in progress.
+    fn disrupted(&self, now: u64) -> bool {
+        self.crash.as_ref().is_some_and(|c| !c.done)
+            || self.long_partition.is_some_and(|(_, _, until)| now < until)
+            || (self.faults.long_partition.1 > 0.0 && self.long_partition.is_none())
+            || self.epoch_stage().1 != Stage::Run
+    }
+
+    /// The phases a coordinator of node `n` is in now.
+    fn phases_of(&self, n: NodeId) -> Vec<Phase> {
+        Phase::ALL
+            .into_iter()
+            .filter(|&p| {
+                self.threads
+                    .iter()
+                    .any(|t| t.addr.node == n && t.th.in_phase(p) > 0)
+            })
+            .collect()
+    }
+
+    /// Makes the profile's crash once its moment came (see [`CrashTarget`]).
+    fn crash_if_due(&mut self, now: u64) {
+        let Some(plan) = self.crash.as_ref() else {
+            return;
+        };
+        if plan.done || now < plan.from_ns {
+            return;
+        }
+        let (node, target, late) = (plan.node, plan.target, now >= plan.deadline_ns);
+        match (target, plan.made) {
+            (CrashTarget::Phase(p), _) => {
+                let phases = self.phases_of(node);
+                let hit = phases.contains(&p);
+                if hit || late {
+                    self.crash_node(
+                        node,
+                        target.name(),
+                        hit,
+                        phases.iter().map(|p| p.name().into()),
+                    );
+                    if let Some(c) = self.crash.as_mut() {
+                        c.done = true;
+                    }
+                }
+            }
+            (CrashTarget::Recovery(_), 0) => {
+                let phases = self.phases_of(node);
+                // The first of two: in whatever phase (not a target of its own).
+                self.crash_node(
+                    node,
+                    "before recovery".into(),
+                    true,
+                    phases.iter().map(|p| p.name().into()),
+                );
+                let c = self.crash.as_mut().expect("a plan");
+                c.made = 1;
+                // The second crash comes while the cluster recovers from the first.
+                c.deadline_ns = now + 4 * LEASE.as_nanos() as u64;
+            }
+            (CrashTarget::Recovery(recover), _) => {
+                let (epoch, stage) = self.epoch_stage();
+                let want = if recover {
+                    Stage::Recover
+                } else {
+                    Stage::Adopt
+                };
+                let hit = epoch > 1 && stage == want;
+                // Missed the stage aimed at: any stage of recovery will do.
+                let other = epoch > 1 && stage != Stage::Run;
+                if hit
+                    || (other && now >= plan.deadline_ns)
+                    || now >= plan.deadline_ns + LEASE.as_nanos() as u64
+                {
+                    let second = plan.second;
+                    let stage = format!("{stage:?}").to_lowercase();
+                    self.crash_node(second, target.name(), hit || other, [stage]);
+                    let c = self.crash.as_mut().expect("a plan");
+                    c.made = 2;
+                    c.done = true;
+                }
+            }
+        }
+    }
+
+    /// Crashes node `n`: its memory stays as it was (battery-backed, and the checks
+    /// ignore it), nothing of it runs again and its agent is gone (its lease runs out).
+    /// Bringing it back as a fresh node that rejoins (`ManagerClient::join`) would be
+    /// `Sim::restart` (not built: rejoin is another change).
+    fn crash_node(
+        &mut self,
+        n: NodeId,
+        target: String,
+        hit: bool,
+        phases: impl IntoIterator<Item = String>,
+    ) {
+        if self.crashed[n as usize] {
+            return;
+        }
+        self.net.crash(n);
+        self.crashed[n as usize] = true;
+        self.cluster.agents[n as usize] = None;
+        self.crashes.push(CrashEvent {
+            node: n,
+            at_ns: self.now(),
+            target,
+            hit,
+            phases: phases.into_iter().collect(),
+        });
+    }
+
+    /// RPCs issued and not yet completed or failed, over every runtime of a node not
+    /// in `gone`.
+    fn rpcs_in_flight(&self, gone: &[bool]) -> u64 {
         self.threads
             .iter()
+            .filter(|t| !gone[t.addr.node as usize])
             .map(|t| {
                 let s = t.rt.stats();
                 s.rpcs_issued - s.rpcs_completed - s.rpcs_failed
@@ -653,9 +930,9 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     // simulated network.
     let base = RunSpec {
         fault: None,
-        // The simulator's clocks are manual and it crashes no node: a manager ticking
-        // on real time (and agents on threads of their own) has no place in it.
-        manager: None,
+        // Leases and reconfigurations: the simulator runs the manager and the nodes'
+        // agents itself, on simulated time (`SimCluster`), not on threads.
+        manager: Some(ManagerSpec::embedded(LEASE)),
         kill: None,
         ..run_spec(cfg, coroutines, None)?
     };
@@ -673,6 +950,10 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
             .map(|_| Cell::new(true))
             .collect(),
     );
+    // Per node: its transactions whose outcome another node may decide (see
+    // `checks::MemorySink`).
+    let pendings: Vec<Rc<RefCell<BTreeMap<u64, TxnRecord>>>> =
+        (0..nodes).map(|_| Rc::default()).collect();
     let mut threads = Vec::new();
     for n in 0..nodes {
         let node = net.node(n);
@@ -696,6 +977,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
                 Some(Box::new(checks::MemorySink {
                     recs: recs.clone(),
                     clock_offset_us: offsets[n as usize] / 1000,
+                    pending: pendings[n as usize].clone(),
                 })),
                 stop.clone(),
                 move |w: WorkerCtx| {
@@ -710,6 +992,8 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
                         let mut local = W::Local::default();
                         while !w.stop.load(Ordering::Relaxed) {
                             let (ty, outcome) = wl.run_one(&w, &mut rng, &mut local).await;
+                            // Counted now: a worker of a crashed node never finishes.
+                            wl.fold_worker(&mut local);
                             {
                                 let mut tl = tally.borrow_mut();
                                 match outcome {
@@ -735,6 +1019,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
             )?;
             threads.push(NodeThread {
                 addr: EndpointAddr::new(n, t),
+                rec: ThreadRecovery::new(&rt, &th),
                 rt,
                 th,
                 idle_since: None,
@@ -745,6 +1030,53 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     // The first fault comes within one mean gap (runs are short in simulated time).
     let next_partition = gap(&mut fault_rng, faults.partition_every_ns) / 2;
     let next_pause = gap(&mut fault_rng, faults.pause_every_ns) / 2;
+    let config = (*dbs[0].config().load()).clone();
+    let manager = SteppedManager::new(config.clone(), LEASE, net.now());
+    let cluster = SimCluster {
+        agents: (0..nodes)
+            .map(|n| {
+                let agent = AgentCore::new(
+                    LEASE,
+                    clocks[n as usize].now_ns(),
+                    dbs[n as usize].cluster(),
+                );
+                Some((agent, manager.client(n, config.incarnations[n as usize])))
+            })
+            .collect(),
+        next_agent: (0..nodes)
+            .map(|_| setup.gen_range(0..AGENT_EVERY_NS))
+            .collect(),
+        next_tick: 0,
+        manager,
+    };
+    let crash = (faults.crash && nodes > 1).then(|| {
+        let node = fault_rng.gen_range(0..nodes);
+        let from_ns = fault_rng.gen_range(100_000..=600_000);
+        let second = (node + 1 + fault_rng.gen_range(0..nodes - 1)) % nodes;
+        let mut target = CrashTarget::of_seed(seed);
+        if matches!(target, CrashTarget::Recovery(_)) && (nodes < 3 || cfg.cluster.replication < 3)
+        {
+            // Two crashes would lose every copy of some partition.
+            target = CrashTarget::Phase(Phase::Log);
+        }
+        CrashPlan {
+            node,
+            target,
+            from_ns,
+            deadline_ns: from_ns + 2_000_000,
+            second,
+            made: 0,
+            done: false,
+        }
+    });
+    // Every node holds its lease before anything runs: each agent renews once now,
+    // then every AGENT_EVERY_NS from a seeded phase.
+    let mut cluster = cluster;
+    for n in 0..nodes as usize {
+        if let Some((agent, client)) = cluster.agents[n].as_mut() {
+            agent.step(clocks[n].now_ns(), client, dbs[n].cluster());
+        }
+    }
     let mut sim = Sim {
         net: net.clone(),
         clocks,
@@ -760,6 +1092,13 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         pauses: 0,
         calm: false,
         pauses_at: Vec::new(),
+        dbs: dbs.clone(),
+        cluster,
+        crashed: vec![false; nodes as usize],
+        crash,
+        crashes: Vec::new(),
+        long_partition: None,
+        give_up_ns: (cfg.rpc.give_up_ms * 1e6) as u64,
     };
     for f in &script {
         match f {
@@ -792,9 +1131,23 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     }
     sim.calm = false;
 
-    // The run.
+    // The run: its steps, and longer while a crash or a long partition is to come or
+    // the cluster reconfigures, then STEPS_AFTER_RECOVERY more in the new configuration.
     let mut steps = 0u64;
-    while steps < cfg.sim.steps {
+    let run_start = sim.now();
+    let mut back_at: Option<u64> = None;
+    loop {
+        let now = sim.now();
+        let disrupted = sim.disrupted(now);
+        if !disrupted && back_at.is_none() && sim.epoch_stage().0 > 1 {
+            back_at = Some(steps);
+        }
+        let more = steps < cfg.sim.steps
+            || disrupted
+            || back_at.is_some_and(|b| steps < b + STEPS_AFTER_RECOVERY);
+        if !more || now - run_start >= RUN_LIMIT_NS {
+            break;
+        }
         if sim.step(&mut cand) {
             steps += 1;
         }
@@ -802,6 +1155,15 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
             break;
         }
     }
+    let per_node = threads_per_node as usize * coroutines;
+    // Nodes out of the cluster (crashed, or removed and fenced) are not waited for:
+    // crashes happen only while the run lasts, and nobody joins while it quiesces.
+    let gone = |sim: &Sim| {
+        let members = sim.cluster.manager.members();
+        (0..nodes as usize)
+            .map(|n| sim.crashed[n] || members & (1 << n) == 0)
+            .collect::<Vec<bool>>()
+    };
 
     // Quiesce: stop the workers, heal the network, step until everything has settled.
     stop.store(true, Ordering::Relaxed);
@@ -815,12 +1177,19 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         // `%`, not `is_multiple_of`: the workspace's rust-version is 1.80.
         #[allow(clippy::manual_is_multiple_of)]
         let check = quiesce_steps % 16 == 0;
-        if check
-            && running.iter().all(|r| !r.get())
-            && net.in_flight() == 0
-            && sim.threads.iter().all(|t| !net.has_pending(t.addr))
-            && sim.rpcs_in_flight() == 0
-        {
+        if check && sim.epoch_stage().1 == Stage::Run && {
+            let gone = gone(&sim);
+            running
+                .iter()
+                .enumerate()
+                .all(|(i, r)| !r.get() || gone[i / per_node])
+                && sim
+                    .threads
+                    .iter()
+                    .all(|t| gone[t.addr.node as usize] || !net.has_pending(t.addr))
+                && sim.rpcs_in_flight(&gone) == 0
+                && (gone.iter().any(|&g| g) || net.in_flight() == 0)
+        } {
             settled = true;
             break;
         }
@@ -831,12 +1200,12 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     // Checks.
     let mut failures = Vec::new();
     if !settled {
+        let gone = gone(&sim);
         let stuck: Vec<String> = running
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.get())
+            .filter(|&(i, r)| r.get() && !gone[i / per_node])
             .map(|(i, _)| {
-                let per_node = threads_per_node as usize * coroutines;
                 format!(
                     "node {} thread {} coroutine {}",
                     i / per_node,
@@ -846,16 +1215,88 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
             })
             .collect();
         failures.push(format!(
-            "not quiescent after {} steps / {} ms of simulated time: {} coroutine(s) stuck [{}], {} RPC(s) and {} network event(s) in flight",
+            "not quiescent after {} steps / {} ms of simulated time: {} coroutine(s) stuck [{}], {} RPC(s) and {} network event(s) in flight, cluster at {:?}; coordinators in phases [{}], installations pending [{}]",
             quiesce_steps,
             (sim.now() - t_stop) / 1_000_000,
             stuck.len(),
             stuck.join(", "),
-            sim.rpcs_in_flight(),
-            net.in_flight()
+            sim.rpcs_in_flight(&gone),
+            net.in_flight(),
+            sim.epoch_stage(),
+            (0..nodes)
+                .filter(|&n| !gone[n as usize])
+                .map(|n| {
+                    let p: Vec<&str> = sim.phases_of(n).iter().map(|p| p.name()).collect();
+                    format!("node {n}: {}", p.join("+"))
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            sim.threads
+                .iter()
+                .filter(|t| !gone[t.addr.node as usize])
+                .map(|t| format!("{}.{}: {}", t.addr.node, t.addr.thread, t.th.commits_pending()))
+                .collect::<Vec<_>>()
+                .join(", "),
         ));
     }
-    let history = std::mem::take(&mut *recs.borrow_mut());
+    // The final configuration: the checks read the members' copies where it places
+    // them. A node that left (crashed, or cut off and fenced) is made to follow it too,
+    // so a workload's check counts no primary of it.
+    let fin = sim.cluster.manager.state();
+    let placement = fin.config.placement.clone();
+    let members = placement.member_mask();
+    for db in &dbs {
+        if db.cluster().config.epoch() != fin.config.epoch {
+            db.cluster().enter(fin.config.clone(), Stage::Run);
+        }
+    }
+    if let Some(f) = sim.cluster.manager.failure() {
+        failures.push(format!("the cluster could not go on: {f}"));
+    }
+    for db in dbs.iter().filter(|d| members & (1 << d.node) != 0) {
+        if db.cluster().fenced() {
+            failures.push(format!(
+                "member {} was fenced: {}",
+                db.node,
+                db.cluster().why().unwrap_or_default()
+            ));
+        }
+    }
+    if sim.crash.as_ref().is_some_and(|c| !c.done) {
+        failures.push("the profile's crash never happened".into());
+    }
+    let mut history = std::mem::take(&mut *recs.borrow_mut());
+    // Transactions whose coordinator died (or was fenced) before it knew their outcome:
+    // committed if anyone saw them or they are installed, else aborted.
+    let mut unknown_ids = Vec::new();
+    for p in &pendings {
+        for (id, r) in std::mem::take(&mut *p.borrow_mut()) {
+            unknown_ids.push(id);
+            history.push(r);
+        }
+    }
+    let (unknown_committed, unknown_aborted) =
+        ambidex_history::resolve_unknown(&mut history, |w| {
+            let mut buf = Vec::new();
+            let p = placement.primary(w.table, w.key) as usize;
+            ambidex_txn::actions::read(&dbs[p], w.table, w.key, &mut buf).version == w.version
+        });
+    unknown_ids.sort_unstable();
+    for r in history
+        .iter()
+        .filter(|r| r.is_committed() && unknown_ids.binary_search(&r.id).is_ok())
+    {
+        for w in &r.writes {
+            let old = r
+                .reads
+                .iter()
+                .find(|x| x.table == w.table && x.key == w.key)
+                .and_then(|x| x.value.as_deref())
+                .and_then(ambidex_history::decode_hex);
+            let new = w.value.as_deref().and_then(ambidex_history::decode_hex);
+            wl.committed_by_recovery(w.table, old.as_deref(), new.as_deref());
+        }
+    }
     let report = ambidex_history::check(&history);
     if !report.valid {
         let mut s = report.summary();
@@ -865,7 +1306,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
             s.trim_end().replace('\n', " | ")
         ));
     }
-    let dump = checks::Dump::of(&dbs, &tables);
+    let dump = checks::Dump::of_members(&dbs, &tables, members);
     failures.extend(checks::replica_consistency(&dbs, &placement, &dump));
     failures.extend(checks::committed_writes_installed(
         &dbs, &placement, &history,
@@ -880,11 +1321,14 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     }
     let mut rpc = RpcStats::default();
     let mut txn_layer = TxnStats::default();
+    let mut recovery = RecoveryStats::default();
     for t in &sim.threads {
         rpc.merge(&t.rt.stats());
         txn_layer.merge(&t.th.stats());
+        recovery.merge(&t.rec.stats.borrow());
     }
-    if txn_layer.committed_incomplete > 0 {
+    // After a reconfiguration, recovery finished what the commits left.
+    if txn_layer.committed_incomplete > 0 && fin.config.epoch == 1 {
         failures.push(format!(
             "{} transaction(s) committed with some commit RPC unanswered (recovery would have to finish them)",
             txn_layer.committed_incomplete
@@ -926,6 +1370,24 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
             .collect(),
         partitions: sim.partitions,
         pauses: sim.pauses,
+        crashes: sim.crashes.clone(),
+        long_partition: sim.long_partition,
+        cluster: ClusterReport {
+            epoch: fin.config.epoch,
+            stage: format!("{:?}", fin.stage).to_lowercase(),
+            members,
+            events: sim
+                .cluster
+                .manager
+                .events()
+                .iter()
+                .map(|e| format!("{} e{} {:?}", e.at_ns, e.epoch, e.what))
+                .collect(),
+            failure: sim.cluster.manager.failure(),
+        },
+        recovery,
+        unknown_committed,
+        unknown_aborted,
         net: net.stats(),
         one_sided: (&rpc).into(),
         location_cache: txn_layer.location_cache,

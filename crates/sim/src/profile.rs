@@ -1,13 +1,23 @@
 //! Fault profiles: what the simulated network and scheduler do to a run, by name.
 //!
-//! Every profile keeps to what the protocol survives today: lost, duplicated, reordered
-//! and delayed datagrams and one-sided operations, partitions that heal, and node pauses
-//! (a node not scheduled for a while, as a long GC pause or a descheduled VM), all
-//! shorter than the RPC layer's give-up time (`rpc.give_up_ms`, see
-//! [`crate::defaults`]). Crashes are supported by the network
-//! ([`ambidex_transport_sim::SimNet::crash`]) but not used here: without recovery (a later
-//! issue) a crashed node's locks and half-installed commits are never cleaned up, so a
-//! crash profile would only report that known gap.
+//! Every run has a configuration manager and leases (10 ms of simulated time; see
+//! `crate::LEASE`). The first profiles keep to faults the nodes ride out without a
+//! reconfiguration: lost, duplicated, reordered and delayed datagrams and one-sided
+//! operations, partitions that heal, and node pauses (a node not scheduled for a
+//! while, as a long GC pause or a descheduled VM), all shorter than the RPC layer's
+//! give-up time (`rpc.give_up_ms`, see [`crate::defaults`]) and than a lease.
+//!
+//! Two profiles make the cluster reconfigure:
+//! - `crash` crashes one node per seed ([`ambidex_transport_sim::SimNet::crash`]) in a
+//!   protocol phase chosen by the seed (execute, lock, validate, log, commit backups,
+//!   commit primaries), or crashes a second node during the recovery from a first
+//!   crash ("recovery"): the manager removes it when its lease runs out, the survivors
+//!   adopt the new configuration, recover from the logs and run on. A crashed node
+//!   stays down (restarting it as a fresh node that rejoins would follow
+//!   `Sim::crash_node`; not done, rejoin is another change).
+//! - `long-partition` cuts one node off for 2–3× the give-up time: the others suspect
+//!   it, the manager revokes and removes it, it is fenced, and it stays out once the
+//!   partition heals (it is no member any more).
 
 use ambidex_transport_sim::SimFaults;
 use serde::Serialize;
@@ -27,10 +37,14 @@ pub struct FaultProfile {
     pub pause_ns: (u64, u64),
     /// Each node's clock is offset by up to this much (nodes' clocks are not synchronized).
     pub clock_skew_ns: u64,
+    /// Crash one node per seed in a phase the seed chooses (see the module's docs).
+    pub crash: bool,
+    /// Cut one node off for this many times the RPC give-up time (0: never).
+    pub long_partition: (f64, f64),
 }
 
 /// The profile names `--faults` accepts, in help order.
-pub const PROFILES: [&str; 7] = [
+pub const PROFILES: [&str; 9] = [
     "none",
     "lossy",
     "reorder",
@@ -38,6 +52,8 @@ pub const PROFILES: [&str; 7] = [
     "pause",
     "onesided",
     "chaos",
+    "crash",
+    "long-partition",
 ];
 
 const US: u64 = 1_000;
@@ -54,6 +70,20 @@ impl FaultProfile {
             pause_every_ns: 0,
             pause_ns: (0, 0),
             clock_skew_ns: 0,
+            crash: false,
+            long_partition: (0.0, 0.0),
+        };
+        // Light network faults for the profiles that reconfigure.
+        let light = SimFaults {
+            drop: 0.01,
+            duplicate: 0.01,
+            reorder: 0.05,
+            reorder_window_ns: 50 * US,
+            delay: 0.01,
+            max_delay_ns: MS,
+            onesided_loss: 0.01,
+            onesided_duplicate: 0.01,
+            ..SimFaults::none()
         };
         Ok(match name {
             "none" => quiet,
@@ -124,6 +154,23 @@ impl FaultProfile {
                 pause_every_ns: MS,
                 pause_ns: (20 * US, 3 * MS),
                 clock_skew_ns: 500 * MS,
+                ..quiet
+            },
+            "crash" => FaultProfile {
+                name: "crash",
+                net: light.clone(),
+                pause_every_ns: 2 * MS,
+                pause_ns: (20 * US, MS),
+                clock_skew_ns: 500 * MS,
+                crash: true,
+                ..quiet
+            },
+            "long-partition" => FaultProfile {
+                name: "long-partition",
+                net: light,
+                clock_skew_ns: 500 * MS,
+                long_partition: (2.0, 3.0),
+                ..quiet
             },
             other => {
                 return Err(format!(

@@ -43,7 +43,9 @@ fn read_from_order(history: &[TxnRecord], apply_offsets: bool) -> (usize, usize)
 #[test]
 fn offsets_put_every_node_on_one_time_line() {
     let (mut edges, mut bad_with, mut bad_without) = (0, 0, 0);
-    for seed in 0..6 {
+    // Twelve seeds: with leases (every run has a manager) a seed's 2,000 steps commit
+    // fewer cross-node reads than six seeds gave before.
+    for seed in 0..12 {
         let mut spec = defaults(WorkloadKind::SmallBank, seed);
         spec.sim.faults = "chaos".into();
         let r = run(&spec).expect("a valid spec");

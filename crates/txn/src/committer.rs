@@ -139,6 +139,14 @@ pub(crate) async fn run(ctx: Ctx, th: Rc<TxnThread>) {
                 // recovery (see `phases::commit`).
                 break;
             }
+            let _in_phase = crate::InPhase::new(
+                &th,
+                if primaries {
+                    crate::Phase::CommitPrimary
+                } else {
+                    crate::Phase::CommitBackup
+                },
+            );
             let mut work = job.work();
             if work.queue_step(&ctx, &th, primaries) {
                 let flushed = match ctx.flush().await {

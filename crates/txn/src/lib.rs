@@ -79,6 +79,10 @@ pub struct TxnConfig {
     /// TEST ONLY: skip validation, making the protocol non-serializable. Exists so tests
     /// and the simulator can show that the checkers catch a broken protocol.
     pub skip_validation_for_tests: bool,
+    /// TEST ONLY: recovery replays no record of a transaction whose coordinator left
+    /// the cluster, so its committed writes that were not installed everywhere are
+    /// lost. Exists so the simulator can show that its crash checks catch it.
+    pub recovery_skips_dead_coordinators_for_tests: bool,
     /// The pace at which a primary copies a partition to a new backup after a failure
     /// (bytes per second per node; 0: unpaced). Copies take CPU from the node's
     /// transactions: FaRM paces them for the same reason.
@@ -94,6 +98,7 @@ impl Default for TxnConfig {
         TxnConfig {
             policy: Policy::default(),
             skip_validation_for_tests: false,
+            recovery_skips_dead_coordinators_for_tests: false,
             rereplication_bytes_per_s: REREPLICATION_BYTES_PER_S,
         }
     }
@@ -128,6 +133,21 @@ pub trait HistorySink {
         end_ns: u64,
         items: &[ItemView<'_>],
     );
+
+    /// A transaction whose outcome another node may decide from here on (its log
+    /// phase starts: a record of it may survive this node): recorded with
+    /// [`HistorySink::record`] once it finishes. A sink that keeps these can report a
+    /// transaction whose coordinator died before finishing as of unknown outcome (the
+    /// simulator's crashes).
+    fn pending(
+        &mut self,
+        _id: u64,
+        _node: NodeId,
+        _thread: ThreadId,
+        _start_ns: u64,
+        _items: &[ItemView<'_>],
+    ) {
+    }
 
     /// Writes out anything buffered.
     fn flush(&mut self) {}
@@ -167,6 +187,27 @@ pub struct TxnThread {
     pub(crate) commit_image: RefCell<onesided::CommitImage>,
     /// Installations handed to the committer (passive ACK).
     pub(crate) committer: RefCell<committer::CommitQueue>,
+    /// Coordinators of this thread in each phase now ([`TxnThread::in_phase`]).
+    in_phase: [Cell<u32>; Phase::COUNT],
+}
+
+/// Counts one coordinator of a thread in a phase while it lives (a guard, so a
+/// transaction dropped mid-phase is uncounted too).
+pub(crate) struct InPhase(Rc<TxnThread>, Phase);
+
+impl InPhase {
+    pub(crate) fn new(th: &Rc<TxnThread>, p: Phase) -> InPhase {
+        let c = &th.in_phase[p as usize];
+        c.set(c.get() + 1);
+        InPhase(th.clone(), p)
+    }
+}
+
+impl Drop for InPhase {
+    fn drop(&mut self) {
+        let c = &self.0.in_phase[self.1 as usize];
+        c.set(c.get().saturating_sub(1));
+    }
 }
 
 /// The lock slot transactions share when no slot of their own is free (the last slot
@@ -226,6 +267,7 @@ impl TxnThread {
             stored: RefCell::new(Vec::new()),
             commit_image: RefCell::new(onesided::CommitImage::default()),
             committer: RefCell::new(committer::CommitQueue::default()),
+            in_phase: Default::default(),
         })
     }
 
@@ -403,6 +445,12 @@ impl TxnThread {
         }
     }
 
+    /// How many of this thread's coordinators (and committers) are in phase `p` now:
+    /// a cheap observable for a simulator that crashes a node in a given phase.
+    pub fn in_phase(&self, p: Phase) -> u32 {
+        self.in_phase[p as usize].get()
+    }
+
     fn records_history(&self) -> bool {
         self.history.borrow().is_some()
     }
@@ -417,6 +465,12 @@ impl TxnThread {
     ) {
         if let Some(h) = self.history.borrow_mut().as_mut() {
             h.record(id, self.node, self.thread, outcome, start_ns, end_ns, items);
+        }
+    }
+
+    fn record_pending(&self, id: u64, items: &[ItemView<'_>], start_ns: u64) {
+        if let Some(h) = self.history.borrow_mut().as_mut() {
+            h.pending(id, self.node, self.thread, start_ns, items);
         }
     }
 

@@ -371,7 +371,9 @@ impl<'c> Txn<'c> {
             return Err(r);
         }
         let t0 = self.ctx.step_ns();
+        let g = crate::InPhase::new(&self.th, Phase::Execute);
         let r = self.execute_phase().await;
+        drop(g);
         self.timed(Phase::Execute, t0);
         if let Err(r) = r {
             self.fail(r).await;
@@ -464,7 +466,9 @@ impl<'c> Txn<'c> {
                 return Err(r);
             }
             let t0 = self.ctx.step_ns();
+            let g = crate::InPhase::new(&self.th, Phase::Lock);
             let r = self.lock_phase().await;
+            drop(g);
             self.timed(Phase::Lock, t0);
             if let Err(r) = r {
                 self.fail(r).await;
@@ -478,7 +482,9 @@ impl<'c> Txn<'c> {
                 return Err(r);
             }
             let t0 = self.ctx.step_ns();
+            let g = crate::InPhase::new(&self.th, Phase::Validate);
             let v = self.validate_phase().await;
+            drop(g);
             self.timed(Phase::Validate, t0);
             if let Err(r) = v {
                 self.fail(r).await;
@@ -496,8 +502,16 @@ impl<'c> Txn<'c> {
             self.fail(r).await;
             return Err(r);
         }
+        if self.th.records_history() {
+            // From here a record of it may survive this node: if the node dies before
+            // it finishes, its outcome is recovery's.
+            self.th
+                .record_pending(self.id, &self.items_view(), self.start_ns);
+        }
         let t0 = self.ctx.step_ns();
+        let g = crate::InPhase::new(&self.th, Phase::Log);
         let logged = self.log_phase().await;
+        drop(g);
         self.timed(Phase::Log, t0);
         if let Err(r) = logged {
             if self.own_record && self.ctx.epoch() != self.config.epoch {

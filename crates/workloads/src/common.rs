@@ -101,6 +101,16 @@ pub trait Workload: Send + Sync + 'static {
     /// Folds a finished worker's state into the workload's totals.
     fn finish_worker(&self, _local: Self::Local) {}
 
+    /// Folds what a running worker counted so far into the workload's totals (the
+    /// simulator does it after every transaction, so what a worker of a crashed node
+    /// counted is not lost with it); [`Workload::finish_worker`] folds the rest.
+    fn fold_worker(&self, _local: &mut Self::Local) {}
+
+    /// A write of a transaction whose coordinator died before it could count it, and
+    /// that recovery committed: the value it overwrote and the value it wrote (`None`:
+    /// absent or deleted). For invariants kept by counting commits (SmallBank's total).
+    fn committed_by_recovery(&self, _table: u32, _old: Option<&[u8]>, _new: Option<&[u8]>) {}
+
     /// Checks the workload's invariants on the quiescent cluster; returns a JSON summary
     /// on success and the violation on failure.
     fn check(&self, _dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {

@@ -252,6 +252,19 @@ impl Workload for SmallBank {
         self.delta.fetch_add(local.delta, Ordering::SeqCst);
     }
 
+    fn fold_worker(&self, local: &mut Local) {
+        self.delta
+            .fetch_add(std::mem::take(&mut local.delta), Ordering::SeqCst);
+    }
+
+    fn committed_by_recovery(&self, table: u32, old: Option<&[u8]>, new: Option<&[u8]>) {
+        if table == SAVINGS || table == CHECKING {
+            let bal = |v: Option<&[u8]>| v.filter(|v| v.len() >= 8).map_or(0, |v| get_i64(v, 0));
+            self.delta
+                .fetch_add(bal(new).wrapping_sub(bal(old)), Ordering::SeqCst);
+        }
+    }
+
     fn check(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
         let mut total = 0i64;
         for table in [SAVINGS, CHECKING] {

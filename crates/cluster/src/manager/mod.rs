@@ -12,6 +12,7 @@ pub mod channel;
 pub mod embedded;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod stepped;
 
 use crate::membership::{ClusterState, Grant, Refusal, Stage};
 use ambidex_transport::NodeId;

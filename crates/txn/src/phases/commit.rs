@@ -281,6 +281,7 @@ impl Txn<'_> {
             }
             let t0 = self.ctx.step_ns();
             let (ctx, th) = (self.ctx, self.th.clone());
+            let _in_phase = crate::InPhase::new(&th, phase);
             if self.work(&mut ok).queue_step(ctx, &th, primaries) {
                 let r = ctx.flush().await;
                 let flushed = self.flushed(r);

@@ -43,7 +43,12 @@ pub async fn replay(
     // Per target node: the entries it must take.
     let mut per: Vec<Vec<usize>> = vec![Vec::new(); nodes];
     let mut entries: Vec<Entry> = Vec::new();
+    let skip_dead = th.cfg.recovery_skips_dead_coordinators_for_tests;
     let mut add = |txn: u64, w: &WriteRec<'_>| {
+        if skip_dead && !placement.is_member(crate::coordinator_of(txn).0) {
+            // The planted bug (tests only): a dead coordinator's writes are dropped.
+            return;
+        }
         let mut write = Vec::new();
         w.encode(&mut write);
         let i = entries.len();

@@ -299,6 +299,8 @@ impl TxnSection {
         Ok(TxnConfig {
             policy: self.resolve_policy()?,
             skip_validation_for_tests: self.inject_bug == Some(InjectedBug::SkipValidation),
+            recovery_skips_dead_coordinators_for_tests: self.inject_bug
+                == Some(InjectedBug::RecoverySkipsDeadCoordinators),
             // `cluster.rereplication_mb_per_s`, set by `run_spec`.
             rereplication_bytes_per_s: ambidex_txn::REREPLICATION_BYTES_PER_S,
         })

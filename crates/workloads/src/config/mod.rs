@@ -243,12 +243,16 @@ impl Default for RpcSection {
 pub enum InjectedBug {
     /// `TxnConfig::skip_validation_for_tests`: commit without validating the read set.
     SkipValidation,
+    /// `TxnConfig::recovery_skips_dead_coordinators_for_tests`: recovery drops the log
+    /// records of a dead coordinator's transactions.
+    RecoverySkipsDeadCoordinators,
 }
 
 impl InjectedBug {
     pub fn name(self) -> &'static str {
         match self {
             InjectedBug::SkipValidation => "skip-validation",
+            InjectedBug::RecoverySkipsDeadCoordinators => "recovery-skips-dead-coordinators",
         }
     }
 }
@@ -258,10 +262,11 @@ impl std::str::FromStr for InjectedBug {
     fn from_str(s: &str) -> Result<Self, ConfigError> {
         match s {
             "skip-validation" => Ok(InjectedBug::SkipValidation),
+            "recovery-skips-dead-coordinators" => Ok(InjectedBug::RecoverySkipsDeadCoordinators),
             _ => Err(ConfigError::UnknownName {
                 what: "injected bug",
                 name: s.to_string(),
-                known: "skip-validation",
+                known: "skip-validation, recovery-skips-dead-coordinators",
             }),
         }
     }
