@@ -189,13 +189,18 @@ impl<'c> Txn<'c> {
         // transactions pass here, and an `Arc` count is one cache line for all of them.
         let th = self.th.clone();
         let state = th.db.cluster();
+        let mut waited = false;
         while !state.running(self.ctx.step_ns()) {
+            waited = true;
             if state.fenced() {
                 // Yield once, so a worker retrying at once does not starve the thread.
                 self.ctx.yield_now().await;
                 return Err(AbortReason::Fenced);
             }
             self.ctx.yield_now().await;
+        }
+        if waited {
+            ambidex_cluster::rectrace!("node {} txn started after waiting", self.th.node);
         }
         let config = self.th.config();
         if config.epoch != self.config.epoch {
