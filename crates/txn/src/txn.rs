@@ -197,7 +197,9 @@ impl<'c> Txn<'c> {
                 self.ctx.yield_now().await;
                 return Err(AbortReason::Fenced);
             }
-            self.ctx.yield_now().await;
+            // Paused, not yielded: a reconfiguration's stages wait for every member's
+            // threads, which a spinning wait here would take the cores from.
+            self.ctx.pause().await;
         }
         if waited {
             ambidex_cluster::rectrace!("node {} txn started after waiting", self.th.node);
@@ -259,7 +261,7 @@ impl<'c> Txn<'c> {
             if state.config.epoch() > self.config.epoch && state.running(self.ctx.step_ns()) {
                 return true;
             }
-            self.ctx.yield_now().await;
+            self.ctx.pause().await;
         }
     }
 
