@@ -356,6 +356,7 @@ impl NodeProcesses {
             // Child::kill is SIGKILL: the node gets no chance to say goodbye, as in a
             // machine failure. Its death is then seen like any other (its output closes).
             if p.child.kill().is_ok() {
+                ambidex_cluster::rectrace!("kill node {}", self.first as usize + i);
                 eprintln!(
                     "ambidex: killed node {} (pid {pid})",
                     self.first as usize + i
@@ -731,6 +732,7 @@ impl Reader {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .ok_or("sent a manager call, but the run has no manager (is its configuration the launcher's?)")?;
+        ambidex_cluster::rectrace!("launcher call node {} {}", self.node, v["manager"]["call"]);
         let answer = answer_line(&m, self.node, &v["manager"].take())
             .map_err(|e| format!("sent a bad manager call: {e}"))?;
         // A closed stdin is a dying node: its closed output follows.

@@ -88,6 +88,12 @@ impl ManagerHost {
                         continue;
                     };
                     revision = s.revision;
+                    ambidex_cluster::rectrace!(
+                        "launcher push rev {} epoch {} stage {:?}",
+                        s.revision,
+                        s.config.epoch,
+                        s.stage
+                    );
                     let line = push_line(s);
                     for w in &stdins {
                         write_line(w, &line);

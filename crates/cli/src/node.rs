@@ -136,6 +136,9 @@ fn read_commands(tx: std::sync::mpsc::Sender<Input>, inbox: ChannelInbox, node: 
                 Ok(s) if s.trim().is_empty() => continue,
                 Ok(s) => {
                     if let Some(msg) = manager_line(s) {
+                        if msg.get("push").is_some() {
+                            ambidex_cluster::rectrace!("node {node} reader got push");
+                        }
                         // Counted by the inbox; a bad manager line is no reason to stop.
                         if let Err(e) = inbox.deliver(&msg) {
                             eprintln!("ambidex node {node}: {e}");

@@ -28,6 +28,7 @@ pub mod membership;
 pub mod placement;
 
 pub mod priority;
+pub mod rectrace;
 pub use agent::{Agent, AgentCore, NodeState};
 pub use config::{ConfigCell, ConfigView, Configuration};
 pub use lease::LeaseKeeper;

@@ -59,7 +59,7 @@ pub use config::{
 pub use epoch::EpochWatch;
 pub use reply::Reply;
 pub use runtime::{
-    Ctx, Flush, Handler, OneSidedError, OpHandle, ReqHandle, RequestInfo, RpcStats, Runtime,
+    Ctx, Flush, Handler, OneSidedError, OpHandle, Pause, ReqHandle, RequestInfo, RpcStats, Runtime,
     YieldNow,
 };
 

@@ -387,6 +387,30 @@ impl LocationCache {
         s.unlock(odd);
     }
 
+    /// Drops every entry whose location is on a node of `nodes` (bit i = node i), in one
+    /// pass over the cache (for example after a node was replaced: its items moved).
+    pub fn invalidate_nodes(&self, nodes: u64) {
+        if nodes == 0 {
+            return;
+        }
+        let on = |w: u64| w != 0 && nodes >> ((w >> NODE_SHIFT) & mask(NODE_BITS)) & 1 == 1;
+        for s in self.sets.iter() {
+            // Lock only the sets that hold such an entry (checked again under the lock).
+            let has = s.ways.iter().any(|w| on(w[1].load(Ordering::Relaxed)));
+            if !has && s.seq.load(Ordering::Relaxed) & 1 == 0 {
+                continue;
+            }
+            let odd = s.lock();
+            for w in 0..WAYS {
+                if on(s.ways[w][1].load(Ordering::Relaxed)) {
+                    s.put(w, 0, 0);
+                    s.clear_ref(w);
+                }
+            }
+            s.unlock(odd);
+        }
+    }
+
     /// Drops every entry of `table` (for example after the table moved).
     pub fn invalidate_table(&self, table: u32) {
         let Some(tf) = table_field(table) else {
@@ -490,6 +514,21 @@ mod tests {
         c.invalidate_table(7);
         assert!((0..1000).all(|k| c.get(7, k).is_none()));
         assert_eq!(c.get(8, present[1]), Some(loc(5)), "other tables stay");
+    }
+
+    #[test]
+    fn invalidating_nodes_drops_only_their_entries() {
+        let c = LocationCache::new(1 << 12);
+        let on = |node: u16, o: u64| Loc { node, ..loc(o) };
+        for k in 0..100u64 {
+            c.insert(1 + (k % 2) as u32, k, on((k % 4) as u16, k));
+        }
+        c.invalidate_nodes(0);
+        c.invalidate_nodes(1 << 3 | 1 << 9);
+        for k in 0..100u64 {
+            let want = (k % 4 != 3).then(|| on((k % 4) as u16, k));
+            assert_eq!(c.get(1 + (k % 2) as u32, k), want, "key {k}");
+        }
     }
 
     #[test]

@@ -272,17 +272,20 @@ impl TxnThread {
     }
 
     /// The thread moved to `epoch`: what belonged to the old one goes. Orphaned locks
-    /// are released by recovery; cached locations may name old homes; the log rings
-    /// restart (recovery replays what they held).
-    pub(crate) fn forget_old_epoch(&self, epoch: u32) {
+    /// are released by recovery; the log rings restart (recovery replays what they
+    /// held). Cached locations are hints checked against the item read, and a lookup
+    /// takes only an entry on the key's home, a member: an entry on a removed node is
+    /// never used, so only those on `replaced` (nodes that are members again in a new
+    /// incarnation, whose items are elsewhere now) are dropped. Not the whole cache:
+    /// one pass over it takes milliseconds (tens for a large one), on the way to every
+    /// recovery.
+    pub(crate) fn forget_old_epoch(&self, epoch: u32, replaced: u64) {
         self.orphans.borrow_mut().clear();
         self.rings.borrow_mut().reset(epoch);
         // A node that rejoined since has new descriptors (`NodeDb::replace_in_catalog`).
         self.remote.borrow_mut().clear();
         if self.thread == 0 {
-            for t in self.db.tables() {
-                self.db.location_cache.invalidate_table(t.desc().table_id);
-            }
+            self.db.location_cache.invalidate_nodes(replaced);
         }
     }
 

@@ -189,13 +189,20 @@ impl<'c> Txn<'c> {
         // transactions pass here, and an `Arc` count is one cache line for all of them.
         let th = self.th.clone();
         let state = th.db.cluster();
+        let mut waited = false;
         while !state.running(self.ctx.step_ns()) {
+            waited = true;
             if state.fenced() {
                 // Yield once, so a worker retrying at once does not starve the thread.
                 self.ctx.yield_now().await;
                 return Err(AbortReason::Fenced);
             }
-            self.ctx.yield_now().await;
+            // Paused, not yielded: a reconfiguration's stages wait for every member's
+            // threads, which a spinning wait here would take the cores from.
+            self.ctx.pause().await;
+        }
+        if waited {
+            ambidex_cluster::rectrace!("node {} txn started after waiting", self.th.node);
         }
         let config = self.th.config();
         if config.epoch != self.config.epoch {
@@ -254,7 +261,7 @@ impl<'c> Txn<'c> {
             if state.config.epoch() > self.config.epoch && state.running(self.ctx.step_ns()) {
                 return true;
             }
-            self.ctx.yield_now().await;
+            self.ctx.pause().await;
         }
     }
 

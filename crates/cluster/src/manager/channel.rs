@@ -264,6 +264,13 @@ impl ManagerClient for ChannelClient {
         let mut g = self.shared.lock();
         loop {
             if let Some(s) = g.latest.as_ref().filter(|s| s.revision > revision) {
+                crate::rectrace!(
+                    "node {} agent state rev {} epoch {} stage {:?}",
+                    self.node,
+                    s.revision,
+                    s.config.epoch,
+                    s.stage
+                );
                 return Ok(Some(s.clone()));
             }
             if g.closed {
@@ -284,7 +291,10 @@ impl ManagerClient for ChannelClient {
     }
 
     fn ack(&mut self, epoch: u32, stage: Stage) -> Result<(), ManagerError> {
-        self.done(Request::Ack { epoch, stage })
+        crate::rectrace!("node {} agent ack {epoch} {stage:?}", self.node);
+        let r = self.done(Request::Ack { epoch, stage });
+        crate::rectrace!("node {} agent acked {epoch} {stage:?}", self.node);
+        r
     }
 
     fn suspect(&mut self, node: NodeId) -> Result<(), ManagerError> {

@@ -250,6 +250,9 @@ pub(crate) struct Workers {
     pub batches: Vec<WorkerBatch>,
     pub ready: Vec<u16>,
     pub credit_waiters: Vec<u16>,
+    /// Workers in [`Ctx::pause`](crate::Ctx::pause): resumed at the next step that
+    /// reads the clock, and not counted as work.
+    pub paused: Vec<u16>,
 }
 
 impl Workers {

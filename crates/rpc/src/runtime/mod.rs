@@ -35,7 +35,7 @@ pub use batch::ReqHandle;
 pub use onesided::{OneSidedError, OpHandle};
 pub use server::{Handler, RequestInfo};
 pub use stats::RpcStats;
-pub use task::{Ctx, Flush, YieldNow};
+pub use task::{Ctx, Flush, Pause, YieldNow};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{IdleStep, RpcError, RuntimeConfig, ThreadMap};
@@ -104,6 +104,10 @@ pub(crate) struct Core {
 
 /// Empty polls between clock reads (an idle spin would otherwise mostly read the clock).
 const CLOCK_EVERY: u32 = 32;
+
+/// Longest park while coroutines are paused ([`Ctx::pause`]): how late they may see
+/// what they wait for when nothing else wakes the thread.
+pub const PAUSE_PARK: Duration = Duration::from_micros(200);
 
 /// One thread's runtime. Not `Send`: build it on the thread that runs it.
 pub struct Runtime {
@@ -251,6 +255,8 @@ impl Runtime {
     /// anything happened.
     pub fn poll_once(&mut self) -> bool {
         let received;
+        // Paused coroutines resumed by this step (not work).
+        let mut unpaused = 0;
         {
             let mut core = self.core.borrow_mut();
             let Core { ep, st } = &mut *core;
@@ -274,6 +280,18 @@ impl Runtime {
                         let members = w.members();
                         st.change_epoch(&mut **ep, e, members);
                     }
+                }
+                if !st.workers.paused.is_empty() {
+                    let mut paused = std::mem::take(&mut st.workers.paused);
+                    for &id in &paused {
+                        if !st.workers.batches[id as usize].in_ready {
+                            unpaused += 1;
+                        }
+                        st.workers.make_ready(id);
+                    }
+                    // Keep the vector's room for the next pauses.
+                    paused.clear();
+                    st.workers.paused = paused;
                 }
             }
             if !st.client.sampled.is_empty() {
@@ -305,6 +323,7 @@ impl Runtime {
         if resumed == 0 {
             return received > 0;
         }
+        let worked = received > 0 || resumed > unpaused;
         for k in 0..resumed {
             self.tasks.resume(self.run_buf[k] as usize);
         }
@@ -320,7 +339,7 @@ impl Runtime {
         if st.onesided.has_posts() {
             st.post_ops(&mut **ep);
         }
-        true
+        worked
     }
 
     /// Steps until `stop` says so. When idle: a few empty polls, then a few polls each after
@@ -366,6 +385,9 @@ impl Runtime {
         let Core { ep, st } = &mut *core;
         st.clock_skips = CLOCK_EVERY; // time has passed: read the clock at the next step
         let mut t = st.cfg.max_wait;
+        if !st.workers.paused.is_empty() {
+            t = t.min(PAUSE_PARK);
+        }
         if st.client.inflight > 0 {
             let now = st.clock.now_ns();
             t = t.min(Duration::from_nanos(

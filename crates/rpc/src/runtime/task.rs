@@ -177,6 +177,21 @@ impl Ctx {
         }
     }
 
+    /// Waits for a condition nothing here signals (the node's stage, another thread's
+    /// progress): resumed at the next step that reads the clock (one with work, every
+    /// few idle polls, or after a park), and its resumption is not work for the idle
+    /// policy, so a thread whose coroutines all wait like this spins briefly, yields,
+    /// then parks (for at most [`PAUSE_PARK`](crate::runtime::PAUSE_PARK) at a time)
+    /// instead of polling flat out. With [`Ctx::yield_now`] in such a loop, every
+    /// step has work: on a host with more polling threads than cores, the threads that
+    /// wait then take the cores from the ones they wait for.
+    pub fn pause(&self) -> Pause<'_> {
+        Pause {
+            ctx: self,
+            paused: false,
+        }
+    }
+
     /// The runtime's clock.
     pub fn now_ns(&self) -> u64 {
         self.core.borrow().st.clock.now_ns()
@@ -242,6 +257,30 @@ impl Future for Flush<'_> {
     type Output = Result<(), RpcError>;
     fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.ctx.core.borrow_mut().st.flush_poll(self.ctx.id)
+    }
+}
+
+/// Future of [`Ctx::pause`].
+pub struct Pause<'a> {
+    ctx: &'a Ctx,
+    paused: bool,
+}
+
+impl Future for Pause<'_> {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        if self.paused {
+            return Poll::Ready(());
+        }
+        self.paused = true;
+        self.ctx
+            .core
+            .borrow_mut()
+            .st
+            .workers
+            .paused
+            .push(self.ctx.id);
+        Poll::Pending
     }
 }
 

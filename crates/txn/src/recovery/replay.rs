@@ -60,19 +60,27 @@ pub async fn replay(
         }
     };
     st.records += records::in_log(&th.log.borrow(), &mut add);
+    ambidex_cluster::rectrace!("node {} replay read {} log records", th.db.node, st.records);
     if rings {
         st.records += records::in_rings(&th.db, &mut add);
     }
     let me = th.db.node;
+    ambidex_cluster::rectrace!("node {me} replay read {} records", st.records);
     for (node, list) in per.iter().enumerate() {
         st.writes_sent += list.len() as u64;
         if node as NodeId == me {
             apply_here(ctx, th, &entries, list, &mut st).await?;
+            ambidex_cluster::rectrace!("node {me} replay applied here {}", list.len());
         }
     }
     for (node, list) in per.into_iter().enumerate() {
         if node as NodeId != me && !list.is_empty() {
+            let n = list.len();
             send(ctx, node as NodeId, &entries, list, &mut st).await?;
+            ambidex_cluster::rectrace!(
+                "node {me} replay sent {n} to {node} busy {}",
+                st.busy_retries
+            );
         }
     }
     Ok(st)

@@ -47,6 +47,10 @@ pub struct ThreadRecovery {
     copies_checked: u32,
     /// Ends a copy that is still running (the run's end).
     stop_copy: Rc<Cell<bool>>,
+    /// The members and their incarnations when this thread last adopted (nodes that
+    /// come back in a new incarnation have their cached locations dropped).
+    members: u64,
+    incarnations: Vec<u64>,
     /// What its recoveries and copies did, summed.
     pub stats: Rc<RefCell<RecoveryStats>>,
 }
@@ -56,6 +60,7 @@ impl ThreadRecovery {
     /// node's epoch: `TxnThread::install` does it).
     pub fn new(rt: &Runtime, th: &TxnThread) -> ThreadRecovery {
         let state = th.db.cluster().clone();
+        let c = state.config.load();
         // A thread that starts while its node adopts an epoch (a rejoining node
         // admitted before its threads were up) takes its part in it: it has adopted
         // nothing yet. (Later stages need every thread's adoption, so a thread cannot
@@ -66,6 +71,8 @@ impl ThreadRecovery {
             rt.epoch()
         };
         ThreadRecovery {
+            members: c.placement.member_mask(),
+            incarnations: c.incarnations.clone(),
             state,
             adopted: done,
             recovered: Rc::new(Cell::new(done)),
@@ -99,6 +106,22 @@ impl ThreadRecovery {
             && self.state.config.epoch() == self.adopted
     }
 
+    /// Members of the node's configuration that were not, or were in another
+    /// incarnation, when this thread last looked (which it notes).
+    fn replaced(&mut self) -> u64 {
+        let c = self.state.config.load();
+        let members = c.placement.member_mask();
+        let mut replaced = members & !self.members;
+        for (n, &inc) in c.incarnations.iter().enumerate() {
+            if members >> n & 1 == 1 && self.incarnations.get(n) != Some(&inc) {
+                replaced |= 1 << n;
+            }
+        }
+        self.members = members;
+        self.incarnations.clone_from(&c.incarnations);
+        replaced
+    }
+
     /// Ends a copy still running (its coroutine returns at its next request).
     pub fn stop(&self) {
         self.stop_copy.set(true);
@@ -109,8 +132,10 @@ impl ThreadRecovery {
         let e = rt.epoch();
         if e != self.adopted {
             self.adopted = e;
-            th.forget_old_epoch(e);
+            ambidex_cluster::rectrace!("node {} thread {} adopting {e}", th.node, rt.addr().thread);
+            th.forget_old_epoch(e, self.replaced());
             self.state.adopted(e);
+            ambidex_cluster::rectrace!("node {} thread {} adopted {e}", th.node, rt.addr().thread);
             return;
         }
         if self.copies_due() {
@@ -128,6 +153,11 @@ impl ThreadRecovery {
             self.replaying.clone(),
             self.stats.clone(),
         );
+        ambidex_cluster::rectrace!(
+            "node {} thread {} recover start {e}",
+            th.node,
+            rt.addr().thread
+        );
         rt.spawn(move |ctx| async move {
             ctx.bind_epoch(e);
             let config = th.config();
@@ -138,6 +168,11 @@ impl ThreadRecovery {
             // aborted transaction would make a replay of an older record to the same
             // key wait for ever.
             let released = if rings { locks::release_all(&th.db) } else { 0 };
+            ambidex_cluster::rectrace!(
+                "node {} thread {} released {released}",
+                th.node,
+                ctx.addr().thread
+            );
             // Replays are idempotent: a failed round (a replica that does not answer
             // yet) is tried again while the epoch lasts.
             let mut s = loop {
@@ -161,6 +196,14 @@ impl ThreadRecovery {
                 stats.borrow_mut().merge(s);
                 recovered.set(e);
                 state.recovered(e);
+                ambidex_cluster::rectrace!(
+                    "node {} thread {} recovered {e} records {} writes {} repeated {}",
+                    th.node,
+                    ctx.addr().thread,
+                    s.records,
+                    s.writes_sent,
+                    stats.borrow().replays_repeated
+                );
             }
             replaying.set(false);
         });
