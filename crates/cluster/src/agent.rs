@@ -568,7 +568,12 @@ mod tests {
             .map(|_| {
                 let (s, stop) = (s.clone(), stop.clone());
                 std::thread::spawn(move || {
-                    let (mut adopted, mut recovered) = (s.config.epoch(), s.config.epoch());
+                    // As the node threads do (`ThreadRecovery`): a thread started while
+                    // its node is at stage Adopt (a joiner admitted before its threads
+                    // were up) takes its part in that epoch.
+                    let e = s.config.epoch();
+                    let mut adopted = if s.stage() == Stage::Adopt { 0 } else { e };
+                    let mut recovered = e.min(adopted);
                     while !stop.load(Ordering::SeqCst) {
                         let e = s.config.epoch();
                         if e > adopted {
