@@ -3,10 +3,11 @@
 //! reported rather than fatal (docs/cluster.md). The report carries the throughput
 //! timeline, the failures and the manager's events.
 
+mod common;
+
+use common::{bench_smallbank, kinds, EXE};
 use serde_json::Value;
 use std::process::Command;
-
-const EXE: &str = env!("CARGO_BIN_EXE_ambidex");
 
 /// Runs `ambidex bench smallbank --transport shm ARGS --json`: (exit success, report,
 /// stderr). The report is printed even when the workload's check fails.
@@ -16,23 +17,9 @@ fn bench(args: &[&str]) -> (bool, Value, String) {
 
 /// [`bench`] over `transport`.
 fn bench_over(transport: &str, args: &[&str]) -> (bool, Value, String) {
-    let out = Command::new(EXE)
-        .args([
-            "bench",
-            "smallbank",
-            "--transport",
-            transport,
-            "--scale",
-            "0.05",
-        ])
-        .args(args)
-        .args(["--json", "--no-progress"])
-        .output()
-        .expect("run ambidex");
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let report: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON report ({e}, {}):\n{stderr}", out.status));
-    (out.status.success(), report, stderr)
+    let mut all = vec!["--transport", transport];
+    all.extend_from_slice(args);
+    bench_smallbank(&all)
 }
 
 fn timeline(r: &Value) -> Vec<u64> {
@@ -41,19 +28,6 @@ fn timeline(r: &Value) -> Vec<u64> {
         .unwrap_or_else(|| panic!("no timeline: {r}"))
         .iter()
         .map(|v| v.as_u64().unwrap())
-        .collect()
-}
-
-fn kinds(r: &Value) -> Vec<String> {
-    r["manager_events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| match &e["what"] {
-            Value::String(s) => s.clone(),
-            Value::Object(m) => m.keys().next().unwrap().clone(),
-            other => panic!("event {other}"),
-        })
         .collect()
 }
 

@@ -8,37 +8,11 @@
 //! The `ambidex` binary these tests run has etcd: the crate's dev-dependency on
 //! ambidex-workloads turns its `etcd` feature on for test builds.
 
+mod common;
+
 use ambidex_cluster::manager::etcd::local::LocalEtcd;
-use serde_json::Value;
+use common::{bench_smallbank as bench, kinds, EXE};
 use std::process::Command;
-
-const EXE: &str = env!("CARGO_BIN_EXE_ambidex");
-
-fn bench(args: &[&str]) -> (bool, Value, String) {
-    let out = Command::new(EXE)
-        .args(["bench", "smallbank", "--scale", "0.05"])
-        .args(args)
-        .args(["--json", "--no-progress"])
-        .output()
-        .expect("run ambidex");
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let report: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON report ({e}, {}):\n{stderr}", out.status));
-    (out.status.success(), report, stderr)
-}
-
-fn kinds(r: &Value) -> Vec<String> {
-    r["manager_events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| match &e["what"] {
-            Value::String(s) => s.clone(),
-            Value::Object(m) => m.keys().next().unwrap().clone(),
-            other => panic!("event {other}"),
-        })
-        .collect()
-}
 
 #[test]
 fn a_killed_node_process_is_removed_by_etcd_and_the_survivors_recover() {

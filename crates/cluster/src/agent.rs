@@ -508,25 +508,7 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(false));
         let workers: Vec<_> = states[..2]
             .iter()
-            .flat_map(|s| (0..2).map(move |_| s.clone()))
-            .map(|s| {
-                let stop = stop.clone();
-                std::thread::spawn(move || {
-                    let (mut adopted, mut recovered) = (1, 1);
-                    while !stop.load(Ordering::SeqCst) {
-                        let e = s.config.epoch();
-                        if e > adopted {
-                            adopted = e;
-                            s.adopted(e);
-                        }
-                        if s.stage() == Stage::Recover && e > recovered {
-                            recovered = e;
-                            s.recovered(e);
-                        }
-                        std::thread::sleep(Duration::from_micros(100));
-                    }
-                })
-            })
+            .flat_map(|s| threads_of(s.clone(), 2, stop.clone()))
             .collect();
         std::thread::sleep(Duration::from_millis(100));
         let now = || SystemClock::shared().now_ns();

@@ -9,38 +9,12 @@ mod common;
 
 use ambidex_txn::policy::{Execute, Lock, Policy};
 use ambidex_txn::runner::{self, ManagerSpec, RunSpec, Worker, WorkerCtx};
-use ambidex_txn::{TableSpec, TxnConfig};
-use common::{random_transfer, rng_next, transfer, Backend, TestCluster};
+use ambidex_txn::TxnConfig;
+use common::bank::{self, ACCOUNTS, COLD, INITIAL, N_ACCOUNTS};
+use common::{random_transfer, rng_next, transfer};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-const ACCOUNTS: u32 = 1;
-const N_ACCOUNTS: u64 = 24;
-const INITIAL: i64 = 1000;
-/// Keys no transaction touches: after a kill only re-replication brings them to a
-/// new copy.
-const COLD: std::ops::Range<u64> = 1000..1048;
-
-/// `nodes` × 2 threads, R = 3, with the accounts (and the cold keys) loaded.
-fn accounts(nodes: u16) -> TestCluster {
-    let table = TableSpec {
-        id: ACCOUNTS,
-        name: "accounts".into(),
-        value_size: 8,
-        capacity_per_node: 1024,
-    };
-    let c = TestCluster::new(Backend::Local, nodes, 2, 3, &[table]);
-    // The one-sided phases and rings need every node's descriptors.
-    c.set_catalogs();
-    for k in 0..N_ACCOUNTS {
-        c.load(ACCOUNTS, k, &INITIAL.to_le_bytes());
-    }
-    for k in COLD {
-        c.load(ACCOUNTS, k, &(k as i64).to_le_bytes());
-    }
-    c
-}
 
 /// One kill test at a time: each runs a whole cluster of polling threads, and two at
 /// once on a small machine starve the leases they measure.
@@ -48,7 +22,7 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn kill_one(policy: Policy, nodes: u16, kill_at: Duration) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let c = accounts(nodes);
+    let c = bank::cluster(nodes);
     let start = Instant::now();
     let after_kill = Arc::new(AtomicU64::new(0));
     let ak = after_kill.clone();
@@ -201,7 +175,7 @@ fn recovery_times_over_20_kills() {
     let kill_at = Duration::from_millis(200);
     let mut firsts = Vec::new();
     for run in 0..20 {
-        let c = accounts(3);
+        let c = bank::cluster(3);
         let lost: Arc<Vec<u64>> = Arc::new(
             (0..N_ACCOUNTS)
                 .filter(|&k| c.placement.primary(ACCOUNTS, k) == 2)

@@ -17,17 +17,12 @@ use ambidex_cluster::manager::etcd::local::LocalEtcd;
 use ambidex_cluster::EventKind;
 use ambidex_txn::policy::Policy;
 use ambidex_txn::runner::{self, ManagerKind, ManagerSpec, RunSpec, Worker, WorkerCtx};
-use ambidex_txn::{TableSpec, TxnConfig};
-use common::{rng_next, transfer, Backend, TestCluster};
+use ambidex_txn::TxnConfig;
+use common::bank::{self, ACCOUNTS, COLD, INITIAL, N_ACCOUNTS};
+use common::{rng_next, transfer};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-const ACCOUNTS: u32 = 1;
-const N_ACCOUNTS: u64 = 24;
-const INITIAL: i64 = 1000;
-/// Keys no transaction touches.
-const COLD: std::ops::Range<u64> = 1000..1048;
 
 /// 3 nodes × 2 threads, R = 3, FaSST, 1 s etcd leases; node 2 dies 1 s in, the run
 /// lasts 5 s.
@@ -37,20 +32,7 @@ fn a_killed_node_is_removed_by_etcd_and_the_survivors_recover() {
         return;
     };
     let kill_at = Duration::from_millis(1000);
-    let table = TableSpec {
-        id: ACCOUNTS,
-        name: "accounts".into(),
-        value_size: 8,
-        capacity_per_node: 1024,
-    };
-    let c = TestCluster::new(Backend::Local, 3, 2, 3, &[table]);
-    c.set_catalogs();
-    for k in 0..N_ACCOUNTS {
-        c.load(ACCOUNTS, k, &INITIAL.to_le_bytes());
-    }
-    for k in COLD {
-        c.load(ACCOUNTS, k, &(k as i64).to_le_bytes());
-    }
+    let c = bank::cluster(3);
     // Accounts whose primary was on node 2: none of their transfers commits between the
     // kill and the recovery.
     let lost: Arc<Vec<bool>> = Arc::new(

@@ -12,39 +12,12 @@ use ambidex_cluster::EventKind;
 use ambidex_txn::log_ring::LogRingConfig;
 use ambidex_txn::policy::Policy;
 use ambidex_txn::runner::{self, DbFactory, ManagerSpec, RunSpec, Worker, WorkerCtx};
-use ambidex_txn::{NodeDb, TableSpec, TxnConfig};
-use common::{random_transfer, Backend, TestCluster};
+use ambidex_txn::{NodeDb, TxnConfig};
+use common::bank::{self, table, ACCOUNTS, COLD, INITIAL, N_ACCOUNTS};
+use common::random_transfer;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-const ACCOUNTS: u32 = 1;
-const N_ACCOUNTS: u64 = 24;
-const INITIAL: i64 = 1000;
-/// Keys no transaction touches: only re-replication brings them to the rejoined node.
-const COLD: std::ops::Range<u64> = 1000..1048;
-
-fn table() -> TableSpec {
-    TableSpec {
-        id: ACCOUNTS,
-        name: "accounts".into(),
-        value_size: 8,
-        capacity_per_node: 1024,
-    }
-}
-
-/// `nodes` × 2 threads, R = 3, with the accounts (and the cold keys) loaded.
-fn accounts(nodes: u16) -> TestCluster {
-    let c = TestCluster::new(Backend::Local, nodes, 2, 3, &[table()]);
-    c.set_catalogs();
-    for k in 0..N_ACCOUNTS {
-        c.load(ACCOUNTS, k, &INITIAL.to_le_bytes());
-    }
-    for k in COLD {
-        c.load(ACCOUNTS, k, &(k as i64).to_le_bytes());
-    }
-    c
-}
 
 /// One cluster test at a time: each runs a whole cluster of polling threads, and two
 /// at once on a small machine starve the leases they rely on.
@@ -52,7 +25,7 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn kill_and_rejoin(policy: Policy, nodes: u16, kill_at: Duration, restart_at: Duration) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut c = accounts(nodes);
+    let mut c = bank::cluster(nodes);
     let start = Instant::now();
     // Commits coordinated by the rejoined node.
     let by_rejoined = Arc::new(AtomicU64::new(0));

@@ -250,3 +250,40 @@ pub async fn transfer(
     t.set(ib, &(vb + amount).to_le_bytes());
     t.commit().await.is_ok()
 }
+
+/// The bank the kill tests run (`failover.rs`, `failover_etcd.rs`, `rejoin.rs`): one
+/// table of accounts, each starting with `INITIAL`, plus keys no transaction touches.
+pub mod bank {
+    use super::{Backend, TestCluster};
+    use ambidex_txn::TableSpec;
+
+    pub const ACCOUNTS: u32 = 1;
+    pub const N_ACCOUNTS: u64 = 24;
+    pub const INITIAL: i64 = 1000;
+    /// Keys no transaction touches: after a kill only re-replication brings them to a
+    /// new copy.
+    pub const COLD: std::ops::Range<u64> = 1000..1048;
+
+    pub fn table() -> TableSpec {
+        TableSpec {
+            id: ACCOUNTS,
+            name: "accounts".into(),
+            value_size: 8,
+            capacity_per_node: 1024,
+        }
+    }
+
+    /// `nodes` × 2 threads, R = 3, every node's catalog set (the one-sided phases and
+    /// rings need every node's descriptors), the accounts and the cold keys loaded.
+    pub fn cluster(nodes: u16) -> TestCluster {
+        let c = TestCluster::new(Backend::Local, nodes, 2, 3, &[table()]);
+        c.set_catalogs();
+        for k in 0..N_ACCOUNTS {
+            c.load(ACCOUNTS, k, &INITIAL.to_le_bytes());
+        }
+        for k in COLD {
+            c.load(ACCOUNTS, k, &(k as i64).to_le_bytes());
+        }
+        c
+    }
+}
