@@ -47,7 +47,7 @@
 //! fields of a command object are ignored.
 
 use ambidex_cluster::manager::channel::ChannelInbox;
-use ambidex_cluster::{Agent, ClusterState, Event};
+use ambidex_cluster::{Agent, ClusterState, Event, ManagerClient};
 use ambidex_store::Catalog;
 use ambidex_workloads::config::{ManagerKind, Transport};
 use ambidex_workloads::etcd_membership;
@@ -282,37 +282,30 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
             (State::Loaded(l), Cmd::Start) => {
                 // The lease starts with the run, not at load (loading takes seconds and
                 // differs per node): the launcher starts its manager just before `start`.
-                if let (Some(m), ManagerKind::Etcd) = (&manager, cfg.cluster.manager) {
-                    // The node's agent calls etcd itself.
-                    let client =
-                        etcd_membership::node_client(&cfg.cluster, node, etcd_events.clone())?;
+                if let Some(m) = &manager {
+                    let client: Box<dyn ManagerClient> = if cfg.cluster.manager == ManagerKind::Etcd
+                    {
+                        // The node's agent calls etcd itself.
+                        etcd_membership::node_client(&cfg.cluster, node, etcd_events.clone())?
+                    } else {
+                        let events = *ev;
+                        let send = Box::new(move |msg: serde_json::Value| {
+                            events
+                                .write("manager", serde_json::json!({ "manager": msg }))
+                                .map_err(|e| e.to_string())
+                        });
+                        // A call waits up to a lease: a grant that arrives late still
+                        // counts (the lease runs from when the renewal was sent), and an
+                        // answer later than that is worth nothing. Waiting only half of it
+                        // turned a few tens of ms of scheduling delay on a loaded machine
+                        // into a missed first grant, a fenced agent and a needless
+                        // reconfiguration. The threads stop serving at the lease's end
+                        // whatever the agent is waiting for (`NodeState::serving`).
+                        Box::new(inbox.client(node, send, m.lease))
+                    };
                     let a = Agent::start(
                         format!("agent{node}"),
                         client,
-                        l.cluster_state(),
-                        m.lease,
-                        ambidex_transport::clock::SystemClock::shared(),
-                    )
-                    .map_err(|e| format!("cannot start the cluster agent: {e}"))?;
-                    agent = Some(a);
-                } else if let Some(m) = &manager {
-                    let events = *ev;
-                    let send = Box::new(move |msg: serde_json::Value| {
-                        events
-                            .write("manager", serde_json::json!({ "manager": msg }))
-                            .map_err(|e| e.to_string())
-                    });
-                    // A call waits up to a lease: a grant that arrives late still counts
-                    // (the lease runs from when the renewal was sent), and an answer
-                    // later than that is worth nothing. Waiting only half of it turned a
-                    // few tens of ms of scheduling delay on a loaded machine into a
-                    // missed first grant, a fenced agent and a needless reconfiguration.
-                    // The threads stop serving at the lease's end whatever the agent is
-                    // waiting for (`NodeState::serving`).
-                    let client = inbox.client(node, send, m.lease);
-                    let a = Agent::start(
-                        format!("agent{node}"),
-                        Box::new(client),
                         l.cluster_state(),
                         m.lease,
                         ambidex_transport::clock::SystemClock::shared(),

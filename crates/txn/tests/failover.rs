@@ -11,7 +11,7 @@ use ambidex_txn::policy::{Execute, Lock, Policy};
 use ambidex_txn::runner::{self, ManagerSpec, RunSpec, Worker, WorkerCtx};
 use ambidex_txn::TxnConfig;
 use common::bank::{self, ACCOUNTS, COLD, INITIAL, N_ACCOUNTS};
-use common::{random_transfer, rng_next, transfer};
+use common::{random_transfer, rng_next, transfer, worker_seed};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,11 +29,7 @@ fn kill_one(policy: Policy, nodes: u16, kill_at: Duration) {
     let worker: Worker = Arc::new(move |w: WorkerCtx| {
         let ak = ak.clone();
         Box::pin(async move {
-            let mut seed = 0x9e37_79b9
-                ^ ((w.node as u64) << 32)
-                ^ ((w.thread as u64) << 16)
-                ^ w.coroutine as u64
-                | 1;
+            let mut seed = worker_seed(&w, 0x9e37_79b9);
             while !w.stop.load(Ordering::Relaxed) {
                 if random_transfer(&w, ACCOUNTS, N_ACCOUNTS, &mut seed).await
                     && start.elapsed() > kill_at + Duration::from_millis(5)
@@ -188,11 +184,7 @@ fn recovery_times_over_20_kills() {
         let worker: Worker = Arc::new(move |w: WorkerCtx| {
             let (all, lost) = (all.clone(), lost.clone());
             Box::pin(async move {
-                let mut seed = 0x2545_f491
-                    ^ ((w.node as u64) << 32)
-                    ^ ((w.thread as u64) << 16)
-                    ^ w.coroutine as u64
-                    | 1;
+                let mut seed = worker_seed(&w, 0x2545_f491);
                 let mut mine = Vec::new();
                 while !w.stop.load(Ordering::Relaxed) {
                     let a = lost[(rng_next(&mut seed) % lost.len() as u64) as usize];

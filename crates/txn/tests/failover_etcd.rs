@@ -19,7 +19,7 @@ use ambidex_txn::policy::Policy;
 use ambidex_txn::runner::{self, ManagerKind, ManagerSpec, RunSpec, Worker, WorkerCtx};
 use ambidex_txn::TxnConfig;
 use common::bank::{self, ACCOUNTS, COLD, INITIAL, N_ACCOUNTS};
-use common::{rng_next, transfer};
+use common::{rng_next, transfer, worker_seed};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -47,11 +47,7 @@ fn a_killed_node_is_removed_by_etcd_and_the_survivors_recover() {
     let worker: Worker = Arc::new(move |w: WorkerCtx| {
         let (all, lost) = (all.clone(), lost.clone());
         Box::pin(async move {
-            let mut seed = 0x9e37_79b9
-                ^ ((w.node as u64) << 32)
-                ^ ((w.thread as u64) << 16)
-                ^ w.coroutine as u64
-                | 1;
+            let mut seed = worker_seed(&w, 0x9e37_79b9);
             let mut mine = Vec::new();
             while !w.stop.load(Ordering::Relaxed) {
                 let a = rng_next(&mut seed) % N_ACCOUNTS;

@@ -6,7 +6,7 @@ mod common;
 
 use ambidex_txn::runner::{self, RunSpec, Worker, WorkerCtx};
 use ambidex_txn::{AbortReason, TableSpec, Txn, WriteKind};
-use common::{random_transfer, rng_next, Backend, TestCluster};
+use common::{random_transfer, rng_next, worker_seed, Backend, TestCluster};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -35,11 +35,7 @@ fn transfers(backend: Backend, nodes: u16, replication: u16) {
     let worker: Worker = Arc::new(move |w: WorkerCtx| {
         let com = com.clone();
         Box::pin(async move {
-            let mut seed = 0x1234_5678
-                ^ ((w.node as u64) << 32)
-                ^ ((w.thread as u64) << 16)
-                ^ w.coroutine as u64
-                | 1;
+            let mut seed = worker_seed(&w, 0x1234_5678);
             for _ in 0..150 {
                 if random_transfer(&w, ACCOUNTS, N_ACCOUNTS, &mut seed).await {
                     com.fetch_add(1, Ordering::Relaxed);

@@ -14,7 +14,7 @@ use ambidex_txn::policy::Policy;
 use ambidex_txn::runner::{self, DbFactory, ManagerSpec, RunSpec, Worker, WorkerCtx};
 use ambidex_txn::{NodeDb, TxnConfig};
 use common::bank::{self, table, ACCOUNTS, COLD, INITIAL, N_ACCOUNTS};
-use common::random_transfer;
+use common::{random_transfer, worker_seed};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,12 +33,7 @@ fn kill_and_rejoin(policy: Policy, nodes: u16, kill_at: Duration, restart_at: Du
     let worker: Worker = Arc::new(move |w: WorkerCtx| {
         let br = br.clone();
         Box::pin(async move {
-            let mut seed = 0x51ed_2701
-                ^ ((w.node as u64) << 32)
-                ^ ((w.thread as u64) << 16)
-                ^ w.coroutine as u64
-                ^ start.elapsed().as_nanos() as u64
-                | 1;
+            let mut seed = worker_seed(&w, 0x51ed_2701 ^ start.elapsed().as_nanos() as u64);
             // Until node 2 rejoined and every copy is up to date (as this node sees
             // it), and a while after the restart; the run's duration is only a bound.
             let mine = std::cell::Cell::new(0u64);

@@ -312,7 +312,9 @@ pub fn check_under(db: &NodeDb, last: Option<&ClusterState>) -> Result<(), Strin
             db.node, last.config.epoch
         ));
     }
-    if last.config.epoch > epoch || *state.config.load() != last.config {
+    // The same epoch has the same primaries (the configurations may differ only in
+    // which new copies are synced), so only a newer one is entered.
+    if last.config.epoch > epoch {
         state.enter(last.config.clone(), Stage::Run);
     }
     Ok(())

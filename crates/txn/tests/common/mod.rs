@@ -206,6 +206,12 @@ impl Drop for TestCluster {
     }
 }
 
+/// The seed of worker `w`'s random numbers ([`rng_next`]): `salt` mixed with its node,
+/// thread and coroutine (odd, so never the xorshift's stuck zero).
+pub fn worker_seed(w: &ambidex_txn::runner::WorkerCtx, salt: u64) -> u64 {
+    salt ^ ((w.node as u64) << 32) ^ ((w.thread as u64) << 16) ^ w.coroutine as u64 | 1
+}
+
 /// xorshift64: the tests' seeded random numbers.
 pub fn rng_next(s: &mut u64) -> u64 {
     *s ^= *s << 13;
