@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 /// The nodes of a benchmark cluster other than the driver's.
 enum Peers {
     Threads(Vec<std::thread::JoinHandle<Result<(), String>>>),
-    Processes(NodeProcesses),
+    Processes(Box<NodeProcesses>),
 }
 
 /// A running two-or-more-node cluster whose node 0 is driven by this process.
@@ -80,7 +80,7 @@ impl BenchCluster {
             Ok((peers, driver)) => Ok(BenchCluster {
                 cluster,
                 driver,
-                peers: Peers::Processes(peers),
+                peers: Peers::Processes(Box::new(peers)),
             }),
             Err(e) => {
                 transports::destroy(&cluster);

@@ -71,7 +71,7 @@ use ambidex_cluster::{Agent, ClusterState, Event, ManagerClient};
 use ambidex_store::{Catalog, LogRegionDesc, TableDesc};
 use ambidex_workloads::config::{ManagerKind, Transport};
 use ambidex_workloads::etcd_membership;
-use ambidex_workloads::lost::{arm_commit_kill, CommitMoment};
+use ambidex_workloads::lost::{arm_commit_kill, begins_since_armed, CommitMoment};
 use ambidex_workloads::node::{load_node, rejoin_node, LoadedNode, RunningNode};
 use ambidex_workloads::{transports, Config};
 use serde::Deserialize;
@@ -412,8 +412,11 @@ fn run_inner(
                     );
                     eprintln!(
                         "ambidex node {node}: SIGKILL in the commit phase ({} coordinators of \
-                         the thread between commit-backup and commit-primary, {} ms after arming)",
-                        at.in_commit, at.waited_ms
+                         the thread between commit-backup and commit-primary, {} ms after \
+                         arming, {} transactions began meanwhile)",
+                        at.in_commit,
+                        at.waited_ms,
+                        begins_since_armed()
                     );
                     // SAFETY: kill(2) on this process's own pid; SIGKILL cannot be caught.
                     unsafe {

@@ -209,6 +209,7 @@ fn bad_restarts_are_clear_errors() {
             "embedded manager",
         ),
         (vec!["--kill", "2@commit:x"], "seconds"),
+        (vec!["--kill", "2@commit:1.5"], "must leave 1.2 s"),
         (
             vec!["--kill", "2@commit:1", "--in-process"],
             "node processes",

@@ -36,10 +36,20 @@ static COMMIT_KILL: Mutex<Option<(Instant, Die)>> = Mutex::new(None);
 
 /// For this long after arming, a moment needs [`SEVERAL`] coordinators in the commit
 /// window; then one is enough; after [`GIVE_UP`] the node dies at the next begin
-/// whatever its coordinators do (the moment says so: `in_commit` 0).
+/// whatever its coordinators do, or (no transaction begins) from a watchdog thread
+/// shortly after: the moment says so (`in_commit` 0).
 const PREFER_SEVERAL: Duration = Duration::from_millis(200);
 const SEVERAL: u32 = 2;
-const GIVE_UP: Duration = Duration::from_secs(2);
+const GIVE_UP: Duration = Duration::from_secs(1);
+
+/// Transactions that began (and looked) since arming, for the give-up's message.
+static BEGINS_ARMED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Transactions that began on this process's threads since the commit-phase kill was
+/// armed (a give-up with none means its workers were not running transactions).
+pub fn begins_since_armed() -> u64 {
+    BEGINS_ARMED.load(Ordering::Relaxed)
+}
 
 /// `bench --kill NODE@commit:SECONDS`: from now on, the next transaction to begin on a
 /// thread of this process while other coordinators of that thread are in the commit
@@ -47,8 +57,25 @@ const GIVE_UP: Duration = Duration::from_secs(2);
 /// commit-primary: `TxnThread::in_phase`) calls `die` (which kills the process).
 /// Several at once are preferred for a while, see [`PREFER_SEVERAL`].
 pub fn arm_commit_kill(die: Die) {
-    *COMMIT_KILL.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), die));
+    let at = Instant::now();
+    *COMMIT_KILL.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, die.clone()));
     COMMIT_KILL_ARMED.store(true, Ordering::SeqCst);
+    // The node dies even if no transaction begins any more (its workers wait for the
+    // cluster, say): a kill asked for is never silently skipped.
+    let watchdog = move || {
+        std::thread::sleep(GIVE_UP + Duration::from_millis(100));
+        die(CommitMoment {
+            in_commit: 0,
+            waited_ms: at.elapsed().as_millis() as u64,
+        });
+    };
+    if std::thread::Builder::new()
+        .name("commit-kill".into())
+        .spawn(watchdog)
+        .is_err()
+    {
+        eprintln!("ambidex: no watchdog thread for the commit-phase kill");
+    }
 }
 
 /// How many of `th`'s coordinators are in the commit window now.
@@ -72,6 +99,7 @@ fn maybe_die_in_commit(th: &TxnThread) {
         .unwrap_or_else(|e| e.into_inner())
         .clone();
     let Some((at, die)) = armed else { return };
+    BEGINS_ARMED.fetch_add(1, Ordering::Relaxed);
     if let Some(m) = commit_moment(in_commit(th), at.elapsed()) {
         die(m);
     }

@@ -172,6 +172,17 @@ fn parse_restart(s: &str) -> Result<RestartSpec, String> {
 fn check_kills(kills: &[KillSpec], cfg: &Config) -> Result<(), String> {
     let run = cfg.run.warmup_s + cfg.run.duration_s;
     for k in kills {
+        // A node that finds no moment in its commit phase dies at its give-up (1 s,
+        // `ambidex_workloads::lost`): still inside the run.
+        if k.in_commit && k.seconds + 1.2 > run {
+            return Err(format!(
+                "--kill {}@commit:{}: a commit-phase kill must leave 1.2 s of the run \
+                 (SECONDS <= warmup + duration - 1.2 = {:.1})",
+                k.node,
+                k.seconds,
+                run - 1.2
+            ));
+        }
         if k.node >= cfg.cluster.nodes {
             return Err(format!(
                 "--kill {}@{}: the cluster has nodes 0..{}",
@@ -297,7 +308,8 @@ fn multi_process(c: &ClusterSection, a: &Args) -> Result<bool, String> {
 
 pub fn run(workload: Option<&str>, a: &Args) -> Result<Outcome, String> {
     let cfg = config(workload, a)?;
-    if !(a.kill.is_empty() && a.restart.is_empty()) && !multi_process(&cfg.cluster, a)? {
+    let acts_on_nodes = !a.kill.is_empty() || !a.restart.is_empty();
+    if acts_on_nodes && !multi_process(&cfg.cluster, a)? {
         return Err(
             "--kill and --restart act on node processes: use --transport shm or udp \
              (without --in-process)"
