@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 /// The nodes of a benchmark cluster other than the driver's.
 enum Peers {
     Threads(Vec<std::thread::JoinHandle<Result<(), String>>>),
-    Processes(NodeProcesses),
+    Processes(Box<NodeProcesses>),
 }
 
 /// A running two-or-more-node cluster whose node 0 is driven by this process.
@@ -80,7 +80,7 @@ impl BenchCluster {
             Ok((peers, driver)) => Ok(BenchCluster {
                 cluster,
                 driver,
-                peers: Peers::Processes(peers),
+                peers: Peers::Processes(Box::new(peers)),
             }),
             Err(e) => {
                 transports::destroy(&cluster);
@@ -146,7 +146,13 @@ enum FromNode {
 
 struct NodeProc {
     child: Child,
+    /// The same handle for every process of the node (a restarted one's too): the
+    /// manager's pusher keeps writing to it.
     stdin: Stdin,
+    /// How it was started (a restart starts the same with `--rejoin`).
+    argv: Vec<String>,
+    /// 1, then one more per restart.
+    incarnation: u64,
     eof: bool,
     /// Died during a run that survives deaths ([`NodeProcesses::survive_deaths`]):
     /// reaped and recorded; every wait skips it.
@@ -164,11 +170,22 @@ pub struct Death {
     pub at: Instant,
 }
 
-/// A node process the launcher killed (`--kill`).
+/// A node process the launcher killed (`--kill`), or that killed itself in its commit
+/// phase when told to (`in_commit`: how many coordinators were in it).
 #[derive(Clone, Debug)]
 pub struct Killed {
     pub node: u16,
     pub pid: u32,
+    pub at: Instant,
+    pub in_commit: Option<u32>,
+}
+
+/// A node process started again during the run ([`NodeProcesses::restart_at`]).
+#[derive(Clone, Debug)]
+pub struct Restarted {
+    pub node: u16,
+    pub pid: u32,
+    pub incarnation: u64,
     pub at: Instant,
 }
 
@@ -230,6 +247,22 @@ pub struct NodeProcesses {
     /// (node index, when) of the kills still to do, and those done.
     kills_due: Vec<(usize, Instant)>,
     killed: Vec<Killed>,
+    /// (node index, when) of the commit-phase kills still to ask for; the nodes asked
+    /// (their death is recorded as a kill); what each said as it died.
+    commit_kills_due: Vec<(usize, Instant)>,
+    commit_armed: Vec<usize>,
+    dying: std::collections::HashMap<usize, u32>,
+    /// (node index, not before) of the restarts still to do, and those done.
+    restarts_due: Vec<(usize, Instant)>,
+    restarted: Vec<Restarted>,
+    /// Where the nodes' reader threads send (a restarted node's new one too).
+    tx: std::sync::mpsc::Sender<(u16, FromNode)>,
+    /// Every node's last `ready` event (a restart replaces its node's).
+    readies: Vec<serde_json::Value>,
+    /// When `start` was sent, and whether `measure` was (a restarted node is brought
+    /// to the same phase).
+    started: Option<Instant>,
+    measuring: bool,
 }
 
 /// How each node process is started: `wrapper` (with `{node}` replaced by the node id)
@@ -257,6 +290,15 @@ impl NodeProcesses {
             deaths: Vec::new(),
             kills_due: Vec::new(),
             killed: Vec::new(),
+            commit_kills_due: Vec::new(),
+            commit_armed: Vec::new(),
+            dying: Default::default(),
+            restarts_due: Vec::new(),
+            restarted: Vec::new(),
+            tx,
+            readies: Vec::new(),
+            started: None,
+            measuring: false,
         };
         for (i, n) in l.nodes.clone().enumerate() {
             let mut argv: Vec<String> = match l.wrapper {
@@ -268,31 +310,49 @@ impl NodeProcesses {
             };
             argv.push(exe.display().to_string());
             argv.extend((l.args)(n));
-            let mut child = Command::new(&argv[0])
-                .args(&argv[1..])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .map_err(|e| format!("cannot start node {n} ({}): {e}", argv.join(" ")))?;
-            let stdout = child.stdout.take().expect("piped stdout");
-            let stdin: Stdin = Arc::new(Mutex::new(child.stdin.take()));
-            let tx = tx.clone();
-            let reader = Reader {
-                index: i as u16,
-                node: n,
-                stdin: stdin.clone(),
-                manager: np.manager.clone(),
-            };
-            std::thread::spawn(move || read_lines(reader, stdout, tx));
+            let stdin: Stdin = Arc::new(Mutex::new(None));
+            let child = np.start_process(i, &argv, &stdin, 1)?;
             np.procs.push(NodeProc {
                 child,
                 stdin,
+                argv,
+                incarnation: 1,
                 eof: false,
                 dead: false,
             });
         }
         Ok(np)
+    }
+
+    /// Starts the process `argv` of node index `i` as incarnation `incarnation`, its
+    /// stdin into `stdin` and a reader thread on its stdout.
+    fn start_process(
+        &self,
+        i: usize,
+        argv: &[String],
+        stdin: &Stdin,
+        incarnation: u64,
+    ) -> Result<Child, String> {
+        let n = self.first + i as u16;
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start node {n} ({}): {e}", argv.join(" ")))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        *stdin.lock().unwrap_or_else(|e| e.into_inner()) = child.stdin.take();
+        let reader = Reader {
+            index: i as u16,
+            node: n,
+            incarnation,
+            stdin: stdin.clone(),
+            manager: self.manager.clone(),
+        };
+        let tx = self.tx.clone();
+        std::thread::spawn(move || read_lines(reader, stdout, tx));
+        Ok(child)
     }
 
     pub fn pids(&self) -> Vec<u32> {
@@ -337,6 +397,190 @@ impl NodeProcesses {
         Ok(())
     }
 
+    /// Asks node `node`, at `at`, to SIGKILL itself the next time one of its
+    /// coordinators is in the commit phase (`die_in_commit`, docs/cluster.md); its
+    /// death is then recorded as a kill, like [`NodeProcesses::kill_at`]'s.
+    pub fn kill_in_commit_at(&mut self, node: u16, at: Instant) -> Result<(), String> {
+        let i = self.index_of(node)?;
+        self.commit_kills_due.push((i, at));
+        Ok(())
+    }
+
+    /// Starts node `node` again, not before `at`, once it is dead and the manager
+    /// removed it (stage Run of a configuration without it): a new process of the same
+    /// id with an empty database, which joins as the next incarnation (embedded
+    /// manager only). Done while the launcher watches the run.
+    pub fn restart_at(&mut self, node: u16, at: Instant) -> Result<(), String> {
+        let i = self.index_of(node)?;
+        self.restarts_due.push((i, at));
+        Ok(())
+    }
+
+    /// The nodes restarted so far.
+    pub fn restarted(&self) -> &[Restarted] {
+        &self.restarted
+    }
+
+    /// Restarts still to do (a run that ends with some did not do them).
+    pub fn restarts_pending(&self) -> usize {
+        self.restarts_due.len()
+    }
+
+    fn index_of(&self, node: u16) -> Result<usize, String> {
+        node.checked_sub(self.first)
+            .map(|i| i as usize)
+            .filter(|&i| i < self.procs.len())
+            .ok_or_else(|| format!("node {node} is not one of the node processes"))
+    }
+
+    /// Sends `die_in_commit` to the nodes whose commit-phase kill is due.
+    fn do_commit_kills(&mut self) {
+        let now = Instant::now();
+        let due: Vec<usize> = self
+            .commit_kills_due
+            .iter()
+            .filter(|k| k.1 <= now)
+            .map(|k| k.0)
+            .collect();
+        self.commit_kills_due.retain(|k| k.1 > now);
+        for i in due {
+            if self.procs[i].dead {
+                continue;
+            }
+            if write_line(&self.procs[i].stdin, r#"{"cmd":"die_in_commit"}"#) {
+                self.commit_armed.push(i);
+                eprintln!(
+                    "ambidex: node {} told to die in its commit phase",
+                    self.first as usize + i
+                );
+            }
+        }
+    }
+
+    /// Does the restart that is due, if its node is dead and removed (at most one per
+    /// call: each waits for its node's `ready` and the others' catalog updates).
+    fn do_restarts(&mut self) -> Result<(), String> {
+        let now = Instant::now();
+        let Some(pos) = self
+            .restarts_due
+            .iter()
+            .position(|&(i, at)| at <= now && self.procs[i].dead)
+        else {
+            return Ok(());
+        };
+        let i = self.restarts_due[pos].0;
+        let node = self.first + i as u16;
+        let m = self
+            .manager
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or("--restart needs the launcher's embedded manager")?;
+        let state = m.state();
+        // Its descriptors change in the others' catalogs: not while the dead
+        // incarnation is a member (a thread filling its caches would reach the new,
+        // empty regions in an epoch that still counts the old copies), and only once
+        // every member entered the configuration without it (stage Run).
+        if state.stage != ambidex_cluster::Stage::Run || state.config.placement.is_member(node) {
+            return Ok(());
+        }
+        self.restarts_due.remove(pos);
+        self.restart(i, state.config)
+    }
+
+    /// Starts node index `i` again (its process is dead and reaped) in the cluster's
+    /// configuration `config`: a new process with `--rejoin`, then its `ready`, the new
+    /// descriptors in every survivor's catalog (acknowledged), the whole catalog to it,
+    /// and the run's phase (`start`, `measure`).
+    fn restart(&mut self, i: usize, config: ambidex_cluster::Configuration) -> Result<(), String> {
+        let node = self.first + i as u16;
+        let incarnation = config
+            .incarnations
+            .get(node as usize)
+            .map(|k| k + 1)
+            .ok_or_else(|| format!("node {node} is not in the manager's configuration"))?;
+        let mut argv = self.procs[i].argv.clone();
+        argv.push("--rejoin".into());
+        if !argv.iter().any(|a| a == "--no-progress") {
+            argv.push("--no-progress".into());
+        }
+        let at = Instant::now();
+        let stdin = self.procs[i].stdin.clone();
+        let child = self.start_process(i, &argv, &stdin, incarnation)?;
+        let p = &mut self.procs[i];
+        p.child = child;
+        p.incarnation = incarnation;
+        p.eof = false;
+        p.dead = false;
+        self.pending[i].clear();
+        let pid = self.procs[i].child.id();
+        eprintln!("ambidex: restarting node {node} (pid {pid}) as incarnation {incarnation}");
+        let run_ms = self
+            .started
+            .map_or(0, |t| at.saturating_duration_since(t).as_millis() as u64);
+        let msg = serde_json::json!({
+            "cmd": "rejoin", "config": config, "incarnation": incarnation, "run_ms": run_ms,
+        });
+        if !write_line(&stdin, &msg.to_string()) {
+            return Err(self.failure(i as u16, "could not be sent \"rejoin\""));
+        }
+        let ready = self
+            .wait_some(&[i], "ready", Duration::from_secs(120))?
+            .pop()
+            .map(|(_, v)| v)
+            .ok_or_else(|| format!("node {node} died again before it was ready"))?;
+        // The cluster's policy, as every node's at the start.
+        if let Some(other) = self.readies.iter().enumerate().find(|(j, _)| *j != i) {
+            if ready.get("policy") != other.1.get("policy") {
+                return Err(self.failure(
+                    i as u16,
+                    "restarted with a transaction policy other than the cluster's",
+                ));
+            }
+        }
+        if self.readies.len() != self.procs.len() {
+            return Err("a restart needs every node's ready event first".into());
+        }
+        self.readies[i] = ready.clone();
+        let nodes = self.first + self.procs.len() as u16;
+        let catalog = catalog_from_ready(&self.readies[..], self.first, nodes)
+            .map_err(|e| self.fail_all(format!("restarting node {node}: {e}")))?;
+        // The survivors first: the new descriptors are in every catalog before the new
+        // incarnation can join (it asks at `start`).
+        let replace = serde_json::json!({
+            "cmd": "replace_node", "node": node,
+            "tables": ready.get("tables"), "log_region": ready.get("log_region"),
+        })
+        .to_string();
+        let survivors: Vec<usize> = (0..self.procs.len())
+            .filter(|&j| j != i && !self.procs[j].dead)
+            .collect();
+        for &j in &survivors {
+            // A survivor dying now is recorded by its closed output.
+            write_line(&self.procs[j].stdin, &replace);
+        }
+        self.wait_some(&survivors, "catalog_replaced", Duration::from_secs(30))?;
+        let mut cmds = vec![
+            serde_json::json!({ "cmd": "catalog", "catalog": catalog }).to_string(),
+            r#"{"cmd":"start"}"#.to_string(),
+        ];
+        if self.measuring {
+            cmds.push(r#"{"cmd":"measure"}"#.to_string());
+        }
+        for c in cmds {
+            if !write_line(&stdin, &c) && !self.survive {
+                return Err(self.failure(i as u16, "could not be sent its catalog and start"));
+            }
+        }
+        self.restarted.push(Restarted {
+            node,
+            pid,
+            incarnation,
+            at,
+        });
+        Ok(())
+    }
+
     /// Does the kills that are due.
     fn do_kills(&mut self) {
         let now = Instant::now();
@@ -365,14 +609,23 @@ impl NodeProcesses {
                     node: self.first + i as u16,
                     pid,
                     at: Instant::now(),
+                    in_commit: None,
                 });
             }
         }
     }
 
-    /// When the next kill is due.
+    /// When the next kill (or commit-phase kill) is due; soon, while a restart waits
+    /// for its node's removal.
     fn next_kill(&self) -> Option<Instant> {
-        self.kills_due.iter().map(|k| k.1).min()
+        let restart =
+            (!self.restarts_due.is_empty()).then(|| Instant::now() + Duration::from_millis(2));
+        self.kills_due
+            .iter()
+            .chain(&self.commit_kills_due)
+            .map(|k| k.1)
+            .chain(restart)
+            .min()
     }
 
     /// CPU seconds the node processes have used so far.
@@ -392,6 +645,12 @@ impl NodeProcesses {
     /// deaths are survivable).
     pub fn send_all_json(&mut self, msg: &serde_json::Value) -> Result<(), String> {
         let cmd = msg["cmd"].as_str().unwrap_or("?").to_string();
+        match cmd.as_str() {
+            "start" => self.started = Some(Instant::now()),
+            "measure" => self.measuring = true,
+            "stop" => self.measuring = false,
+            _ => {}
+        }
         let line = msg.to_string();
         for n in 0..self.procs.len() {
             if self.procs[n].dead {
@@ -414,6 +673,9 @@ impl NodeProcesses {
         timeout: Duration,
     ) -> Result<Vec<serde_json::Value>, String> {
         let got = self.wait_live(event, timeout)?;
+        if event == "ready" {
+            self.readies = got.iter().map(|(_, v)| v.clone()).collect();
+        }
         if got.len() != self.procs.len() {
             return Err(format!(
                 "{} of {} nodes sent {event:?} (the others died)",
@@ -482,12 +744,59 @@ impl NodeProcesses {
         }
     }
 
+    /// As [`NodeProcesses::wait_live`], from the node indices `which` only.
+    fn wait_some(
+        &mut self,
+        which: &[usize],
+        event: &str,
+        timeout: Duration,
+    ) -> Result<Vec<(u16, serde_json::Value)>, String> {
+        let deadline = Instant::now() + timeout;
+        let mut got: Vec<(usize, Option<serde_json::Value>)> =
+            which.iter().map(|&i| (i, None)).collect();
+        loop {
+            for (i, slot) in got.iter_mut() {
+                if slot.is_none() && !self.procs[*i].dead {
+                    if let Some(v) = self.take_pending(*i, event)? {
+                        *slot = Some(v);
+                    }
+                }
+            }
+            if got.iter().all(|(i, v)| v.is_some() || self.procs[*i].dead) {
+                return Ok(got
+                    .into_iter()
+                    .filter_map(|(i, v)| v.map(|v| (self.first + i as u16, v)))
+                    .collect());
+            }
+            if let Some(&(i, _)) = got
+                .iter()
+                .find(|(i, v)| v.is_none() && self.procs[*i].eof && !self.procs[*i].dead)
+            {
+                return Err(self.failure(
+                    i as u16,
+                    &format!("died before sending {event:?} (its control output closed)"),
+                ));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let i = got.iter().find(|(_, v)| v.is_none()).map_or(0, |g| g.0);
+                return Err(self.failure(
+                    i as u16,
+                    &format!("sent no {event:?} within {:.0} s", timeout.as_secs_f64()),
+                ));
+            }
+            self.pump(deadline - now)?;
+        }
+    }
+
     /// Lets `d` pass while watching the nodes (and doing the kills due): any error, or
     /// a death unless deaths are survivable, ends it early.
     pub fn watch(&mut self, d: Duration) -> Result<(), String> {
         let deadline = Instant::now() + d;
         loop {
             self.do_kills();
+            self.do_commit_kills();
+            self.do_restarts()?;
             for i in 0..self.procs.len() {
                 // Nothing is expected now: an event here is an error report, or early.
                 if let Some(msg) = self.pending[i].front().and_then(error_report) {
@@ -536,6 +845,14 @@ impl NodeProcesses {
                     };
                     if v.get("event").and_then(|e| e.as_str()).is_none() {
                         return Err(self.failure(n, "sent a control line without \"event\""));
+                    }
+                    if v["event"] == "dying" {
+                        // Its last words before a commit-phase SIGKILL: kept for the
+                        // kill's record, not an event anything waits for.
+                        let c = v["in_commit"].as_u64().unwrap_or(0);
+                        self.dying
+                            .insert(n as usize, u32::try_from(c).unwrap_or(u32::MAX));
+                        continue;
                     }
                     if let Some(q) = self.pending.get_mut(n as usize) {
                         q.push_back(v);
@@ -588,6 +905,17 @@ impl NodeProcesses {
             "ambidex: node {} (pid {}) {}; the run goes on without it",
             death.node, death.pid, death.how
         );
+        // A node told to die in its commit phase: its death is that kill (whatever
+        // ended it; `in_commit` says what it reported, if it did).
+        if let Some(k) = self.commit_armed.iter().position(|&j| j == i) {
+            self.commit_armed.remove(k);
+            self.killed.push(Killed {
+                node: death.node,
+                pid: death.pid,
+                at,
+                in_commit: self.dying.remove(&i),
+            });
+        }
         self.deaths.push(death);
     }
 
@@ -712,6 +1040,9 @@ struct Reader {
     /// The node's index in `procs`.
     index: u16,
     node: u16,
+    /// Which incarnation of the node this process is (its manager calls are that
+    /// incarnation's).
+    incarnation: u64,
     stdin: Stdin,
     manager: ManagerSlot,
 }
@@ -733,7 +1064,7 @@ impl Reader {
             .clone()
             .ok_or("sent a manager call, but the run has no manager (is its configuration the launcher's?)")?;
         ambidex_cluster::rectrace!("launcher call node {} {}", self.node, v["manager"]["call"]);
-        let answer = answer_line(&m, self.node, &v["manager"].take())
+        let answer = answer_line(&m, self.node, self.incarnation, &v["manager"].take())
             .map_err(|e| format!("sent a bad manager call: {e}"))?;
         // A closed stdin is a dying node: its closed output follows.
         write_line(&self.stdin, &answer);

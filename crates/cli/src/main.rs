@@ -59,6 +59,11 @@ enum Command {
         /// No progress bar while loading.
         #[arg(long)]
         no_progress: bool,
+        /// This node was killed and starts again during the run (`bench --restart`): it
+        /// loads nothing, waits for the `rejoin` command (the cluster's configuration and
+        /// its new incarnation), and joins the cluster as that incarnation.
+        #[arg(long)]
+        rejoin: bool,
     },
     /// Run one node of a benchmark cluster (started by `bench`; not for direct use).
     #[command(hide = true)]
@@ -143,7 +148,8 @@ fn main() -> ExitCode {
             config,
             node,
             no_progress,
-        } => node::run(&config, node, no_progress),
+            rejoin,
+        } => node::run(&config, node, no_progress, rejoin),
         Command::Peer { role, node, spec } => run_peer(&role, node, &spec),
         Command::CheckHistory { file, adya, json } => check_history(&file, adya, json),
     };

@@ -128,14 +128,16 @@ fn push_line(s: ClusterState) -> String {
 }
 
 /// Answers node `node`'s manager call `msg` (the `manager` object of its event) on
-/// `manager` as the member's first incarnation; the line to write back to it, or why
-/// the call cannot be read.
+/// `manager` as the node's incarnation `incarnation` (1, or more for a node process
+/// restarted during the run); the line to write back to it, or why the call cannot be
+/// read.
 pub fn answer_line(
     manager: &EmbeddedManager,
     node: u16,
+    incarnation: u64,
     msg: &serde_json::Value,
 ) -> Result<String, String> {
-    let mut client = manager.client(node, 1);
+    let mut client = manager.client(node, incarnation);
     let a = answer_call(msg, &mut client).map_err(|e| e.to_string())?;
     Ok(serde_json::json!({ "manager": a.to_value() }).to_string())
 }

@@ -25,6 +25,14 @@
 //!                                 (with a manager, `"state":{ClusterState}` is its final
 //!                                 state: every node checks under that configuration)
 //! node → {"event":"report","node":I,"report":{...}}   then the process exits 0
+//!      ← {"cmd":"replace_node","node":J,"tables":[...],"log_region":{...}}
+//!                                 node J restarted with new regions: its descriptors
+//!                                 in this node's catalog are replaced (while running)
+//! node → {"event":"catalog_replaced","node":I,"replaced":J}
+//!      ← {"cmd":"die_in_commit"}  (while running) SIGKILL this process at the next
+//!                                 moment one of its coordinators is in the commit phase
+//!                                 (`ambidex_workloads::lost::arm_commit_kill`)
+//! node → {"event":"dying","node":I,"in_commit":C,"waited_ms":W}   just before it
 //!      ← {"cmd":"abort"}        exit now (status 2), no report
 //! node → {"event":"error","node":I,"message":"..."}   then the process exits 1
 //! ```
@@ -42,16 +50,29 @@
 //! With `cluster.manager = "etcd"` the agent calls etcd itself (no `manager` lines);
 //! its client's events come back in the report (`manager_events`).
 //!
+//! A node started with `--rejoin` (a restarted node, `bench --restart`) opens its
+//! transport, loads nothing, and first waits for
+//!
+//! ```text
+//!      ← {"cmd":"rejoin","config":{Configuration},"incarnation":K,"run_ms":T}
+//! ```
+//!
+//! (the cluster's current configuration, which no longer has it, its new incarnation
+//! and how long the run has been going); it then makes an empty database in new
+//! regions, says `ready` as above and goes on as any node, except that at `start` its
+//! agent joins the cluster as incarnation K (`Agent::join`) and is re-replicated into.
+//!
 //! End of input before the report (the launcher died, ssh dropped) stops the node with
 //! status 3. Commands may also be written as bare words (`start`), for people; other
 //! fields of a command object are ignored.
 
 use ambidex_cluster::manager::channel::ChannelInbox;
 use ambidex_cluster::{Agent, ClusterState, Event, ManagerClient};
-use ambidex_store::Catalog;
+use ambidex_store::{Catalog, LogRegionDesc, TableDesc};
 use ambidex_workloads::config::{ManagerKind, Transport};
 use ambidex_workloads::etcd_membership;
-use ambidex_workloads::node::{load_node, LoadedNode, RunningNode};
+use ambidex_workloads::lost::{arm_commit_kill, begins_since_armed, CommitMoment};
+use ambidex_workloads::node::{load_node, rejoin_node, LoadedNode, RunningNode};
 use ambidex_workloads::{transports, Config};
 use serde::Deserialize;
 use std::io::{BufRead, Read, Write};
@@ -78,6 +99,19 @@ enum Cmd {
         state: Option<Box<ClusterState>>,
     },
     Abort,
+    /// The first command of a node started with `--rejoin`.
+    Rejoin {
+        config: Box<ambidex_cluster::Configuration>,
+        incarnation: u64,
+        #[serde(default)]
+        run_ms: u64,
+    },
+    ReplaceNode {
+        node: u16,
+        tables: Vec<TableDesc>,
+        log_region: LogRegionDesc,
+    },
+    DieInCommit,
 }
 
 enum Input {
@@ -95,7 +129,7 @@ fn parse_command(line: &str) -> Result<Cmd, String> {
     };
     serde_json::from_value(v).map_err(|e| {
         format!(
-            "bad command {line:?}: {e} (commands: catalog, start, measure, stop, finish, abort)"
+            "bad command {line:?}: {e} (commands: catalog, start, measure, stop, finish, abort, rejoin, replace_node, die_in_commit)"
         )
     })
 }
@@ -194,9 +228,9 @@ enum State {
     Stopped(RunningNode, bool),
 }
 
-pub fn run(config: &Path, node: u16, no_progress: bool) -> Result<(), String> {
+pub fn run(config: &Path, node: u16, no_progress: bool, rejoin: bool) -> Result<(), String> {
     let ev = Events { node };
-    match run_inner(config, node, no_progress, &ev) {
+    match run_inner(config, node, no_progress, rejoin, &ev) {
         Ok(()) => Ok(()),
         Err(e) => {
             ev.send("error", serde_json::json!({ "message": e }));
@@ -205,7 +239,13 @@ pub fn run(config: &Path, node: u16, no_progress: bool) -> Result<(), String> {
     }
 }
 
-fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result<(), String> {
+fn run_inner(
+    config: &Path,
+    node: u16,
+    no_progress: bool,
+    rejoin: bool,
+    ev: &Events,
+) -> Result<(), String> {
     let mut cfg = Config::read(config, &Config::default())?;
     cfg.validate()?;
     if cfg.cluster.transport == Transport::Local {
@@ -235,7 +275,32 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
     // The transport first: the tables live in regions registered on it.
     let udp = cfg.rpc.udp_options().map_err(|e| e.to_string())?;
     let transport = transports::open_node_with(&cfg.cluster, node, udp)?;
-    let loaded = load_node(&cfg, transport)?;
+    let loaded = if rejoin {
+        if cfg.cluster.manager != ManagerKind::Embedded {
+            return Err("a restarted node rejoins through the launcher's embedded manager".into());
+        }
+        // What to rejoin comes first; nothing else is valid before it.
+        match rx.recv() {
+            Ok(Input::Cmd(Cmd::Rejoin {
+                config,
+                incarnation,
+                run_ms,
+            })) => rejoin_node(&cfg, transport, *config, incarnation, run_ms as f64)?,
+            Ok(Input::Cmd(c)) => {
+                return Err(format!(
+                    "a node started with --rejoin needs the rejoin command first, not {}",
+                    cmd_name(&c)
+                ))
+            }
+            Ok(Input::Bad(e)) => return Err(e),
+            Ok(Input::Eof) | Err(_) => {
+                eprintln!("ambidex node {node}: control input closed before rejoin; stopping");
+                std::process::exit(3);
+            }
+        }
+    } else {
+        load_node(&cfg, transport)?
+    };
     ev.send(
         "ready",
         serde_json::json!({
@@ -303,13 +368,14 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
                         // whatever the agent is waiting for (`NodeState::serving`).
                         Box::new(inbox.client(node, send, m.lease))
                     };
-                    let a = Agent::start(
-                        format!("agent{node}"),
-                        client,
-                        l.cluster_state(),
-                        m.lease,
-                        ambidex_transport::clock::SystemClock::shared(),
-                    )
+                    let clock = ambidex_transport::clock::SystemClock::shared();
+                    let (name, state) = (format!("agent{node}"), l.cluster_state());
+                    let a = match l.incarnation() {
+                        1 => Agent::start(name, client, state, m.lease, clock),
+                        // A restarted node is no member: it asks to join, and its
+                        // threads wait without a lease until it is admitted.
+                        k => Agent::join(name, client, state, m.lease, clock, node, k),
+                    }
                     .map_err(|e| format!("cannot start the cluster agent: {e}"))?;
                     agent = Some(a);
                 }
@@ -322,6 +388,44 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
             (State::Running(mut r, _), Cmd::Stop) => {
                 r.stop();
                 State::Stopped(r, false)
+            }
+            (
+                State::Running(r, m),
+                Cmd::ReplaceNode {
+                    node: n,
+                    tables,
+                    log_region,
+                },
+            ) => {
+                r.replace_in_catalog(n, tables, log_region)?;
+                ev.send("catalog_replaced", serde_json::json!({ "replaced": n }));
+                State::Running(r, m)
+            }
+            (State::Running(r, m), Cmd::DieInCommit) => {
+                let events = *ev;
+                arm_commit_kill(std::sync::Arc::new(move |at: CommitMoment| {
+                    // Said first (the launcher reports the moment), then a death with
+                    // no goodbye, as the launcher's own SIGKILL.
+                    let _ = events.write(
+                        "dying",
+                        serde_json::json!({ "in_commit": at.in_commit, "waited_ms": at.waited_ms }),
+                    );
+                    eprintln!(
+                        "ambidex node {node}: SIGKILL in the commit phase ({} coordinators of \
+                         the thread between commit-backup and commit-primary, {} ms after \
+                         arming, {} transactions began meanwhile)",
+                        at.in_commit,
+                        at.waited_ms,
+                        begins_since_armed()
+                    );
+                    // SAFETY: kill(2) on this process's own pid; SIGKILL cannot be caught.
+                    unsafe {
+                        libc::kill(libc::getpid(), libc::SIGKILL);
+                    }
+                    // SIGKILL to oneself is delivered before kill returns; never here.
+                    std::process::abort();
+                }));
+                State::Running(r, m)
             }
             (State::Stopped(r, _), Cmd::Finish { state }) => {
                 // No transaction runs any more: the run's membership is over (the
@@ -352,14 +456,23 @@ fn run_inner(config: &Path, node: u16, no_progress: bool, ev: &Events) -> Result
                     State::Running(_, true) => "measuring",
                     State::Stopped(..) => "stopped (waiting for finish)",
                 };
-                // The name only: a catalog's descriptors are no error message.
-                let name = match &c {
-                    Cmd::Catalog { .. } => "Catalog".to_string(),
-                    other => format!("{other:?}"),
-                };
-                return Err(format!("command {name} is not valid while {phase}"));
+                return Err(format!(
+                    "command {} is not valid while {phase}",
+                    cmd_name(&c)
+                ));
             }
         });
+    }
+}
+
+/// A command's name for messages (descriptors and states are no error message).
+fn cmd_name(c: &Cmd) -> String {
+    match c {
+        Cmd::Catalog { .. } => "Catalog".into(),
+        Cmd::Finish { .. } => "Finish".into(),
+        Cmd::Rejoin { .. } => "Rejoin".into(),
+        Cmd::ReplaceNode { .. } => "ReplaceNode".into(),
+        other => format!("{other:?}"),
     }
 }
 

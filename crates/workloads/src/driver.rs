@@ -124,6 +124,9 @@ pub struct BenchReport {
     pub failures: Vec<crate::survival::NodeFailure>,
     /// Node processes the launcher killed (`--kill`).
     pub kills: Vec<crate::survival::Kill>,
+    /// Node processes restarted during the run (`--restart`): when, as which
+    /// incarnation, when they were members again and re-replicated into.
+    pub restarts: Vec<crate::survival::Restart>,
     /// The configuration manager's events (ms since the run's start).
     pub manager_events: Vec<crate::survival::ManagerEvent>,
     /// How long the cluster took to notice and get over the first failure; `null`
@@ -654,6 +657,7 @@ pub fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) ->
         timeline_10ms: tally.timeline.iter().map(|&c| c as u64).collect(),
         failures: Vec::new(),
         kills: Vec::new(),
+        restarts: Vec::new(),
         manager_events: Vec::new(),
         recovery: None,
         first_lost_commit_ns: tally.first_lost_commit_ns,

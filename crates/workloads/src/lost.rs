@@ -8,10 +8,102 @@
 
 use ambidex_rpc::Ctx;
 use ambidex_txn::runner::WorkerCtx;
-use ambidex_txn::{AbortReason, Committed, Configuration, ItemId, TxnThread, WriteKind};
+use ambidex_txn::{AbortReason, Committed, Configuration, ItemId, Phase, TxnThread, WriteKind};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The death [`arm_commit_kill`] asks for: called with how many of the calling thread's
+/// coordinators are in the commit window; it does not return (the process ends).
+pub type Die = Arc<dyn Fn(CommitMoment) + Send + Sync>;
+
+/// The moment a commit-phase kill found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommitMoment {
+    /// Coordinators (and committers) of the dying thread between their first
+    /// commit-backup write and the end of commit-primary.
+    pub in_commit: u32,
+    /// Milliseconds from arming to this moment.
+    pub waited_ms: u64,
+}
+
+/// Set once a commit-phase kill is armed: the only cost to a transaction before that
+/// is this load at begin.
+static COMMIT_KILL_ARMED: AtomicBool = AtomicBool::new(false);
+static COMMIT_KILL: Mutex<Option<(Instant, Die)>> = Mutex::new(None);
+
+/// For this long after arming, a moment needs [`SEVERAL`] coordinators in the commit
+/// window; then one is enough; after [`GIVE_UP`] the node dies at the next begin
+/// whatever its coordinators do, or (no transaction begins) from a watchdog thread
+/// shortly after: the moment says so (`in_commit` 0).
+const PREFER_SEVERAL: Duration = Duration::from_millis(200);
+const SEVERAL: u32 = 2;
+const GIVE_UP: Duration = Duration::from_secs(1);
+
+/// Transactions that began (and looked) since arming, for the give-up's message.
+static BEGINS_ARMED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Transactions that began on this process's threads since the commit-phase kill was
+/// armed (a give-up with none means its workers were not running transactions).
+pub fn begins_since_armed() -> u64 {
+    BEGINS_ARMED.load(Ordering::Relaxed)
+}
+
+/// `bench --kill NODE@commit:SECONDS`: from now on, the next transaction to begin on a
+/// thread of this process while other coordinators of that thread are in the commit
+/// phase (suspended between their first commit-backup write and the end of
+/// commit-primary: `TxnThread::in_phase`) calls `die` (which kills the process).
+/// Several at once are preferred for a while, see [`PREFER_SEVERAL`].
+pub fn arm_commit_kill(die: Die) {
+    let at = Instant::now();
+    *COMMIT_KILL.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, die.clone()));
+    COMMIT_KILL_ARMED.store(true, Ordering::SeqCst);
+    // The node dies even if no transaction begins any more (its workers wait for the
+    // cluster, say): a kill asked for is never silently skipped.
+    let watchdog = move || {
+        std::thread::sleep(GIVE_UP + Duration::from_millis(100));
+        die(CommitMoment {
+            in_commit: 0,
+            waited_ms: at.elapsed().as_millis() as u64,
+        });
+    };
+    if std::thread::Builder::new()
+        .name("commit-kill".into())
+        .spawn(watchdog)
+        .is_err()
+    {
+        eprintln!("ambidex: no watchdog thread for the commit-phase kill");
+    }
+}
+
+/// How many of `th`'s coordinators are in the commit window now.
+fn in_commit(th: &TxnThread) -> u32 {
+    th.in_phase(Phase::CommitBackup) + th.in_phase(Phase::CommitPrimary)
+}
+
+/// The moment to die, if now is one: `n` in the commit window, `waited` since arming.
+fn commit_moment(n: u32, waited: Duration) -> Option<CommitMoment> {
+    let need = if waited < PREFER_SEVERAL { SEVERAL } else { 1 };
+    (n >= need || waited >= GIVE_UP).then_some(CommitMoment {
+        in_commit: n,
+        waited_ms: waited.as_millis() as u64,
+    })
+}
+
+#[cold]
+fn maybe_die_in_commit(th: &TxnThread) {
+    let armed = COMMIT_KILL
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let Some((at, die)) = armed else { return };
+    BEGINS_ARMED.fetch_add(1, Ordering::Relaxed);
+    if let Some(m) = commit_moment(in_commit(th), at.elapsed()) {
+        die(m);
+    }
+}
 
 /// One node thread's watch (its coroutines share it).
 struct Watch {
@@ -81,6 +173,11 @@ pub struct Txn<'c> {
 
 impl<'c> Txn<'c> {
     pub fn begin(ctx: &'c Ctx, th: &Rc<TxnThread>) -> Txn<'c> {
+        if COMMIT_KILL_ARMED.load(Ordering::Relaxed) {
+            // The other coroutines of this thread are suspended where they are: some
+            // may be in the middle of their commit phase.
+            maybe_die_in_commit(th);
+        }
         let t = ambidex_txn::Txn::begin(ctx, th);
         // The first configuration's epoch is 1 (`Configuration::initial`).
         let armed = if ctx.epoch() > 1 {
@@ -147,5 +244,30 @@ impl<'c> Txn<'c> {
             }
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_kill_prefers_several_coordinators_then_one_then_gives_up() {
+        let ms = Duration::from_millis;
+        // Early on, one coordinator in the window is not enough; two are.
+        assert_eq!(commit_moment(0, ms(10)), None);
+        assert_eq!(commit_moment(1, ms(10)), None);
+        assert_eq!(
+            commit_moment(2, ms(10)),
+            Some(CommitMoment {
+                in_commit: 2,
+                waited_ms: 10
+            })
+        );
+        // Later one is.
+        assert_eq!(commit_moment(0, ms(300)), None);
+        assert_eq!(commit_moment(1, ms(300)).map(|m| m.in_commit), Some(1));
+        // After the give-up, any moment, and it says none was in the window.
+        assert_eq!(commit_moment(0, GIVE_UP).map(|m| m.in_commit), Some(0));
     }
 }

@@ -20,8 +20,9 @@ use ambidex_cluster::{ClusterState, Stage};
 use ambidex_rpc::RpcStats;
 use ambidex_store::{Catalog, LogRegionDesc, TableDesc};
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
+use ambidex_txn::log_ring::LogRingConfig;
 use ambidex_txn::runner::{spawn_node, Crew, RunSpec, Serve, Worker};
-use ambidex_txn::{NodeDb, Placement, Policy, TxnStats};
+use ambidex_txn::{Configuration, NodeDb, Placement, Policy, TxnStats};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -46,6 +47,12 @@ pub struct LoadedNode {
     pub load_seconds: f64,
     make_worker: MakeWorker,
     check: Check,
+    /// 1 for a node loaded at the start; a node restarted during the run
+    /// ([`rejoin_node`]) is its next incarnation.
+    incarnation: u64,
+    /// 10 ms buckets of the run that passed before this node started (a restarted node
+    /// starts its timeline late; its report pads it so that buckets line up).
+    timeline_offset: usize,
 }
 
 /// Builds the database of `transport`'s node (opened first: the tables live in regions
@@ -88,6 +95,8 @@ pub fn load_node(cfg: &Config, transport: SharedNode) -> Result<LoadedNode, Stri
                     make_worker(w1.clone(), total, phase, seed)
                 }),
                 check: Box::new(move |db| (w2.check_node(db), replica_digests(&*w2, db))),
+                incarnation: 1,
+                timeline_offset: 0,
             })
         }
     }
@@ -110,6 +119,107 @@ pub fn load_node(cfg: &Config, transport: SharedNode) -> Result<LoadedNode, Stri
     )
 }
 
+/// The node of `transport` restarted during a run (`bench --restart`): an empty
+/// database with the workload's tables and log rings, in new regions, in `config` (the
+/// cluster's current configuration, which no longer has this node as a member), for
+/// incarnation `incarnation`. Nothing is loaded: once it joins, re-replication copies
+/// its partitions' rows to it. `run_ms`: how long the run has been going (its timeline
+/// is padded by that much).
+pub fn rejoin_node(
+    cfg: &Config,
+    transport: SharedNode,
+    config: Configuration,
+    incarnation: u64,
+    run_ms: f64,
+) -> Result<LoadedNode, String> {
+    struct Rejoin<'a> {
+        cfg: &'a Config,
+        node: NodeId,
+        transport: SharedNode,
+        config: Configuration,
+        incarnation: u64,
+        run_ms: f64,
+    }
+    impl WorkloadVisitor<LoadedNode> for Rejoin<'_> {
+        fn visit<W: Workload>(
+            self,
+            wl: Arc<W>,
+            _placement: Placement,
+        ) -> Result<LoadedNode, String> {
+            let cfg = self.cfg;
+            let t0 = Instant::now();
+            // The tables and rings every node has (`load::build_nodes`, `NodeDb::new`),
+            // so its descriptors have the layout the others' threads expect.
+            let db = NodeDb::with_config(
+                &*self.transport,
+                self.config,
+                &wl.tables(),
+                LogRingConfig::default(),
+            )?;
+            // Not the first incarnation's transactions again.
+            let seed = cfg.run.seed ^ self.incarnation.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let (w1, w2) = (wl.clone(), wl.clone());
+            Ok(LoadedNode {
+                node: self.node,
+                transport: self.transport,
+                threads: cfg.cluster.threads,
+                spec: run_spec(cfg, cfg.coroutines(), Some(self.node))?,
+                history: cfg.run.history_for(self.node).map(|p| {
+                    // The first incarnation's file stays as it was.
+                    let mut s = p.into_os_string();
+                    s.push(format!(".inc{}", self.incarnation));
+                    s.into()
+                }),
+                types: wl.txn_types().len(),
+                db,
+                load_seconds: t0.elapsed().as_secs_f64(),
+                make_worker: Box::new(move |total, phase| {
+                    make_worker(w1.clone(), total, phase, seed)
+                }),
+                check: Box::new(move |db| (w2.check_node(db), replica_digests(&*w2, db))),
+                incarnation: self.incarnation,
+                timeline_offset: (self.run_ms.max(0.0) / 10.0) as usize,
+            })
+        }
+    }
+    cfg.validate()?;
+    if incarnation < 2 {
+        return Err(format!(
+            "a restarted node is a new incarnation (2 or more), not {incarnation}"
+        ));
+    }
+    let node = transport.node();
+    if transport.config().threads_per_node != cfg.cluster.threads {
+        return Err(format!(
+            "the transport has {} threads per node, the run {}",
+            transport.config().threads_per_node,
+            cfg.cluster.threads
+        ));
+    }
+    if config.placement.nodes() != cfg.cluster.nodes || config.placement.is_member(node) {
+        return Err(format!(
+            "node {node} cannot rejoin in a configuration of {} nodes that {} it",
+            config.placement.nodes(),
+            if config.placement.is_member(node) {
+                "still has"
+            } else {
+                "does not fit"
+            }
+        ));
+    }
+    dispatch(
+        cfg,
+        Rejoin {
+            cfg,
+            node,
+            transport,
+            config,
+            incarnation,
+            run_ms,
+        },
+    )
+}
+
 /// A node whose threads are running (from `start` until `finish`).
 pub struct RunningNode {
     node: NodeId,
@@ -128,6 +238,8 @@ pub struct RunningNode {
     measure_start: Option<(f64, Instant)>,
     /// (CPU seconds, wall seconds) of the measured window.
     measured: (f64, f64),
+    incarnation: u64,
+    timeline_offset: usize,
 }
 
 impl LoadedNode {
@@ -152,7 +264,12 @@ impl LoadedNode {
         self.db.cluster().clone()
     }
 
-    //// The cluster's catalog (every node's descriptors, from the launcher), once.
+    /// This node's incarnation: 1, or more for a node restarted during the run.
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// The cluster's catalog (every node's descriptors, from the launcher), once.
     pub fn set_catalog(&self, cat: Catalog) -> Result<(), String> {
         self.db.set_catalog(cat)
     }
@@ -208,6 +325,8 @@ impl LoadedNode {
             recorder,
             measure_start: None,
             measured: (0.0, 0.0),
+            incarnation: self.incarnation,
+            timeline_offset: self.timeline_offset,
         })
     }
 }
@@ -228,6 +347,17 @@ impl RunningNode {
                 t0.elapsed().as_secs_f64(),
             );
         }
+    }
+
+    /// Node `node` restarted with new regions: its descriptors in this node's catalog
+    /// are replaced (`NodeDb::replace_in_catalog`; before the new incarnation joins).
+    pub fn replace_in_catalog(
+        &self,
+        node: NodeId,
+        tables: Vec<TableDesc>,
+        log: LogRegionDesc,
+    ) -> Result<(), String> {
+        self.db.replace_in_catalog(node, tables, log)
     }
 
     /// True once every worker of this node has returned (the node still serves
@@ -269,7 +399,14 @@ impl RunningNode {
         }
         let tally = std::mem::replace(&mut *self.total.lock().unwrap(), Tally::new(self.types));
         check_under(&self.db, last)?;
-        let (check, digests) = (self.check)(&self.db);
+        let (mut check, digests) = (self.check)(&self.db);
+        if self.incarnation > 1 {
+            // A restarted node loaded nothing and counted only its new incarnation's
+            // work: the combined check must not take it for a node loaded at the start.
+            if let Ok(serde_json::Value::Object(m)) = &mut check {
+                m.insert("incarnation".into(), self.incarnation.into());
+            }
+        }
         let mut r = NodeReport::new(
             self.node, tally, &txn, &rpc, counters, stuck, check, digests,
         );
@@ -279,6 +416,11 @@ impl RunningNode {
         r.cpu_seconds = self.measured.0;
         r.measured_s = self.measured.1;
         r.max_rss_bytes = cputime::max_rss_bytes();
+        if self.timeline_offset > 0 && !r.timeline_10ms.is_empty() {
+            let mut t = vec![0; self.timeline_offset];
+            t.append(&mut r.timeline_10ms);
+            r.timeline_10ms = t;
+        }
         Ok(r)
     }
 

@@ -17,12 +17,58 @@ pub struct NodeFailure {
     pub at_ms: f64,
 }
 
-/// A node process the launcher killed (`--kill NODE@SECONDS`).
+/// A node process the launcher killed (`--kill NODE@SECONDS`), or that killed itself in
+/// its commit phase when asked (`--kill NODE@commit:SECONDS`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Kill {
     pub node: u16,
     pub pid: u32,
     pub at_ms: f64,
+    /// A commit-phase kill: how many coordinators of the dying thread were between
+    /// their first commit-backup write and the end of commit-primary (0: none came
+    /// within the node's give-up time, it died anyway); absent for a plain kill.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_commit: Option<u32>,
+}
+
+/// A node process started again during the run (`--restart NODE@SECONDS`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Restart {
+    pub node: u16,
+    pub pid: u32,
+    /// Its new incarnation (the first is 1).
+    pub incarnation: u64,
+    /// When the launcher started its new process (ms since the run's start).
+    pub at_ms: f64,
+    /// When a configuration that has it as a member again was published (ms since the
+    /// run's start; `null` if never).
+    pub member_ms: Option<f64>,
+    /// When every copy was up to date again after it joined (the manager's
+    /// `rereplicated` event; `null` if never).
+    pub rereplicated_ms: Option<f64>,
+    /// Transactions its new incarnation's workers committed (warmup included).
+    pub committed: u64,
+}
+
+impl Restart {
+    /// Fills in `member_ms` and `rereplicated_ms` from the manager's events.
+    pub fn with_events(mut self, events: &[ManagerEvent]) -> Restart {
+        let bit = 1u64 << self.node;
+        self.member_ms = events
+            .iter()
+            .find(|e| {
+                e.at_ms >= self.at_ms
+                    && matches!(e.what, EventKind::Reconfigured { joined, .. } if joined & bit != 0)
+            })
+            .map(|e| e.at_ms);
+        self.rereplicated_ms = self.member_ms.and_then(|m| {
+            events
+                .iter()
+                .find(|e| e.at_ms >= m && e.what == EventKind::Rereplicated)
+                .map(|e| e.at_ms)
+        });
+        self
+    }
 }
 
 /// One of the manager's events.
@@ -110,6 +156,54 @@ pub fn recovery(
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_restart_is_a_member_at_the_reconfiguration_that_joins_it() {
+        let events = [
+            ev(
+                1050.0,
+                EventKind::Reconfigured {
+                    removed: 4,
+                    joined: 0,
+                },
+            ),
+            ev(1060.0, EventKind::Recovered),
+            ev(1300.0, EventKind::Rereplicated),
+            // Another node joining is not this one.
+            ev(
+                1500.0,
+                EventKind::Reconfigured {
+                    removed: 0,
+                    joined: 2,
+                },
+            ),
+            ev(
+                1510.0,
+                EventKind::Reconfigured {
+                    removed: 0,
+                    joined: 4,
+                },
+            ),
+            ev(1700.0, EventKind::Rereplicated),
+        ];
+        let r = Restart {
+            node: 2,
+            pid: 7,
+            incarnation: 2,
+            at_ms: 1200.0,
+            member_ms: None,
+            rereplicated_ms: None,
+            committed: 0,
+        };
+        let r2 = r.clone().with_events(&events);
+        assert_eq!(
+            (r2.member_ms, r2.rereplicated_ms),
+            (Some(1510.0), Some(1700.0))
+        );
+        // Not joined (yet): both null.
+        let r3 = r.with_events(&events[..4]);
+        assert_eq!((r3.member_ms, r3.rereplicated_ms), (None, None));
+    }
+
     fn ev(at_ms: f64, what: EventKind) -> ManagerEvent {
         ManagerEvent {
             at_ms,
@@ -125,6 +219,7 @@ mod tests {
             node: 2,
             pid: 9,
             at_ms: 1000.0,
+            in_commit: None,
         };
         let events = [
             ev(500.0, EventKind::LeaseExpired { nodes: 2 }),

@@ -16,7 +16,7 @@ use ambidex_workloads::config::{
 use ambidex_workloads::etcd_membership;
 use ambidex_workloads::plot::{plot, Plot};
 use ambidex_workloads::report::{one_sided_line, policy_line};
-use ambidex_workloads::survival::{recovery, Kill, ManagerEvent, NodeFailure};
+use ambidex_workloads::survival::{recovery, Kill, ManagerEvent, NodeFailure, Restart};
 use ambidex_workloads::{
     combine_node_reports, run_bench, sweep_coroutines, transports, BenchReport, Config, NodeReport,
     SweepPoint, Transport, WorkloadKind,
@@ -94,8 +94,17 @@ pub struct Args {
     /// Node processes: SIGKILL node NODE SECONDS after the run started (after `start`
     /// was sent; warmup included). Repeatable. With the manager on the run goes on
     /// without it and reports the failure; with `--manager none` it fails the run.
-    #[arg(long, value_name = "NODE@SECONDS", value_parser = parse_kill)]
+    /// `NODE@commit:SECONDS`: after SECONDS the node SIGKILLs itself the next time its
+    /// coordinators are in the commit phase (between the first commit-backup write and
+    /// the end of commit-primary; several at once preferred).
+    #[arg(long, value_name = "NODE@[commit:]SECONDS", value_parser = parse_kill)]
     pub kill: Vec<KillSpec>,
+    /// Node processes, embedded manager: start killed node NODE again SECONDS after the
+    /// run started (or as soon after as the others removed it), with the same id, an
+    /// empty database and the next incarnation; it rejoins, is re-replicated into and
+    /// runs the workload again. Needs a `--kill` of NODE before SECONDS.
+    #[arg(long, value_name = "NODE@SECONDS", value_parser = parse_restart)]
+    pub restart: Vec<RestartSpec>,
     /// Record every transaction to this JSON-lines file (docs/history-format.md).
     #[arg(long)]
     pub history: Option<PathBuf>,
@@ -106,14 +115,24 @@ pub struct Args {
     pub json: bool,
 }
 
-/// `--kill NODE@SECONDS`.
+/// `--kill NODE@SECONDS` or `NODE@commit:SECONDS`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KillSpec {
     pub node: u16,
     pub seconds: f64,
+    /// The node kills itself in its commit phase (after `seconds`).
+    pub in_commit: bool,
 }
 
-fn parse_kill(s: &str) -> Result<KillSpec, String> {
+/// `--restart NODE@SECONDS`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RestartSpec {
+    pub node: u16,
+    pub seconds: f64,
+}
+
+/// NODE@SECONDS; the seconds' text may start with `commit:` (returned as true).
+fn parse_node_at(s: &str) -> Result<(u16, f64, bool), String> {
     let (n, t) = s
         .split_once('@')
         .ok_or_else(|| format!("{s:?}: expected NODE@SECONDS, e.g. 2@1.5"))?;
@@ -121,11 +140,31 @@ fn parse_kill(s: &str) -> Result<KillSpec, String> {
         .trim()
         .parse()
         .map_err(|e| format!("{s:?}: node {n:?}: {e}"))?;
+    let (in_commit, t) = match t.trim().strip_prefix("commit:") {
+        Some(rest) => (true, rest),
+        None => (false, t),
+    };
     let seconds: f64 = t
         .trim()
         .parse()
         .map_err(|e| format!("{s:?}: seconds {t:?}: {e}"))?;
-    Ok(KillSpec { node, seconds })
+    Ok((node, seconds, in_commit))
+}
+
+fn parse_kill(s: &str) -> Result<KillSpec, String> {
+    let (node, seconds, in_commit) = parse_node_at(s)?;
+    Ok(KillSpec {
+        node,
+        seconds,
+        in_commit,
+    })
+}
+
+fn parse_restart(s: &str) -> Result<RestartSpec, String> {
+    match parse_node_at(s)? {
+        (_, _, true) => Err(format!("{s:?}: a restart is NODE@SECONDS")),
+        (node, seconds, false) => Ok(RestartSpec { node, seconds }),
+    }
 }
 
 /// Refuses kills of nodes the run does not have, or outside the run (after the start,
@@ -133,6 +172,17 @@ fn parse_kill(s: &str) -> Result<KillSpec, String> {
 fn check_kills(kills: &[KillSpec], cfg: &Config) -> Result<(), String> {
     let run = cfg.run.warmup_s + cfg.run.duration_s;
     for k in kills {
+        // A node that finds no moment in its commit phase dies at its give-up (1 s,
+        // `ambidex_workloads::lost`): still inside the run.
+        if k.in_commit && k.seconds + 1.2 > run {
+            return Err(format!(
+                "--kill {}@commit:{}: a commit-phase kill must leave 1.2 s of the run \
+                 (SECONDS <= warmup + duration - 1.2 = {:.1})",
+                k.node,
+                k.seconds,
+                run - 1.2
+            ));
+        }
         if k.node >= cfg.cluster.nodes {
             return Err(format!(
                 "--kill {}@{}: the cluster has nodes 0..{}",
@@ -145,6 +195,45 @@ fn check_kills(kills: &[KillSpec], cfg: &Config) -> Result<(), String> {
                  (0 < SECONDS < warmup + duration = {run})",
                 k.node, k.seconds
             ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses restarts of nodes not killed before, outside the run, or without the
+/// embedded manager (the joiner's calls go through the launcher).
+fn check_restarts(
+    restarts: &[RestartSpec],
+    kills: &[KillSpec],
+    cfg: &Config,
+) -> Result<(), String> {
+    let run = cfg.run.warmup_s + cfg.run.duration_s;
+    for r in restarts {
+        let what = format!("--restart {}@{}", r.node, r.seconds);
+        if cfg.cluster.manager_spec().is_none() || cfg.cluster.manager != ManagerKind::Embedded {
+            return Err(format!(
+                "{what}: a restarted node rejoins through the launcher's embedded manager \
+                 (--manager embedded)"
+            ));
+        }
+        if !(r.seconds > 0.0 && r.seconds < run) {
+            return Err(format!(
+                "{what}: the time must be before the run ends (0 < SECONDS < warmup + \
+                 duration = {run})"
+            ));
+        }
+        if !kills
+            .iter()
+            .any(|k| k.node == r.node && k.seconds < r.seconds)
+        {
+            return Err(format!(
+                "{what}: only a node killed before (--kill {}@SECONDS, SECONDS < {}) can be \
+                 restarted",
+                r.node, r.seconds
+            ));
+        }
+        if restarts.iter().filter(|o| o.node == r.node).count() > 1 {
+            return Err(format!("{what}: one restart per node"));
         }
     }
     Ok(())
@@ -219,14 +308,16 @@ fn multi_process(c: &ClusterSection, a: &Args) -> Result<bool, String> {
 
 pub fn run(workload: Option<&str>, a: &Args) -> Result<Outcome, String> {
     let cfg = config(workload, a)?;
-    if !a.kill.is_empty() && !multi_process(&cfg.cluster, a)? {
+    let acts_on_nodes = !a.kill.is_empty() || !a.restart.is_empty();
+    if acts_on_nodes && !multi_process(&cfg.cluster, a)? {
         return Err(
-            "--kill kills node processes: use --transport shm or udp (without \
-             --in-process)"
+            "--kill and --restart act on node processes: use --transport shm or udp \
+             (without --in-process)"
                 .into(),
         );
     }
     check_kills(&a.kill, &cfg)?;
+    check_restarts(&a.restart, &a.kill, &cfg)?;
     let r = run_one_or_sweep(a, &cfg)?;
     if let (Some(path), Outcome::One(r)) = (&a.plot_timeline, &r) {
         plot_timeline(r, path)?;
@@ -241,6 +332,9 @@ fn plot_timeline(r: &BenchReport, path: &Path) -> Result<(), String> {
     }
     for f in &r.failures {
         marks.push((f.at_ms, format!("{} died", f.node)));
+    }
+    for s in &r.restarts {
+        marks.push((s.at_ms, format!("restart {}", s.node)));
     }
     for e in &r.manager_events {
         let what = serde_json::to_value(&e.what)
@@ -402,6 +496,26 @@ fn print_one(a: &Args, r: &BenchReport) {
             f.node, f.pid, f.how, f.at_ms
         );
     }
+    for k in r.kills.iter().filter_map(|k| k.in_commit.map(|c| (k, c))) {
+        println!(
+            "  node {} killed itself in its commit phase at {:.0} ms ({} coordinators in it)",
+            k.0.node, k.0.at_ms, k.1
+        );
+    }
+    for rs in &r.restarts {
+        let ms = |t: Option<f64>| t.map_or("never".to_string(), |t| format!("{t:.0} ms"));
+        println!(
+            "  node {} restarted at {:.0} ms (pid {}, incarnation {}): member again at {}, \
+             re-replicated at {}; it committed {}",
+            rs.node,
+            rs.at_ms,
+            rs.pid,
+            rs.incarnation,
+            ms(rs.member_ms),
+            ms(rs.rereplicated_ms),
+            rs.committed
+        );
+    }
     if let Some(rc) = &r.recovery {
         let ms = |t: Option<f64>| t.map_or("never".to_string(), |t| format!("{t:.0} ms"));
         println!(
@@ -532,7 +646,15 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
     }
     procs.send_all("start")?;
     for k in &a.kill {
-        procs.kill_at(k.node, run_start + Duration::from_secs_f64(k.seconds))?;
+        let at = run_start + Duration::from_secs_f64(k.seconds);
+        if k.in_commit {
+            procs.kill_in_commit_at(k.node, at)?;
+        } else {
+            procs.kill_at(k.node, at)?;
+        }
+    }
+    for r in &a.restart {
+        procs.restart_at(r.node, run_start + Duration::from_secs_f64(r.seconds))?;
     }
     procs.watch(Duration::from_secs_f64(cfg.run.warmup_s))?;
     procs.send_all("measure")?;
@@ -540,6 +662,15 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
     procs.watch(Duration::from_secs_f64(cfg.run.duration_s))?;
     procs.send_all("stop")?;
     let elapsed = tm.elapsed().as_secs_f64();
+    if procs.restarts_pending() > 0 {
+        // The node was never removed, or died too late: the run did not do what it
+        // was asked.
+        return Err(format!(
+            "{} restart(s) not done before the run ended (the node must be killed and \
+             removed by the manager first: is the kill early enough?)",
+            procs.restarts_pending()
+        ));
+    }
     // A worker may be waiting out retransmissions in each phase of its transaction.
     let drain = give_up * 6 + Duration::from_secs(30);
     procs.wait_live("workers_done", drain)?;
@@ -584,6 +715,11 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
         }
         (events, state, start_ns)
     });
+    // What each restarted node's new incarnation committed (its whole timeline).
+    let committed_by: Vec<(u16, u64)> = reports
+        .iter()
+        .map(|r| (r.node, r.timeline_10ms.iter().map(|&c| c as u64).sum()))
+        .collect();
     let transport = cfg.cluster.transport.name();
     let mut report = match &membership {
         Some((_, state, _)) => combine_live_reports(
@@ -614,6 +750,7 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
             node: k.node,
             pid: k.pid,
             at_ms: ms(k.at),
+            in_commit: k.in_commit,
         })
         .collect();
     if let Some((events, _, start_ns)) = &membership {
@@ -622,6 +759,25 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
             .map(|e| ManagerEvent::new(e, *start_ns))
             .collect();
     }
+    report.restarts = procs
+        .restarted()
+        .iter()
+        .map(|r| {
+            Restart {
+                node: r.node,
+                pid: r.pid,
+                incarnation: r.incarnation,
+                at_ms: ms(r.at),
+                member_ms: None,
+                rereplicated_ms: None,
+                committed: committed_by
+                    .iter()
+                    .find(|c| c.0 == r.node)
+                    .map_or(0, |c| c.1),
+            }
+            .with_events(&report.manager_events)
+        })
+        .collect();
     report.recovery = recovery(
         &report.kills,
         &report.failures,
@@ -633,7 +789,8 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
     );
     if let Some(h) = &cfg.run.history {
         if !h.contains("{node}") {
-            merge_histories(Path::new(h), &cfg.run, nodes)?;
+            let restarted: Vec<u16> = report.restarts.iter().map(|r| r.node).collect();
+            merge_histories(Path::new(h), &cfg.run, nodes, &restarted)?;
         }
     }
     drop(files);
@@ -642,7 +799,12 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
 
 /// Concatenates the nodes' history files into `out` (record order carries no meaning)
 /// and removes them.
-fn merge_histories(out: &Path, run: &RunSection, nodes: u16) -> Result<(), String> {
+fn merge_histories(
+    out: &Path,
+    run: &RunSection,
+    nodes: u16,
+    restarts: &[u16],
+) -> Result<(), String> {
     let mut f = std::fs::File::create(out)
         .map_err(|e| format!("cannot create history file {}: {e}", out.display()))?;
     for n in 0..nodes {
@@ -652,6 +814,17 @@ fn merge_histories(out: &Path, run: &RunSection, nodes: u16) -> Result<(), Strin
         std::io::copy(&mut src, &mut f)
             .map_err(|e| format!("merging the history into {}: {e}", out.display()))?;
         let _ = std::fs::remove_file(&part);
+        // A restarted node's later incarnations recorded beside it (`.incK`).
+        for k in 2..=restarts.iter().filter(|&&r| r == n).count() as u64 + 1 {
+            let mut p = part.clone().into_os_string();
+            p.push(format!(".inc{k}"));
+            let p = PathBuf::from(p);
+            let mut src = std::fs::File::open(&p)
+                .map_err(|e| format!("node {n}'s history {}: {e}", p.display()))?;
+            std::io::copy(&mut src, &mut f)
+                .map_err(|e| format!("merging the history into {}: {e}", out.display()))?;
+            let _ = std::fs::remove_file(&p);
+        }
     }
     Ok(())
 }
