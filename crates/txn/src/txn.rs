@@ -83,7 +83,7 @@ pub(crate) const SPARE_BYTES: usize = 64;
 pub(crate) const POOLED_TXNS: usize = 256;
 
 impl TxnBufs {
-    fn spare(&mut self) -> Vec<u8> {
+    pub(crate) fn spare(&mut self) -> Vec<u8> {
         self.bytes.pop().unwrap_or_default()
     }
 }

@@ -226,6 +226,9 @@ pub(crate) struct OneSided {
     read_buf: Vec<u8>,
     /// Why the last refused post was refused.
     rejected: Option<TransportError>,
+    /// Per target node: whether its operations timed out, and it was suspected, with
+    /// none answered since.
+    silence_reported: Vec<bool>,
 }
 
 /// Completions taken per `poll_cq` call, and calls per master step.
@@ -255,6 +258,7 @@ impl OneSided {
         OneSided {
             posted: vec![0; nodes],
             confirmed: vec![0; nodes],
+            silence_reported: vec![false; nodes],
             ..Default::default()
         }
     }
@@ -545,7 +549,26 @@ impl State {
         os.need_cq = os.signaled_waiting > 0 || ep.outstanding() > 0;
     }
 
+    /// Notes whether node `node` answered an operation. A one-sided `Timeout` is the
+    /// NIC's give-up (each backend's retry budget is the RPC give-up time), so its
+    /// target is suspected as an RPC destination silent that long is
+    /// ([`State::report_suspect`]): once per silence, since one-sided presets may send
+    /// the target no RPC at all.
+    fn note_answer(&mut self, node: NodeId, status: Result<(), AccessError>) {
+        let Some(reported) = self.onesided.silence_reported.get_mut(node as usize) else {
+            return;
+        };
+        if status != Err(AccessError::Timeout) {
+            // Any other outcome, an error included, came from the target's NIC.
+            *reported = false;
+        } else if !*reported {
+            *reported = true;
+            self.report_suspect(node);
+        }
+    }
+
     fn on_completion(&mut self, c: &Completion) {
+        self.note_answer(c.node, c.status);
         let (gen, id, idx) = (
             (c.wr_id >> 32) as u32,
             (c.wr_id >> 16) as u16,

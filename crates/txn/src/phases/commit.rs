@@ -124,6 +124,13 @@ impl CommitWork<'_> {
                     placement.backups(it.table, it.key).any(|b| b == node)
                 }
             };
+            if node == me && !primaries && ctx.epoch() != self.config.epoch {
+                // The cluster moved on: a copy here may be a primary of the new epoch,
+                // locked by its transactions, which an apply would wait for (on this
+                // very thread, for ever). The record is logged: recovery installs it.
+                *self.ok = false;
+                continue;
+            }
             if node == me {
                 for w in writes_of(self.items, holds) {
                     *self.ok &= if primaries {

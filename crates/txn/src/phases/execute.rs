@@ -532,8 +532,9 @@ impl Txn<'_> {
         locked: bool,
         decode: impl FnOnce(&[u8]) -> Result<(Fetched, &[u8]), DecodeError>,
     ) -> Result<(), AbortReason> {
-        let it = &mut self.items[i];
-        let mut val = std::mem::take(&mut it.value);
+        // The answer goes into a spare buffer: a LOCK that fails leaves the item with
+        // the value its execute read (the history records that read).
+        let mut val = self.bufs.spare();
         val.clear();
         let parsed = self.ctx.response(h, |b| {
             decode(b).map(|(f, value)| {
@@ -541,12 +542,13 @@ impl Txn<'_> {
                 f
             })
         });
+        let it = &mut self.items[i];
         match parsed {
             // A found value must have the table's size (untrusted).
             Ok(Ok(f))
                 if f.status == Status::Ok && self.th.db.value_size(it.table) != Some(val.len()) =>
             {
-                it.value = val;
+                self.bufs.bytes.push(val);
                 it.fetched = false;
                 if locked && it.write.is_some() {
                     // The lock is held all the same: recorded so the abort releases it.
@@ -554,13 +556,17 @@ impl Txn<'_> {
                 }
                 Err(AbortReason::BadResponse)
             }
-            Ok(Ok(f)) => absorb(it, f, val, locked),
+            Ok(Ok(f)) => {
+                let old = std::mem::take(&mut it.value);
+                self.bufs.bytes.push(old);
+                absorb(it, f, val, locked)
+            }
             Ok(Err(_)) => {
-                it.value = val;
+                self.bufs.bytes.push(val);
                 Err(AbortReason::BadResponse)
             }
             Err(e) => {
-                it.value = val;
+                self.bufs.bytes.push(val);
                 Err(rpc_failure(&e, flushed))
             }
         }

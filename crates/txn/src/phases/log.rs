@@ -358,11 +358,26 @@ impl Txn<'_> {
         self.bufs.body = body;
         // The record goes to the backups of the keys written (DrTM+H §5.4): they apply
         // it to their copies when it is truncated, so the commit needs no backup step.
+        // Where this node is itself a backup of a key, its own log is one of the
+        // record's places and the key's primary gets the record too: else the record
+        // would be at R - 1 nodes, and a crash of them (this one included) would leave
+        // the primary with neither the record nor (passive ACK, or a commit WRITE that
+        // failed) the write, and recovery would abort a transaction reported committed.
         let mut targets = std::mem::take(&mut self.bufs.targets);
         targets.clear();
         let placement = &self.config.placement;
         for it in self.items.iter().filter(|it| it.write.is_some()) {
-            targets.extend(placement.backups(it.table, it.key).filter(|&b| b != me));
+            let mut backup_here = false;
+            for b in placement.backups(it.table, it.key) {
+                if b == me {
+                    backup_here = true;
+                } else {
+                    targets.push(b);
+                }
+            }
+            if backup_here {
+                targets.push(placement.primary(it.table, it.key));
+            }
         }
         targets.sort_unstable();
         targets.dedup();
@@ -610,10 +625,16 @@ impl TxnThread {
         }
         let mut give_up = ctx.now_ns() + DRAIN_PATIENCE_NS;
         while ctx.now_ns() < give_up {
-            let targets = self.rings.borrow().undrained();
+            let (targets, epoch) = {
+                let rings = self.rings.borrow();
+                (rings.undrained(), rings.epoch())
+            };
             if targets.is_empty() {
                 return;
             }
+            // The worker's coroutine may still be bound to the epoch of its last
+            // transaction; the truncations are this epoch's rings' (see `bind_epoch`).
+            ctx.bind_epoch(epoch);
             if reclaim_where(ctx, self, &targets, |w| !w.drained()).await {
                 give_up = ctx.now_ns() + DRAIN_PATIENCE_NS;
             } else {

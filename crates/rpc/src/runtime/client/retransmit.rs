@@ -91,15 +91,19 @@ impl State {
         self.client.next_scan = now + self.client.scan_period;
     }
 
-    /// Destination `d` left a request unanswered for `give_up`: its node is suspected, and
-    /// every request to it fails (its workers see `RpcError::Timeout`).
-    fn suspect(&mut self, d: usize) {
-        let node = (d / self.threads) as NodeId;
+    /// Node `node` is suspected failed: reported to the cluster layer.
+    pub(crate) fn report_suspect(&mut self, node: NodeId) {
         self.stats.suspected += 1;
         self.client.suspects.push(node);
         if let Some(cb) = self.client.on_suspect.as_mut() {
             cb(node);
         }
+    }
+
+    /// Destination `d` left a request unanswered for `give_up`: its node is suspected, and
+    /// every request to it fails (its workers see `RpcError::Timeout`).
+    fn suspect(&mut self, d: usize) {
+        self.report_suspect((d / self.threads) as NodeId);
         let dest = self.client.dest(d);
         let (lo, hi) = (dest.ack, dest.next_seq);
         for seq in lo..hi {
