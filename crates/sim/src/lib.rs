@@ -15,7 +15,8 @@
 //!    (`Runtime::poll_once`), charging it a seeded sliver of simulated CPU time; when every
 //!    runtime is idle, time jumps to the next network event (or 1 ms, so retransmission
 //!    timers fire). The fault profile ([`FaultProfile`]) starts partitions, node pauses
-//!    and crashes from a second seeded stream. A configuration manager on simulated time
+//!    and crashes from a second seeded stream, and restarts crashed nodes as new
+//!    incarnations that rejoin (`crash-restart`) from a third. A configuration manager on simulated time
 //!    and one stepped agent per node give every node a lease ([`LEASE`]) and carry the
 //!    cluster through reconfigurations (`docs/simulation.md`);
 //! 4. after `steps` steps, stops the workers, heals partitions, ends pauses and keeps
@@ -554,7 +555,8 @@ const RUN_LIMIT_NS: u64 = 2_000_000_000;
 /// The manager of a run and its nodes' agents, stepped by the scheduler.
 struct SimCluster {
     manager: SteppedManager,
-    /// Per node: its agent, and its handle on the manager (`None` once it crashed).
+    /// Per node: its agent, and its handle on the manager (`None` from its crash until
+    /// it restarts).
     agents: Vec<Option<(AgentCore, SteppedClient)>>,
     next_agent: Vec<u64>,
     next_tick: u64,
@@ -655,6 +657,9 @@ struct Sim {
 type Spawn = Box<
     dyn FnMut(NodeId, u64, usize, Arc<NodeDb>, &mut SmallRng) -> Result<Vec<NodeThread>, String>,
 >;
+
+/// One incarnation's transactions whose outcome another node may decide, by id.
+type Pending = Rc<RefCell<BTreeMap<u64, TxnRecord>>>;
 
 /// Restarts a run makes at most (one per crash, two crashes at most).
 const MAX_RESTARTS: usize = 2;
@@ -1053,8 +1058,7 @@ impl Sim {
             return Err("no worker slot left".into());
         }
         let threads = (self.spawn)(n, incarnation, slot, db.clone(), &mut self.restart_rng)?;
-        self.slot_node
-            .extend(std::iter::repeat(n).take(self.per_slot));
+        self.slot_node.extend(vec![n; self.per_slot]);
         self.slot_of[nn] = slot;
         let (old, keep): (Vec<NodeThread>, Vec<NodeThread>) = std::mem::take(&mut self.threads)
             .into_iter()
@@ -1140,9 +1144,9 @@ impl Sim {
         let st = self.cluster.manager.state();
         let c = &st.config;
         self.restarts.iter().any(|r| {
-            !self.crashed[r.node as usize]
-                && !(c.placement.is_member(r.node)
-                    && c.incarnations[r.node as usize] == r.incarnation)
+            let back =
+                c.placement.is_member(r.node) && c.incarnations[r.node as usize] == r.incarnation;
+            !back && !self.crashed[r.node as usize]
         }) || c.placement.syncing().next().is_some()
     }
 
@@ -1225,7 +1229,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     );
     // Per incarnation: its transactions whose outcome another node may decide (see
     // `checks::MemorySink`).
-    let pendings: Rc<RefCell<Vec<Rc<RefCell<BTreeMap<u64, TxnRecord>>>>>> = Rc::default();
+    let pendings: Rc<RefCell<Vec<Pending>>> = Rc::default();
     // Starts the threads of node `n` as `incarnation` on `db`, its workers in slot
     // `slot`, with session nonces from `nonces`.
     let mut spawn: Spawn = {
@@ -1236,7 +1240,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         let wl = wl.clone();
         Box::new(move |n, incarnation, slot, db, nonces| {
             let node = net.node(n);
-            let pending: Rc<RefCell<BTreeMap<u64, TxnRecord>>> = Rc::default();
+            let pending: Pending = Rc::default();
             pendings.borrow_mut().push(pending.clone());
             // A restarted node's workers draw other transactions than its first's.
             let wseed = if incarnation == 1 {
@@ -1406,9 +1410,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         restarts: Vec::new(),
         restart_rng: SmallRng::seed_from_u64(mix(seed, 0x7e57)),
         retired: Vec::new(),
-        slot_node: (0..nodes)
-            .flat_map(|n| std::iter::repeat(n).take(per_node))
-            .collect(),
+        slot_node: (0..nodes).flat_map(|n| vec![n; per_node]).collect(),
         slot_of: (0..nodes as usize).collect(),
         spawn,
         specs: wl
