@@ -254,7 +254,7 @@ fn print_one(r: &SimReport, wall: f64) {
         |t: Option<u64>| t.map_or("never".to_string(), |t| format!("{:.3} ms", t as f64 / 1e6));
     for x in &r.restarts {
         println!(
-            "  restart: node {} (crashed at {:.3} ms, removed {}) at {:.3} ms as incarnation {}{}; a member again {}, every copy synced {}; {} committed by it",
+            "  restart: node {} (crashed at {:.3} ms, removed {}) at {:.3} ms as incarnation {}{}; a member again {}, every copy synced {}; {} committed by it; its start-up check verified {} other tables",
             x.node,
             x.crashed_at_ns as f64 / 1e6,
             ms(x.removed_at_ns),
@@ -263,7 +263,8 @@ fn print_one(r: &SimReport, wall: f64) {
             if x.before_removal { " (before its removal)" } else { "" },
             ms(x.rejoined_at_ns),
             ms(x.rereplicated_at_ns),
-            x.committed
+            x.committed,
+            x.remote_tables_verified
         );
     }
     if let Some((n, from, until)) = r.long_partition {

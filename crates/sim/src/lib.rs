@@ -390,7 +390,8 @@ pub struct SimReport {
     /// The workload's own check (its summary or the violation).
     pub workload_check: serde_json::Value,
     /// Other nodes' tables the nodes' start-up checks read one-sided through the
-    /// catalog and verified, summed over the nodes.
+    /// catalog and verified, summed over the nodes as loaded (a restarted node's is in
+    /// its [`RestartEvent`]).
     pub remote_tables_verified: u64,
     /// Every check that failed; empty for a passing run.
     pub failures: Vec<String>,
@@ -697,6 +698,8 @@ pub struct RestartEvent {
     pub rereplicated_at_ns: Option<u64>,
     /// Transactions the new incarnation's coordinators committed.
     pub committed: u64,
+    /// Other nodes' tables its start-up check verified once it was a member again.
+    pub remote_tables_verified: u64,
 }
 
 fn gap(rng: &mut SmallRng, mean: u64) -> u64 {
@@ -1561,7 +1564,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     // so a workload's check counts no primary of it.
     let fin = sim.cluster.manager.state();
     // Every node's current database: a restarted node's new one.
-    let dbs = sim.dbs.clone();
+    let (loaded, dbs) = (dbs, sim.dbs.clone());
     let placement = fin.config.placement.clone();
     let members = placement.member_mask();
     for db in &dbs {
@@ -1687,11 +1690,23 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         &dbs, &placement, &history,
     ));
     failures.extend(checks::no_locks_held(&dbs, &placement, &history));
+    // The loaded nodes' start-up checks are counted; a restarted node's (made once it
+    // is a member, of the members then) is its restart's.
     let mut remote_tables_verified = 0;
-    for db in &dbs {
+    for db in &loaded {
         match db.remote_tables_verified() {
             Ok(n) => remote_tables_verified += n as u64,
             Err(e) => failures.push(format!("start-up check: {e}")),
+        }
+    }
+    for r in sim.restarts.iter_mut() {
+        let db = &dbs[r.node as usize];
+        if sim.crashed[r.node as usize] || loaded.iter().any(|d| Arc::ptr_eq(d, db)) {
+            continue;
+        }
+        match db.remote_tables_verified() {
+            Ok(n) => r.remote_tables_verified = n as u64,
+            Err(e) => failures.push(format!("restarted node's start-up check: {e}")),
         }
     }
     let mut rpc = RpcStats::default();

@@ -65,6 +65,7 @@ fn restart_sweep(workload: WorkloadKind, seeds: std::ops::Range<u64>) -> Vec<Sim
                 );
             };
             assert_eq!(x.incarnation, 2, "seed {seed}: {x:?}");
+            assert!(x.remote_tables_verified > 0, "seed {seed}: {x:?}");
             assert!(
                 x.at_ns < rejoined && rejoined <= synced,
                 "seed {seed}: {x:?}"
