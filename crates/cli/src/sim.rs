@@ -30,8 +30,10 @@ pub struct Args {
     #[arg(long)]
     pub steps: Option<u64>,
     /// Fault profile: none, lossy, reorder, partition, pause, onesided, chaos, crash
-    /// (one node crashes in a protocol phase, or two during recovery), long-partition
-    /// (one node cut off for longer than the give-up time) [default: chaos].
+    /// (one node crashes in a protocol phase, or two during recovery), crash-restart
+    /// (as crash, then each crashed node restarts empty as a new incarnation and
+    /// rejoins), long-partition (one node cut off for longer than the give-up time)
+    /// [default: chaos].
     #[arg(long)]
     pub faults: Option<String>,
     /// Cut nodes off at a fixed simulated time: NODES@FROM..UNTIL in ms, e.g. 2@1..6 or
@@ -42,7 +44,7 @@ pub struct Args {
     #[arg(long, value_name = "NODE@FROM..UNTIL")]
     pub pause: Vec<String>,
     /// TEST ONLY: run a deliberately broken protocol (skip-validation,
-    /// recovery-skips-dead-coordinators).
+    /// recovery-skips-dead-coordinators, joiner-serves-old-epoch).
     #[arg(long)]
     pub inject_bug: Option<InjectedBug>,
     /// With --seeds: seeds run in parallel on this many threads (each seed is still one
@@ -246,6 +248,23 @@ fn print_one(r: &SimReport, wall: f64) {
             } else {
                 c.phases.join(", ")
             }
+        );
+    }
+    let ms =
+        |t: Option<u64>| t.map_or("never".to_string(), |t| format!("{:.3} ms", t as f64 / 1e6));
+    for x in &r.restarts {
+        println!(
+            "  restart: node {} (crashed at {:.3} ms, removed {}) at {:.3} ms as incarnation {}{}; a member again {}, every copy synced {}; {} committed by it; its start-up check verified {} other tables",
+            x.node,
+            x.crashed_at_ns as f64 / 1e6,
+            ms(x.removed_at_ns),
+            x.at_ns as f64 / 1e6,
+            x.incarnation,
+            if x.before_removal { " (before its removal)" } else { "" },
+            ms(x.rejoined_at_ns),
+            ms(x.rereplicated_at_ns),
+            x.committed,
+            x.remote_tables_verified
         );
     }
     if let Some((n, from, until)) = r.long_partition {

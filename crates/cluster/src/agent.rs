@@ -234,21 +234,21 @@ impl Agent {
         let handle = std::thread::Builder::new().name(name).spawn(move || {
             crate::priority::raise_lease_thread();
             let lease_ns = lease.as_nanos().max(1) as u64;
-            let mut revision = 0;
-            if let Some((node, incarnation)) = joining {
-                let period = Duration::from_nanos(lease_ns / 5);
-                match join_cluster(&mut *client, &state, node, incarnation, period, &st) {
-                    Ok(r) => revision = r,
-                    Err(e) => {
-                        state.fence(e.to_string());
-                        return;
-                    }
+            let period = Duration::from_nanos(lease_ns / 5);
+            let mut a = match joining {
+                Some((node, incarnation)) => {
+                    AgentCore::join(lease, clock.now_ns(), &state, node, incarnation)
                 }
-            }
-            let mut a = AgentCore::new(lease, clock.now_ns(), &state);
-            a.revision = revision;
+                None => AgentCore::new(lease, clock.now_ns(), &state),
+            };
             while !st.load(Ordering::SeqCst) && !state.fenced() {
-                if let Err(e) = a.round(|| clock.now_ns(), &mut *client, &state, false) {
+                // While joining, each try waits for the manager up to a renewal period.
+                let r = match a.joined(clock.now_ns(), &mut *client, &state, period) {
+                    Ok(true) => a.round(|| clock.now_ns(), &mut *client, &state, false),
+                    Ok(false) => Ok(()),
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = r {
                     state.fence(e.to_string());
                 }
             }
@@ -278,42 +278,56 @@ impl Drop for Agent {
     }
 }
 
-/// The join of a restarted node (`node` as `incarnation`): asks the manager until it
-/// takes the request (an unreachable manager is asked again every `period`), then
-/// follows the state until a configuration has this incarnation as a member, and moves
-/// `state` to it (its threads adopt it). Returns the revision of that state, or
-/// `Ok(0)` if `stop` was set first.
-fn join_cluster(
-    client: &mut dyn ManagerClient,
-    state: &NodeState,
+/// The join of a restarted node (`node` as `incarnation`): it asks the manager until
+/// it takes the request, then follows the state until a configuration has this
+/// incarnation as a member, and moves the node's state to it (its threads adopt it).
+/// Shared by the threaded [`Agent::join`] and the stepped [`AgentCore::join`].
+struct Joining {
     node: NodeId,
     incarnation: u64,
-    period: Duration,
-    stop: &AtomicBool,
-) -> Result<u64, ManagerError> {
-    loop {
-        if stop.load(Ordering::SeqCst) {
-            return Ok(0);
+    /// The manager took the request.
+    asked: bool,
+    revision: u64,
+}
+
+impl Joining {
+    /// One try: asks if the manager has not taken the request yet (an unreachable
+    /// manager is asked again after `wait`), then takes a newer state, waiting up to
+    /// `wait` for one. Returns whether the node is admitted (`state` moved to the
+    /// configuration that admits it); a refusal is an error.
+    fn poll(
+        &mut self,
+        client: &mut dyn ManagerClient,
+        state: &NodeState,
+        wait: Duration,
+    ) -> Result<bool, ManagerError> {
+        if !self.asked {
+            match client.join() {
+                Ok(()) => self.asked = true,
+                Err(ManagerError::Refused(r)) => return Err(ManagerError::Refused(r)),
+                Err(_) => {
+                    if !wait.is_zero() {
+                        std::thread::sleep(wait);
+                    }
+                    return Ok(false);
+                }
+            }
         }
-        match client.join() {
-            Ok(()) => break,
-            Err(ManagerError::Refused(r)) => return Err(ManagerError::Refused(r)),
-            Err(_) => std::thread::sleep(period),
-        }
-    }
-    let mut revision = 0;
-    while !stop.load(Ordering::SeqCst) {
-        let Some(s) = client.state_after(revision, period)? else {
-            continue;
+        let Some(s) = client.state_after(self.revision, wait)? else {
+            return Ok(false);
         };
-        revision = s.revision;
+        self.revision = s.revision;
         let c = &s.config;
-        if c.incarnations.get(node as usize) == Some(&incarnation) && c.placement.is_member(node) {
+        // Admitted only as this incarnation: a configuration that still has the old
+        // one as a member (not removed yet) is not this node's.
+        if c.incarnations.get(self.node as usize) == Some(&self.incarnation)
+            && c.placement.is_member(self.node)
+        {
             state.enter(s.config, s.stage);
-            return Ok(revision);
+            return Ok(true);
         }
+        Ok(false)
     }
-    Ok(0)
 }
 
 /// An agent's logic without a thread: [`Agent`] runs its rounds on a thread of its
@@ -325,6 +339,8 @@ pub struct AgentCore {
     /// The (epoch, stage) last acknowledged.
     acked: Option<(u32, Stage)>,
     started: u64,
+    /// A restarted node not admitted yet.
+    joining: Option<Joining>,
 }
 
 impl AgentCore {
@@ -338,18 +354,75 @@ impl AgentCore {
             revision: 0,
             acked: None,
             started: now,
+            joining: None,
         }
+    }
+
+    /// The agent of a restarted node, `node` as `incarnation` (its client's), which is
+    /// not a member yet, started at `now`: each step asks to join until the manager
+    /// takes the request, then waits for a configuration that has this incarnation as
+    /// a member, moves `state` to it and from then on steps as [`AgentCore::new`]'s.
+    /// Until then the node holds no lease, so its threads neither serve nor run
+    /// transactions. A refusal fences it.
+    pub fn join(
+        lease: Duration,
+        now: u64,
+        state: &NodeState,
+        node: NodeId,
+        incarnation: u64,
+    ) -> AgentCore {
+        let mut a = AgentCore::new(lease, now, state);
+        a.joining = Some(Joining {
+            node,
+            incarnation,
+            asked: false,
+            revision: 0,
+        });
+        a
+    }
+
+    /// Whether this agent still waits to be admitted (a joiner).
+    pub fn joining(&self) -> bool {
+        self.joining.is_some()
+    }
+
+    /// Whether the node is a member, after one try to join if it still waits for that
+    /// (waiting up to `wait` for the manager). On admission the lease and the rounds
+    /// start from `now`.
+    fn joined(
+        &mut self,
+        now: u64,
+        client: &mut dyn ManagerClient,
+        state: &NodeState,
+        wait: Duration,
+    ) -> Result<bool, ManagerError> {
+        let Some(j) = self.joining.as_mut() else {
+            return Ok(true);
+        };
+        if !j.poll(client, state, wait)? {
+            return Ok(false);
+        }
+        self.revision = j.revision;
+        self.started = now;
+        self.joining = None;
+        Ok(true)
     }
 
     /// One round at `now` (this node's clock) without waiting for the manager: renew
     /// if due, take a newer state if there is one, acknowledge what the threads have
-    /// reached. An error fences the node; returns whether it still serves (a fenced
-    /// node's agent has nothing more to do).
+    /// reached (a joiner not admitted yet only tries to join). An error fences the
+    /// node; returns whether it is not fenced (a fenced node's agent has nothing more
+    /// to do).
     pub fn step(&mut self, now: u64, client: &mut dyn ManagerClient, state: &NodeState) -> bool {
         if state.fenced() {
             return false;
         }
-        if let Err(e) = self.round(|| now, client, state, true) {
+        let r = match self.joined(now, client, state, Duration::ZERO) {
+            Ok(true) => self.round(|| now, client, state, true),
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
             state.fence(e.to_string());
         }
         !state.fenced()
@@ -636,6 +709,81 @@ mod tests {
             w.join().unwrap();
         }
         drop((agent, agents));
+    }
+
+    /// Stepped agents on simulated time; node 2's stops at 20 ms and a new incarnation
+    /// of it joins at 22 ms, before the old one's lease ran out: the manager removes
+    /// the old incarnation first, then admits the new one, which holds no lease and
+    /// does not run until then; the old incarnation is refused from then on.
+    #[test]
+    fn a_stepped_joiner_is_admitted_only_as_its_new_incarnation() {
+        use crate::manager::stepped::SteppedManager;
+        let lease = Duration::from_millis(10);
+        let config = Configuration::initial(3, 3).unwrap();
+        let m = SteppedManager::new(config.clone(), lease, 0);
+        let mut states: Vec<_> = (0..3).map(|_| NodeState::new(config.clone(), 1)).collect();
+        let mut agents: Vec<_> = states.iter().map(|s| AgentCore::new(lease, 0, s)).collect();
+        let mut clients: Vec<_> = (0..3).map(|n| m.client(n, 1)).collect();
+        let (mut now, mut admitted_at) = (0, None);
+        while now < 100_000_000 {
+            m.tick(now);
+            if now == 22_000_000 {
+                // The old incarnation's view is where the new one starts from.
+                states[2] = NodeState::new((*states[0].config.load()).clone(), 1);
+                agents[2] = AgentCore::join(lease, now, &states[2], 2, 2);
+                clients[2] = m.client(2, 2);
+            }
+            for n in 0..3 {
+                if n == 2 && (20_000_000..22_000_000).contains(&now) {
+                    continue;
+                }
+                let s = &states[n];
+                assert!(agents[n].step(now, &mut clients[n], s), "node {n} fenced");
+                let e = s.config.epoch();
+                s.adopted(e);
+                if s.stage() == Stage::Recover {
+                    s.recovered(e);
+                }
+            }
+            if now >= 22_000_000 && admitted_at.is_none() {
+                if agents[2].joining() {
+                    assert!(!states[2].serving(now), "a joiner serves before admission");
+                } else {
+                    admitted_at = Some(now);
+                }
+            }
+            now += 1_000_000;
+        }
+        let st = m.state();
+        assert_eq!(st.stage, Stage::Run);
+        assert!(st.config.placement.is_member(2));
+        assert_eq!(st.config.incarnations[2], 2);
+        assert_eq!(st.config.epoch, 3, "removed, then admitted");
+        assert!(
+            admitted_at.is_some_and(|t| t < 30_000_000),
+            "{admitted_at:?}"
+        );
+        assert!(states[2].running(now) && states[0].running(now));
+        assert_eq!(*states[2].config.load(), st.config);
+        // The old incarnation is no member any more.
+        assert!(matches!(
+            m.client(2, 1).renew(),
+            Err(ManagerError::Refused(_))
+        ));
+    }
+
+    /// A joiner that is no newer than the member is refused and fenced.
+    #[test]
+    fn a_stepped_joiner_with_a_stale_incarnation_is_fenced() {
+        use crate::manager::stepped::SteppedManager;
+        let lease = Duration::from_millis(10);
+        let config = Configuration::initial(3, 3).unwrap();
+        let m = SteppedManager::new(config.clone(), lease, 0);
+        let s = NodeState::new(config, 1);
+        let mut a = AgentCore::join(lease, 0, &s, 1, 1);
+        assert!(!a.step(0, &mut m.client(1, 1), &s));
+        assert!(s.fenced());
+        assert!(s.why().unwrap().contains("incarnation"), "{:?}", s.why());
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //!    (`Runtime::poll_once`), charging it a seeded sliver of simulated CPU time; when every
 //!    runtime is idle, time jumps to the next network event (or 1 ms, so retransmission
 //!    timers fire). The fault profile ([`FaultProfile`]) starts partitions, node pauses
-//!    and crashes from a second seeded stream. A configuration manager on simulated time
+//!    and crashes from a second seeded stream, and restarts crashed nodes as new
+//!    incarnations that rejoin (`crash-restart`) from a third. A configuration manager on simulated time
 //!    and one stepped agent per node give every node a lease ([`LEASE`]) and carry the
 //!    cluster through reconfigurations (`docs/simulation.md`);
 //! 4. after `steps` steps, stops the workers, heals partitions, ends pauses and keeps
@@ -40,15 +41,16 @@ pub use profile::{FaultProfile, PROFILES};
 
 pub use ambidex_workloads::config::InjectedBug;
 
-use ambidex_cluster::{AgentCore, Stage, SteppedClient, SteppedManager};
+use ambidex_cluster::{AgentCore, EventKind, Stage, SteppedClient, SteppedManager};
 use ambidex_history::TxnRecord;
 use ambidex_rpc::{Clock, ManualClock, RpcStats, Runtime, RuntimeConfig};
 use ambidex_transport::{EndpointAddr, NodeId, SharedNode};
 use ambidex_transport_sim::{mix, SimNet, SimNetStats, HASH_SEED};
+use ambidex_txn::log_ring::LogRingConfig;
 use ambidex_txn::recovery::{RecoveryStats, ThreadRecovery};
 use ambidex_txn::runner::{start_thread, ManagerSpec, RunSpec, WorkerCtx};
 use ambidex_txn::stats::LocationCacheStats;
-use ambidex_txn::{NodeDb, Phase, Placement, TxnStats, TxnThread};
+use ambidex_txn::{NodeDb, Phase, Placement, TableSpec, TxnStats, TxnThread};
 use ambidex_workloads::common::{worker_seed, Outcome, Workload};
 use ambidex_workloads::driver::run_spec;
 use ambidex_workloads::load::{build_nodes, LoadOptions};
@@ -359,8 +361,10 @@ pub struct SimReport {
     pub per_type: BTreeMap<String, TypeCount>,
     pub partitions: u64,
     pub pauses: u64,
-    /// Nodes crashed (the `crash` profile), in order.
+    /// Nodes crashed (the `crash` and `crash-restart` profiles), in order.
     pub crashes: Vec<CrashEvent>,
+    /// Crashed nodes restarted (the `crash-restart` profile), in order.
+    pub restarts: Vec<RestartEvent>,
     /// A node cut off for longer than the give-up time (the `long-partition` profile):
     /// (node, from, until), simulated ns.
     pub long_partition: Option<(NodeId, u64, u64)>,
@@ -386,7 +390,8 @@ pub struct SimReport {
     /// The workload's own check (its summary or the violation).
     pub workload_check: serde_json::Value,
     /// Other nodes' tables the nodes' start-up checks read one-sided through the
-    /// catalog and verified, summed over the nodes.
+    /// catalog and verified, summed over the nodes as loaded (a restarted node's is in
+    /// its [`RestartEvent`]).
     pub remote_tables_verified: u64,
     /// Every check that failed; empty for a passing run.
     pub failures: Vec<String>,
@@ -494,7 +499,7 @@ fn load<W: Workload>(
     seed: u64,
     steps: u64,
 ) -> Result<Vec<Arc<NodeDb>>, String> {
-    let room = SIM_TABLE_ROOM.saturating_add((steps as usize).saturating_mul(SIM_ROOM_PER_STEP));
+    let room = table_room(steps);
     let opts = LoadOptions {
         progress: false,
         threads: Some(1),
@@ -502,6 +507,11 @@ fn load<W: Workload>(
         no_catalog: false,
     };
     build_nodes(wl, placement, transports, seed, &opts)
+}
+
+/// Rows of room per table and node of a run of `steps` steps.
+fn table_room(steps: u64) -> usize {
+    SIM_TABLE_ROOM.saturating_add((steps as usize).saturating_mul(SIM_ROOM_PER_STEP))
 }
 
 /// Counts kept by the workers of a run.
@@ -546,7 +556,8 @@ const RUN_LIMIT_NS: u64 = 2_000_000_000;
 /// The manager of a run and its nodes' agents, stepped by the scheduler.
 struct SimCluster {
     manager: SteppedManager,
-    /// Per node: its agent, and its handle on the manager (`None` once it crashed).
+    /// Per node: its agent, and its handle on the manager (`None` from its crash until
+    /// it restarts).
     agents: Vec<Option<(AgentCore, SteppedClient)>>,
     next_agent: Vec<u64>,
     next_tick: u64,
@@ -617,6 +628,78 @@ struct Sim {
     /// The long partition, once placed: (node, from, until).
     long_partition: Option<(NodeId, u64, u64)>,
     give_up_ns: u64,
+    /// Restarts to make (the `crash-restart` profile), one per crash, and those made.
+    restart_plans: Vec<RestartPlan>,
+    restarts: Vec<RestartEvent>,
+    restart_rng: SmallRng,
+    /// Threads of crashed incarnations that were restarted: never stepped again, kept
+    /// for their counters.
+    retired: Vec<NodeThread>,
+    /// Per worker slot (see `running` in [`run_with`]): its node; and per node, the
+    /// slot of its current incarnation.
+    slot_node: Vec<NodeId>,
+    slot_of: Vec<usize>,
+    /// Starts a node's threads (see [`run_with`]).
+    spawn: Spawn,
+    /// The tables a restarted node's fresh database has (the loader's, capped as it
+    /// caps them) and the test-only bug of the run.
+    specs: Vec<TableSpec>,
+    bug: Option<InjectedBug>,
+    /// Workers per slot (threads × coroutines).
+    per_slot: usize,
+    /// Restarted nodes whose new regions the others' catalogs do not have yet.
+    catalog_pending: Vec<NodeId>,
+    /// What went wrong restarting nodes (a failure of the run).
+    restart_failures: Vec<String>,
+}
+
+/// Starts the threads of node `.0` as incarnation `.1` on database `.3`, its workers in
+/// slot `.2`, drawing session nonces from `.4`.
+type Spawn = Box<
+    dyn FnMut(NodeId, u64, usize, Arc<NodeDb>, &mut SmallRng) -> Result<Vec<NodeThread>, String>,
+>;
+
+/// One incarnation's transactions whose outcome another node may decide, by id.
+type Pending = Rc<RefCell<BTreeMap<u64, TxnRecord>>>;
+
+/// Restarts a run makes at most (one per crash, two crashes at most).
+const MAX_RESTARTS: usize = 2;
+
+/// A restart the `crash-restart` profile will make of a crashed node.
+struct RestartPlan {
+    node: NodeId,
+    crashed_at_ns: u64,
+    /// Restart at this time (simulated ns), whether or not the node was removed yet.
+    early_at: Option<u64>,
+    /// Otherwise: this long after the manager removed it.
+    after_removal_ns: u64,
+    removed_at: Option<u64>,
+    done: bool,
+}
+
+/// One restart of a crashed node (the `crash-restart` profile), simulated ns.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RestartEvent {
+    pub node: NodeId,
+    /// The new incarnation.
+    pub incarnation: u64,
+    pub crashed_at_ns: u64,
+    /// When the manager removed the crashed incarnation (`None`: never).
+    pub removed_at_ns: Option<u64>,
+    /// When the node started again (a fresh empty database, new threads, its agent
+    /// asking to join).
+    pub at_ns: u64,
+    /// Whether it started before its crashed incarnation was removed (its join then
+    /// makes the manager remove that incarnation).
+    pub before_removal: bool,
+    /// When the manager admitted the new incarnation (a member again).
+    pub rejoined_at_ns: Option<u64>,
+    /// When every copy was up to date again after the admission.
+    pub rereplicated_at_ns: Option<u64>,
+    /// Transactions the new incarnation's coordinators committed.
+    pub committed: u64,
+    /// Other nodes' tables its start-up check verified once it was a member again.
+    pub remote_tables_verified: u64,
 }
 
 fn gap(rng: &mut SmallRng, mean: u64) -> u64 {
@@ -650,6 +733,8 @@ impl Sim {
         }
         let n = self.paused_until.len() as u16;
         self.crash_if_due(now);
+        self.restart_if_due(now);
+        self.update_catalogs();
         let (lo, hi) = self.faults.long_partition;
         if hi > 0.0 && self.long_partition.is_none() && n > 1 {
             let node = self.fault_rng.gen_range(0..n);
@@ -772,6 +857,7 @@ impl Sim {
             || self.long_partition.is_some_and(|(_, _, until)| now < until)
             || (self.faults.long_partition.1 > 0.0 && self.long_partition.is_none())
             || self.epoch_stage().1 != Stage::Run
+            || self.rejoining()
     }
 
     /// The phases a coordinator of node `n` is in now.
@@ -851,9 +937,8 @@ impl Sim {
     }
 
     /// Crashes node `n`: its memory stays as it was (battery-backed, and the checks
-    /// ignore it), nothing of it runs again and its agent is gone (its lease runs out).
-    /// Bringing it back as a fresh node that rejoins (`ManagerClient::join`) would be
-    /// `Sim::restart` (not built: rejoin is another change).
+    /// ignore it), nothing of this incarnation runs again and its agent is gone (its
+    /// lease runs out). Under `crash-restart` a restart is planned ([`Sim::restart`]).
     fn crash_node(
         &mut self,
         n: NodeId,
@@ -874,6 +959,198 @@ impl Sim {
             hit,
             phases: phases.into_iter().collect(),
         });
+        if self.faults.restart && self.restart_plans.len() < MAX_RESTARTS {
+            // A quarter of the restarts come before the manager can have removed the
+            // crashed incarnation (its lease, renewed at a fifth of its period, holds
+            // at least 4/5 of it); the others 1-4 leases after the removal.
+            let lease = LEASE.as_nanos() as u64;
+            let early = self.restart_rng.gen_bool(0.25);
+            let early_at =
+                early.then(|| self.now() + self.restart_rng.gen_range(200_000..=lease / 2));
+            let after_removal_ns = self.restart_rng.gen_range(lease..=4 * lease);
+            self.restart_plans.push(RestartPlan {
+                node: n,
+                crashed_at_ns: self.now(),
+                early_at,
+                after_removal_ns,
+                removed_at: None,
+                done: false,
+            });
+        }
+    }
+
+    /// Makes the planned restarts that are due.
+    fn restart_if_due(&mut self, now: u64) {
+        let members = self.cluster.manager.members();
+        let mut due = Vec::new();
+        for (i, p) in self.restart_plans.iter_mut().enumerate() {
+            if p.done {
+                continue;
+            }
+            if p.removed_at.is_none() && members & (1 << p.node) == 0 {
+                p.removed_at = Some(now);
+            }
+            if p.early_at.is_some_and(|t| now >= t)
+                || p.removed_at.is_some_and(|t| now >= t + p.after_removal_ns)
+            {
+                due.push(i);
+            }
+        }
+        for i in due {
+            self.restart_plans[i].done = true;
+            let (node, crashed_at) = (
+                self.restart_plans[i].node,
+                self.restart_plans[i].crashed_at_ns,
+            );
+            if let Err(e) = self.restart(node, crashed_at) {
+                self.restart_failures
+                    .push(format!("restarting node {node}: {e}"));
+            }
+        }
+    }
+
+    /// Starts crashed node `n` again as a new incarnation, as a restarted machine
+    /// would: its endpoints taken again, a fresh empty database (the loader's tables,
+    /// no rows) in the cluster's configuration as the survivors have it, the whole
+    /// catalog with its new regions, its threads (holding no lease: they neither serve
+    /// nor run transactions until admitted) and an agent that asks to join. The
+    /// survivors' catalogs take its new regions once they removed the old incarnation
+    /// ([`Sim::update_catalogs`]).
+    fn restart(&mut self, n: NodeId, crashed_at_ns: u64) -> Result<(), String> {
+        let nn = n as usize;
+        let now = self.now();
+        let state = self.cluster.manager.state();
+        let incarnation = state.config.incarnations[nn] + 1;
+        let before_removal = state.config.placement.is_member(n);
+        let survivor = (0..self.dbs.len())
+            .find(|&m| m != nn && !self.crashed[m] && state.config.placement.is_member(m as NodeId))
+            .ok_or("no survivor to rejoin")?;
+        let mut config = (*self.dbs[survivor].config().load()).clone();
+        // Restarted before its crashed incarnation was removed: it starts in the
+        // configuration without it (the one its join makes the manager publish, as far
+        // as it can know), not in one that still counts that incarnation a member.
+        // There its runtime would answer the epoch's requests (the RPC layer serves
+        // whatever the lease) from an empty store.
+        if config.placement.is_member(n) && self.bug != Some(InjectedBug::JoinerServesOldEpoch) {
+            config = config.without(1 << n).map_err(|e| e.to_string())?;
+        }
+        let transport = self.net.node(n);
+        transport.restart().map_err(|e| e.to_string())?;
+        let db = NodeDb::with_config(&*transport, config, &self.specs, LogRingConfig::default())?;
+        if let Some(cat) = self.dbs[survivor].catalog() {
+            let mut whole = (*cat).clone();
+            whole
+                .replace_node(n, db.table_descs(), Some(db.log_region_desc()))
+                .map_err(|e| e.to_string())?;
+            db.set_catalog(whole)?;
+            self.catalog_pending.push(n);
+        }
+        // The agent first: the node holds no lease from here on.
+        let agent = AgentCore::join(
+            LEASE,
+            self.clocks[nn].now_ns(),
+            db.cluster(),
+            n,
+            incarnation,
+        );
+        let client = self.cluster.manager.client(n, incarnation);
+        self.cluster.agents[nn] = Some((agent, client));
+        self.cluster.next_agent[nn] = now;
+        let slot = self.slot_node.len() / self.per_slot;
+        if slot >= self.dbs.len() + MAX_RESTARTS {
+            return Err("no worker slot left".into());
+        }
+        let threads = (self.spawn)(n, incarnation, slot, db.clone(), &mut self.restart_rng)?;
+        self.slot_node.extend(vec![n; self.per_slot]);
+        self.slot_of[nn] = slot;
+        let (old, keep): (Vec<NodeThread>, Vec<NodeThread>) = std::mem::take(&mut self.threads)
+            .into_iter()
+            .partition(|t| t.addr.node == n);
+        self.threads = keep;
+        self.threads.extend(threads);
+        self.retired.extend(old);
+        self.dbs[nn] = db;
+        self.crashed[nn] = false;
+        self.paused_until[nn] = 0;
+        self.restarts.push(RestartEvent {
+            node: n,
+            incarnation,
+            crashed_at_ns,
+            at_ns: now,
+            before_removal,
+            ..Default::default()
+        });
+        Ok(())
+    }
+
+    /// Gives the live members' catalogs the new regions of restarted nodes, once none
+    /// of them has the crashed incarnation as a member any more (while it is one, a
+    /// thread filling its caches would reach the new, empty regions in an epoch that
+    /// counts the old copies), which is before any of them can admit the new one.
+    fn update_catalogs(&mut self) {
+        if self.catalog_pending.is_empty() {
+            return;
+        }
+        let members = self.cluster.manager.members();
+        let live: Vec<usize> = (0..self.dbs.len())
+            .filter(|&m| !self.crashed[m] && members & (1 << m) != 0)
+            .collect();
+        let pending = std::mem::take(&mut self.catalog_pending);
+        for n in pending {
+            let removed = live
+                .iter()
+                .filter(|&&m| m != n as usize)
+                .all(|&m| !self.dbs[m].config().with(|c| c.placement.is_member(n)));
+            if !removed {
+                self.catalog_pending.push(n);
+                continue;
+            }
+            let db = self.dbs[n as usize].clone();
+            let (tables, log) = (db.table_descs(), db.log_region_desc());
+            for (m, d) in self.dbs.iter().enumerate() {
+                if m != n as usize && !self.crashed[m] {
+                    if let Err(e) = d.replace_in_catalog(n, tables.clone(), log) {
+                        self.restart_failures
+                            .push(format!("node {m}'s catalog: {e}"));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether worker slot `slot` belongs to a node out of the cluster: an incarnation
+    /// restarted since, or crashed, or not a member (see [`Sim::gone`]).
+    fn slot_gone(&self, slot: usize, gone: &[bool]) -> bool {
+        let n = self.slot_node[slot * self.per_slot] as usize;
+        self.slot_of[n] != slot || gone[n]
+    }
+
+    /// Per node: out of the cluster (crashed, or removed and fenced). Such nodes are
+    /// not waited for: crashes happen only while the run lasts, and nobody joins while
+    /// it quiesces.
+    fn gone(&self) -> Vec<bool> {
+        let members = self.cluster.manager.members();
+        (0..self.dbs.len())
+            .map(|n| self.crashed[n] || members & (1 << n) == 0)
+            .collect()
+    }
+
+    /// Whether a restart is still to come, or a restarted node is not a member again
+    /// as its new incarnation, or its copies are not all up to date yet.
+    fn rejoining(&self) -> bool {
+        if self.restart_plans.iter().any(|p| !p.done) {
+            return true;
+        }
+        if self.restarts.is_empty() {
+            return false;
+        }
+        let st = self.cluster.manager.state();
+        let c = &st.config;
+        self.restarts.iter().any(|r| {
+            let back =
+                c.placement.is_member(r.node) && c.incarnations[r.node as usize] == r.incarnation;
+            !back && !self.crashed[r.node as usize]
+        }) || c.placement.syncing().next().is_some()
     }
 
     /// RPCs issued and not yet completed or failed, over every runtime of a node not
@@ -944,87 +1221,120 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         per_type: vec![TypeCount::default(); types],
         ..Default::default()
     }));
-    // Per worker (node, thread, coroutine): still running?
+    // Per worker slot (node or restarted incarnation, thread, coroutine): still
+    // running? Slot `n < nodes` is node n's first incarnation; the restarts take the
+    // slots after, in order.
+    let per_node = threads_per_node as usize * coroutines;
     let running: Rc<Vec<Cell<bool>>> = Rc::new(
-        (0..nodes as usize * threads_per_node as usize * coroutines)
-            .map(|_| Cell::new(true))
+        (0..(nodes as usize + MAX_RESTARTS) * per_node)
+            .map(|i| Cell::new(i < nodes as usize * per_node))
             .collect(),
     );
-    // Per node: its transactions whose outcome another node may decide (see
+    // Per incarnation: its transactions whose outcome another node may decide (see
     // `checks::MemorySink`).
-    let pendings: Vec<Rc<RefCell<BTreeMap<u64, TxnRecord>>>> =
-        (0..nodes).map(|_| Rc::default()).collect();
-    let mut threads = Vec::new();
-    for n in 0..nodes {
-        let node = net.node(n);
-        for t in 0..threads_per_node {
-            let ep = node.endpoint(t).map_err(|e| e.to_string())?;
-            // Session nonces from the seed, not the clock.
-            let spec = RunSpec {
-                rpc: RuntimeConfig {
-                    session: Some(setup.gen::<u32>() | 1),
-                    ..base.rpc.clone()
-                },
-                ..base.clone()
+    let pendings: Rc<RefCell<Vec<Pending>>> = Rc::default();
+    // Starts the threads of node `n` as `incarnation` on `db`, its workers in slot
+    // `slot`, with session nonces from `nonces`.
+    let mut spawn: Spawn = {
+        let (net, clocks, offsets, recs) =
+            (net.clone(), clocks.clone(), offsets.clone(), recs.clone());
+        let (stop, tally, running) = (stop.clone(), tally.clone(), running.clone());
+        let pendings = pendings.clone();
+        let wl = wl.clone();
+        Box::new(move |n, incarnation, slot, db, nonces| {
+            let node = net.node(n);
+            let pending: Pending = Rc::default();
+            pendings.borrow_mut().push(pending.clone());
+            // A restarted node's workers draw other transactions than its first's.
+            let wseed = if incarnation == 1 {
+                seed
+            } else {
+                mix(seed, incarnation)
             };
-            let (wl, tally, running) = (wl.clone(), tally.clone(), running.clone());
-            let running_done = running.clone();
-            let (rt, th) = start_thread(
-                ep,
-                clocks[n as usize].clone(),
-                &spec,
-                dbs[n as usize].clone(),
-                Some(Box::new(checks::MemorySink {
-                    recs: recs.clone(),
-                    clock_offset_us: offsets[n as usize] / 1000,
-                    pending: pendings[n as usize].clone(),
-                })),
-                stop.clone(),
-                move |w: WorkerCtx| {
-                    let (wl, tally) = (wl.clone(), tally.clone());
-                    async move {
-                        let mut rng = SmallRng::seed_from_u64(worker_seed(
-                            seed,
-                            w.node,
-                            w.thread,
-                            w.coroutine,
-                        ));
-                        let mut local = W::Local::default();
-                        while !w.stop.load(Ordering::Relaxed) {
-                            let (ty, outcome) = wl.run_one(&w, &mut rng, &mut local).await;
-                            // Counted now: a worker of a crashed node never finishes.
-                            wl.fold_worker(&mut local);
-                            {
-                                let mut tl = tally.borrow_mut();
-                                match outcome {
-                                    Outcome::Committed { .. } => tl.per_type[ty].committed += 1,
-                                    Outcome::Aborted(r) => {
-                                        tl.per_type[ty].aborted += 1;
-                                        *tl.aborts.entry(r.name().to_string()).or_insert(0) += 1;
+            let mut threads = Vec::new();
+            for t in 0..threads_per_node {
+                let ep = node.endpoint(t).map_err(|e| e.to_string())?;
+                // Session nonces from the seed, not the clock.
+                let spec = RunSpec {
+                    rpc: RuntimeConfig {
+                        session: Some(nonces.gen::<u32>() | 1),
+                        ..base.rpc.clone()
+                    },
+                    ..base.clone()
+                };
+                let (wl, tally) = (wl.clone(), tally.clone());
+                let running_done = running.clone();
+                let (rt, th) = start_thread(
+                    ep,
+                    clocks[n as usize].clone(),
+                    &spec,
+                    db.clone(),
+                    Some(Box::new(checks::MemorySink {
+                        recs: recs.clone(),
+                        clock_offset_us: offsets[n as usize] / 1000,
+                        pending: pending.clone(),
+                    })),
+                    stop.clone(),
+                    move |w: WorkerCtx| {
+                        let (wl, tally) = (wl.clone(), tally.clone());
+                        async move {
+                            let mut rng = SmallRng::seed_from_u64(worker_seed(
+                                wseed,
+                                w.node,
+                                w.thread,
+                                w.coroutine,
+                            ));
+                            let mut local = W::Local::default();
+                            while !w.stop.load(Ordering::Relaxed) {
+                                let (ty, outcome) = wl.run_one(&w, &mut rng, &mut local).await;
+                                // Counted now: a worker of a crashed node never finishes.
+                                wl.fold_worker(&mut local);
+                                {
+                                    let mut tl = tally.borrow_mut();
+                                    match outcome {
+                                        Outcome::Committed { .. } => tl.per_type[ty].committed += 1,
+                                        Outcome::Aborted(r) => {
+                                            tl.per_type[ty].aborted += 1;
+                                            *tl.aborts.entry(r.name().to_string()).or_insert(0) +=
+                                                1;
+                                        }
                                     }
                                 }
+                                // Every transaction ends a step, even one that needed no
+                                // remote access: other coroutines and nodes interleave
+                                // with it.
+                                w.ctx.yield_now().await;
                             }
-                            // Every transaction ends a step, even one that needed no
-                            // remote access: other coroutines and nodes interleave with it.
-                            w.ctx.yield_now().await;
+                            wl.finish_worker(local);
                         }
-                        wl.finish_worker(local);
-                    }
-                },
-                move |c| {
-                    let idx =
-                        (n as usize * threads_per_node as usize + t as usize) * coroutines + c;
-                    running_done[idx].set(false);
-                },
-            )?;
-            threads.push(NodeThread {
-                addr: EndpointAddr::new(n, t),
-                rec: ThreadRecovery::new(&rt, &th),
-                rt,
-                th,
-                idle_since: None,
-            });
-        }
+                    },
+                    move |c| {
+                        let idx = (slot * threads_per_node as usize + t as usize) * coroutines + c;
+                        running_done[idx].set(false);
+                    },
+                )?;
+                // Before any transaction: ids unlike any an earlier incarnation gave.
+                th.number_from_incarnation(incarnation);
+                threads.push(NodeThread {
+                    addr: EndpointAddr::new(n, t),
+                    rec: ThreadRecovery::new(&rt, &th),
+                    rt,
+                    th,
+                    idle_since: None,
+                });
+            }
+            Ok(threads)
+        })
+    };
+    let mut threads = Vec::new();
+    for n in 0..nodes {
+        threads.extend(spawn(
+            n,
+            1,
+            n as usize,
+            dbs[n as usize].clone(),
+            &mut setup,
+        )?);
     }
     let mut fault_rng = SmallRng::seed_from_u64(mix(seed, 0xfa17));
     // The first fault comes within one mean gap (runs are short in simulated time).
@@ -1099,6 +1409,25 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         crashes: Vec::new(),
         long_partition: None,
         give_up_ns: (cfg.rpc.give_up_ms * 1e6) as u64,
+        restart_plans: Vec::new(),
+        restarts: Vec::new(),
+        restart_rng: SmallRng::seed_from_u64(mix(seed, 0x7e57)),
+        retired: Vec::new(),
+        slot_node: (0..nodes).flat_map(|n| vec![n; per_node]).collect(),
+        slot_of: (0..nodes as usize).collect(),
+        spawn,
+        specs: wl
+            .tables()
+            .into_iter()
+            .map(|mut t| {
+                t.capacity_per_node = t.capacity_per_node.min(table_room(cfg.sim.steps));
+                t
+            })
+            .collect(),
+        bug: cfg.txn.inject_bug,
+        per_slot: per_node,
+        catalog_pending: Vec::new(),
+        restart_failures: Vec::new(),
     };
     for f in &script {
         match f {
@@ -1155,15 +1484,6 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
             break;
         }
     }
-    let per_node = threads_per_node as usize * coroutines;
-    // Nodes out of the cluster (crashed, or removed and fenced) are not waited for:
-    // crashes happen only while the run lasts, and nobody joins while it quiesces.
-    let gone = |sim: &Sim| {
-        let members = sim.cluster.manager.members();
-        (0..nodes as usize)
-            .map(|n| sim.crashed[n] || members & (1 << n) == 0)
-            .collect::<Vec<bool>>()
-    };
 
     // Quiesce: stop the workers, heal the network, step until everything has settled.
     stop.store(true, Ordering::Relaxed);
@@ -1178,11 +1498,11 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         #[allow(clippy::manual_is_multiple_of)]
         let check = quiesce_steps % 16 == 0;
         if check && sim.epoch_stage().1 == Stage::Run && {
-            let gone = gone(&sim);
+            let gone = sim.gone();
             running
                 .iter()
                 .enumerate()
-                .all(|(i, r)| !r.get() || gone[i / per_node])
+                .all(|(i, r)| !r.get() || sim.slot_gone(i / per_node, &gone))
                 && sim
                     .threads
                     .iter()
@@ -1200,15 +1520,15 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     // Checks.
     let mut failures = Vec::new();
     if !settled {
-        let gone = gone(&sim);
+        let gone = sim.gone();
         let stuck: Vec<String> = running
             .iter()
             .enumerate()
-            .filter(|&(i, r)| r.get() && !gone[i / per_node])
+            .filter(|&(i, r)| r.get() && !sim.slot_gone(i / per_node, &gone))
             .map(|(i, _)| {
                 format!(
                     "node {} thread {} coroutine {}",
-                    i / per_node,
+                    sim.slot_node[i],
                     (i % per_node) / coroutines,
                     i % coroutines
                 )
@@ -1243,6 +1563,8 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     // them. A node that left (crashed, or cut off and fenced) is made to follow it too,
     // so a workload's check counts no primary of it.
     let fin = sim.cluster.manager.state();
+    // Every node's current database: a restarted node's new one.
+    let (loaded, dbs) = (dbs, sim.dbs.clone());
     let placement = fin.config.placement.clone();
     let members = placement.member_mask();
     for db in &dbs {
@@ -1265,11 +1587,67 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     if sim.crash.as_ref().is_some_and(|c| !c.done) {
         failures.push("the profile's crash never happened".into());
     }
+    failures.append(&mut sim.restart_failures);
+    // Each restart: when the manager removed the crashed incarnation, admitted the new
+    // one, and had every copy up to date again; the new one must be a member with every
+    // copy in sync at the end.
+    let events = sim.cluster.manager.events();
+    for r in sim.restarts.iter_mut() {
+        let bit = 1u64 << r.node;
+        r.removed_at_ns = events.iter().find_map(|e| match e.what {
+            EventKind::Reconfigured { removed, .. }
+                if removed & bit != 0 && e.at_ns >= r.crashed_at_ns =>
+            {
+                Some(e.at_ns)
+            }
+            _ => None,
+        });
+        r.rejoined_at_ns = events.iter().find_map(|e| match e.what {
+            EventKind::Reconfigured { joined, .. } if joined & bit != 0 && e.at_ns >= r.at_ns => {
+                Some(e.at_ns)
+            }
+            _ => None,
+        });
+        r.rereplicated_at_ns = r.rejoined_at_ns.and_then(|j| {
+            events
+                .iter()
+                .find(|e| e.what == EventKind::Rereplicated && e.at_ns >= j)
+                .map(|e| e.at_ns)
+        });
+        r.committed = sim
+            .threads
+            .iter()
+            .filter(|t| t.addr.node == r.node && sim.slot_of[r.node as usize] >= nodes as usize)
+            .map(|t| t.th.stats().committed)
+            .sum();
+        let crashed_again = sim.crashed[r.node as usize];
+        let member = placement.is_member(r.node)
+            && fin.config.incarnations[r.node as usize] == r.incarnation;
+        if !member && !crashed_again {
+            failures.push(format!(
+                "node {} restarted at {} ns as incarnation {} is not a member as it at the end{}",
+                r.node,
+                r.at_ns,
+                r.incarnation,
+                dbs[r.node as usize]
+                    .cluster()
+                    .why()
+                    .map(|w| format!(" (fenced: {w})"))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    if !sim.restarts.is_empty() && placement.syncing().next().is_some() {
+        failures.push(format!(
+            "copies not up to date at the end: partitions {:?}",
+            placement.syncing().collect::<Vec<_>>()
+        ));
+    }
     let mut history = std::mem::take(&mut *recs.borrow_mut());
     // Transactions whose coordinator died (or was fenced) before it knew their outcome:
     // committed if anyone saw them or they are installed, else aborted.
     let mut unknown_ids = Vec::new();
-    for p in &pendings {
+    for p in pendings.borrow().iter() {
         for (id, r) in std::mem::take(&mut *p.borrow_mut()) {
             unknown_ids.push(id);
             history.push(r);
@@ -1312,17 +1690,29 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         &dbs, &placement, &history,
     ));
     failures.extend(checks::no_locks_held(&dbs, &placement, &history));
+    // The loaded nodes' start-up checks are counted; a restarted node's (made once it
+    // is a member, of the members then) is its restart's.
     let mut remote_tables_verified = 0;
-    for db in &dbs {
+    for db in &loaded {
         match db.remote_tables_verified() {
             Ok(n) => remote_tables_verified += n as u64,
             Err(e) => failures.push(format!("start-up check: {e}")),
         }
     }
+    for r in sim.restarts.iter_mut() {
+        let db = &dbs[r.node as usize];
+        if sim.crashed[r.node as usize] || loaded.iter().any(|d| Arc::ptr_eq(d, db)) {
+            continue;
+        }
+        match db.remote_tables_verified() {
+            Ok(n) => r.remote_tables_verified = n as u64,
+            Err(e) => failures.push(format!("restarted node's start-up check: {e}")),
+        }
+    }
     let mut rpc = RpcStats::default();
     let mut txn_layer = TxnStats::default();
     let mut recovery = RecoveryStats::default();
-    for t in &sim.threads {
+    for t in sim.threads.iter().chain(&sim.retired) {
         rpc.merge(&t.rt.stats());
         txn_layer.merge(&t.th.stats());
         recovery.merge(&t.rec.stats.borrow());
@@ -1371,6 +1761,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         partitions: sim.partitions,
         pauses: sim.pauses,
         crashes: sim.crashes.clone(),
+        restarts: sim.restarts.clone(),
         long_partition: sim.long_partition,
         cluster: ClusterReport {
             epoch: fin.config.epoch,

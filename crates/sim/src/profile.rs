@@ -7,14 +7,21 @@
 //! while, as a long GC pause or a descheduled VM), all shorter than the RPC layer's
 //! give-up time (`rpc.give_up_ms`, see [`crate::defaults`]) and than a lease.
 //!
-//! Two profiles make the cluster reconfigure:
+//! Three profiles make the cluster reconfigure:
 //! - `crash` crashes one node per seed ([`ambidex_transport_sim::SimNet::crash`]) in a
 //!   protocol phase chosen by the seed (execute, lock, validate, log, commit backups,
 //!   commit primaries), or crashes a second node during the recovery from a first
 //!   crash ("recovery"): the manager removes it when its lease runs out, the survivors
 //!   adopt the new configuration, recover from the logs and run on. A crashed node
-//!   stays down (restarting it as a fresh node that rejoins would follow
-//!   `Sim::crash_node`; not done, rejoin is another change).
+//!   stays down.
+//! - `crash-restart` crashes as `crash` does, then restarts each crashed node (same id,
+//!   a fresh empty database, threads and agent, a new incarnation): a quarter of the
+//!   seeds 0.2 ms to half a lease after the crash, before the manager can have removed
+//!   it (its join makes the manager remove the crashed incarnation), the others 1-4
+//!   leases after the removal. It joins through the manager, is made a backup of the
+//!   partitions short of copies and copied to by their primaries, and its threads run
+//!   the workload again. The run goes on until every restarted node is a member again
+//!   and every copy is up to date.
 //! - `long-partition` cuts one node off for 2–3× the give-up time: the others suspect
 //!   it, the manager revokes and removes it, it is fenced, and it stays out once the
 //!   partition heals (it is no member any more).
@@ -39,12 +46,14 @@ pub struct FaultProfile {
     pub clock_skew_ns: u64,
     /// Crash one node per seed in a phase the seed chooses (see the module's docs).
     pub crash: bool,
+    /// Restart each crashed node as a new incarnation that rejoins.
+    pub restart: bool,
     /// Cut one node off for this many times the RPC give-up time (0: never).
     pub long_partition: (f64, f64),
 }
 
 /// The profile names `--faults` accepts, in help order.
-pub const PROFILES: [&str; 9] = [
+pub const PROFILES: [&str; 10] = [
     "none",
     "lossy",
     "reorder",
@@ -53,6 +62,7 @@ pub const PROFILES: [&str; 9] = [
     "onesided",
     "chaos",
     "crash",
+    "crash-restart",
     "long-partition",
 ];
 
@@ -71,6 +81,7 @@ impl FaultProfile {
             pause_ns: (0, 0),
             clock_skew_ns: 0,
             crash: false,
+            restart: false,
             long_partition: (0.0, 0.0),
         };
         // Light network faults for the profiles that reconfigure.
@@ -164,6 +175,11 @@ impl FaultProfile {
                 clock_skew_ns: 500 * MS,
                 crash: true,
                 ..quiet
+            },
+            "crash-restart" => FaultProfile {
+                name: "crash-restart",
+                restart: true,
+                ..FaultProfile::named("crash")?
             },
             "long-partition" => FaultProfile {
                 name: "long-partition",

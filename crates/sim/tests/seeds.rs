@@ -236,7 +236,7 @@ fn every_profile_passes_a_few_seeds_of_every_workload() {
             // TPC-C's secondary indexes do not survive a failover yet (see
             // `crash_ci_seeds`).
             if matches!(w, WorkloadKind::Tpcc | WorkloadKind::TpccNo)
-                && matches!(p, "crash" | "long-partition")
+                && matches!(p, "crash" | "crash-restart" | "long-partition")
             {
                 continue;
             }

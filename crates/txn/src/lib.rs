@@ -417,6 +417,14 @@ impl TxnThread {
         self.history.borrow_mut().take()
     }
 
+    /// Numbers this thread's transactions from `incarnation`'s range (the top bits of
+    /// the sequence), for a restarted node: no id of it repeats one an earlier
+    /// incarnation of the node gave, which may still be in a log or a history.
+    pub fn number_from_incarnation(&self, incarnation: u64) {
+        self.seq
+            .set((incarnation.saturating_sub(1) & 0x3f) << (SEQ_BITS - 6));
+    }
+
     fn next_id(&self) -> u64 {
         let s = self.seq.get() + 1;
         self.seq.set(s);

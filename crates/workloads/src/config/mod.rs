@@ -246,6 +246,10 @@ pub enum InjectedBug {
     /// `TxnConfig::recovery_skips_dead_coordinators_for_tests`: recovery drops the log
     /// records of a dead coordinator's transactions.
     RecoverySkipsDeadCoordinators,
+    /// The simulator restarts a crashed node in the configuration that still has its
+    /// crashed incarnation as a member, so the new one answers that epoch's requests
+    /// from its empty store (`crash-restart` profile; no effect elsewhere).
+    JoinerServesOldEpoch,
 }
 
 impl InjectedBug {
@@ -253,6 +257,7 @@ impl InjectedBug {
         match self {
             InjectedBug::SkipValidation => "skip-validation",
             InjectedBug::RecoverySkipsDeadCoordinators => "recovery-skips-dead-coordinators",
+            InjectedBug::JoinerServesOldEpoch => "joiner-serves-old-epoch",
         }
     }
 }
@@ -263,10 +268,11 @@ impl std::str::FromStr for InjectedBug {
         match s {
             "skip-validation" => Ok(InjectedBug::SkipValidation),
             "recovery-skips-dead-coordinators" => Ok(InjectedBug::RecoverySkipsDeadCoordinators),
+            "joiner-serves-old-epoch" => Ok(InjectedBug::JoinerServesOldEpoch),
             _ => Err(ConfigError::UnknownName {
                 what: "injected bug",
                 name: s.to_string(),
-                known: "skip-validation, recovery-skips-dead-coordinators",
+                known: "skip-validation, recovery-skips-dead-coordinators, joiner-serves-old-epoch",
             }),
         }
     }
