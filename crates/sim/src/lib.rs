@@ -1242,6 +1242,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         let pendings = pendings.clone();
         let wl = wl.clone();
         Box::new(move |n, incarnation, slot, db, nonces| {
+            db.set_incarnation(incarnation);
             let node = net.node(n);
             let pending: Pending = Rc::default();
             pendings.borrow_mut().push(pending.clone());
@@ -1313,8 +1314,6 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
                         running_done[idx].set(false);
                     },
                 )?;
-                // Before any transaction: ids unlike any an earlier incarnation gave.
-                th.number_from_incarnation(incarnation);
                 threads.push(NodeThread {
                     addr: EndpointAddr::new(n, t),
                     rec: ThreadRecovery::new(&rt, &th),

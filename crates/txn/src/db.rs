@@ -17,7 +17,7 @@ use ambidex_store::{
     Catalog, Header, LocationCache, LockOwner, LogRegionDesc, Table, TableConfig, TableDesc,
 };
 use ambidex_transport::{NodeId, NodeTransport, Perms, Region};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Marks a tombstone in the transaction version word.
@@ -67,6 +67,9 @@ pub struct NodeDb {
     /// The rings other coordinators WRITE their commit records into (`Log::Write`).
     log_region: LogRegion,
     log_ring_config: LogRingConfig,
+    /// The incarnation of the node this database serves (1 at start; a restarted node
+    /// is a later one): its threads number their transactions from it.
+    incarnation: AtomicU64,
 }
 
 /// The transaction version and value of a stored value (always `META` bytes or more:
@@ -94,6 +97,18 @@ const LOCATION_CACHE_MIN: usize = 64;
 const LOCATION_CACHE_MAX: usize = 1 << 21;
 
 impl NodeDb {
+    /// The incarnation this database serves ([`NodeDb::set_incarnation`]; 1 by
+    /// default).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation.load(Ordering::Relaxed)
+    }
+
+    /// A restarted node's database serves its new incarnation: set before its threads
+    /// start, so that no transaction id repeats one of an earlier incarnation.
+    pub fn set_incarnation(&self, incarnation: u64) {
+        self.incarnation.store(incarnation, Ordering::Relaxed);
+    }
+
     /// The database of `transport`'s node: every table in a region registered on it for
     /// READ, WRITE and atomics (with a fresh key), so other nodes can reach it
     /// one-sided through the descriptors ([`NodeDb::table_descs`]); and its log region
@@ -194,6 +209,7 @@ impl NodeDb {
             scratch,
             verified: Mutex::new(None),
             bad_requests: AtomicU64::new(0),
+            incarnation: AtomicU64::new(1),
         }))
     }
 

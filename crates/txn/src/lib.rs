@@ -247,7 +247,7 @@ impl TxnThread {
         if let Err(e) = LockOwner::new(db.node, addr.thread, 0) {
             panic!("cannot install the transaction layer: {e}");
         }
-        Rc::new(TxnThread {
+        let th = Rc::new(TxnThread {
             node: db.node,
             thread: addr.thread,
             truncations: RefCell::new(vec![Vec::new(); db.nodes() as usize]),
@@ -268,7 +268,10 @@ impl TxnThread {
             commit_image: RefCell::new(onesided::CommitImage::default()),
             committer: RefCell::new(committer::CommitQueue::default()),
             in_phase: Default::default(),
-        })
+        });
+        // Before any transaction: ids unlike any an earlier incarnation of the node gave.
+        th.number_from_incarnation(th.db.incarnation());
+        th
     }
 
     /// The thread moved to `epoch`: what belonged to the old one goes. Orphaned locks
@@ -420,7 +423,7 @@ impl TxnThread {
     /// Numbers this thread's transactions from `incarnation`'s range (the top bits of
     /// the sequence), for a restarted node: no id of it repeats one an earlier
     /// incarnation of the node gave, which may still be in a log or a history.
-    pub fn number_from_incarnation(&self, incarnation: u64) {
+    fn number_from_incarnation(&self, incarnation: u64) {
         self.seq
             .set((incarnation.saturating_sub(1) & 0x3f) << (SEQ_BITS - 6));
     }
