@@ -475,17 +475,21 @@ impl Txn<'_> {
             let mut rings = th.rings.borrow_mut();
             for o in ops.iter() {
                 let ok = ctx.op_result(o.h).is_ok();
-                let Some(w) = rings.at(targets[o.at], epoch) else {
+                // A record WRITE that failed stays failed even if this thread's writers
+                // moved to a new epoch during the flush (`at` finds none then): it was
+                // counted as landed, and the transaction reported committed with its
+                // record missing at a backup that had already recovered.
+                if o.repair.is_none() && !ok {
+                    failed |= 1 << o.at;
+                }
+                let (Some(w), Some(rep)) = (rings.at(targets[o.at], epoch), o.repair) else {
                     continue;
                 };
-                match o.repair {
-                    Some(rep) if !ok => w.repair_failed(rep),
-                    Some(_) => {
-                        w.repair_landed();
-                        rings.stats.repairs += 1;
-                    }
-                    None if !ok => failed |= 1 << o.at,
-                    None => {}
+                if ok {
+                    w.repair_landed();
+                    rings.stats.repairs += 1;
+                } else {
+                    w.repair_failed(rep);
                 }
             }
             truncations_answered(ctx, &mut rings, targets, truncs, epoch);
