@@ -129,10 +129,13 @@ fn tpcc_ci_seeds_pass_under_crashes() {
         h.1 += 1;
     }
     eprintln!("  phases hit/aimed at: {hits:?}");
-    // FaSST locks at execute: "lock" is never a phase a coordinator waits in.
+    // FaSST locks at execute: "lock" is never a phase a coordinator waits in. Nor is
+    // "validate" in TPC-C: every key a transaction only reads is on its own node
+    // (its warehouse's rows, the node's ITEM copy; remote accesses are writes), and
+    // no coordinator is seen waiting in a validation of only local keys.
     for (target, (hit, _)) in &hits {
         assert!(
-            *hit > 0 || target == "lock",
+            *hit > 0 || target == "lock" || target == "validate",
             "no seed crashed a node in {target}: {hits:?}"
         );
     }
