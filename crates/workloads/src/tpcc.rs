@@ -69,7 +69,7 @@
 //!   NewOrder's stock updates.
 //! - Delivery runs all ten districts in one transaction and skips districts without new
 //!   orders; aborted transactions are not retried (the worker draws a new one).
-//! - HISTORY has no primary key in the spec; rows get unique ids at the home warehouse.
+//! - HISTORY has no primary key in the spec; rows get ids unique per warehouse and node.
 //! - Scale below 1 shrinks ITEM, customers per district and initial orders by the factor
 //!   (tests and quick runs); 1.0 is the spec population (100,000 items, 3,000 customers
 //!   and 3,000 orders per district, the last 900 of them new orders).
@@ -879,7 +879,10 @@ impl Tpcc {
             self.key(CUSTOMER, k_customer(cw, cd, c), cw),
             WriteKind::Update,
         );
-        let hk = wid << 40 | self.history_seq.fetch_add(1, Ordering::Relaxed);
+        // The node's id in the key: after a failover another node's process runs this
+        // warehouse, with its own counter (bits 32..39; load-time ids have bit 39).
+        let seq = self.history_seq.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff;
+        let hk = wid << 40 | (w.node as u64) << 32 | seq;
         let hist = t.write(HISTORY, self.key(HISTORY, hk, wid), WriteKind::Insert);
         if let Err(r) = t.execute().await {
             return Outcome::Aborted(r);
