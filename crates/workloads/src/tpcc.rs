@@ -1662,3 +1662,86 @@ fn compare<V: Clone>(
         table.get(diff),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::build_and_load;
+    use ambidex_transport::{local::LocalFabric, ClusterConfig};
+
+    /// TPC-C loaded on 3 nodes × 1 thread, R = 3 (warehouse n + 1 at node n).
+    fn loaded() -> (Tpcc, Vec<Arc<NodeDb>>) {
+        let p = Placement::new(3, 3).unwrap();
+        let t = Tpcc::new(TpccParams::new(p.clone(), 1, 0.02, false, 1.0));
+        let nodes = LocalFabric::new(ClusterConfig::new(3, 1)).unwrap().nodes();
+        let dbs = build_and_load(&t, p, &nodes, 5, false).unwrap();
+        (t, dbs)
+    }
+
+    /// Node `ix`'s index keys in `lo..=hi`.
+    fn keys<V: Clone>(ix: &OrderedIndex<V>, lo: u64, hi: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        ix.scan(Included(lo), Included(hi), |k, _| {
+            out.push(k);
+            true
+        });
+        out
+    }
+
+    #[test]
+    fn a_failed_nodes_warehouses_go_to_the_node_promoted_for_all_its_partitions() {
+        let p = Placement::new(3, 3).unwrap();
+        let t = Tpcc::new(TpccParams::new(p.clone(), 1, 0.02, false, 1.0));
+        for n in 0..3 {
+            assert_eq!(t.served_by(&p, n), vec![n as u64 + 1]);
+        }
+        // Node 1's replica lists are 1, 2, 0: node 2 is promoted for every partition.
+        let one = p.without(1 << 1).unwrap();
+        assert_eq!(t.served_by(&one, 0), vec![1]);
+        assert_eq!(t.served_by(&one, 1), Vec::<u64>::new());
+        assert_eq!(t.served_by(&one, 2), vec![2, 3]);
+        let two = one.without(1 << 2).unwrap();
+        assert_eq!(t.served_by(&two, 0), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn the_promoted_node_rebuilds_the_indexes_of_the_warehouses_it_takes_over() {
+        let (t, dbs) = loaded();
+        // Node 1 (warehouse 2) fails; its loaded entries are what the rebuild must find.
+        let (lo, hi) = (k_order(2, 0, 0), k_order(3, 0, 0) - 1);
+        let (clo, chi) = (k_cust_order(2, 0, 0, 0), k_cust_order(3, 0, 0, 0) - 1);
+        let want_no = keys(&t.idx[1].new_order, lo, hi);
+        let want_co = keys(&t.idx[1].cust_order, clo, chi);
+        assert!(!want_no.is_empty() && want_co.len() > want_no.len());
+        let next = dbs[0].config().load().without(1 << 1).unwrap();
+        for db in &dbs {
+            db.cluster().enter(next.clone(), Stage::Adopt);
+        }
+        // Before the members recovered, node 2 neither rebuilds nor runs warehouse 2.
+        assert!(t.refresh(&dbs[2], false).is_none());
+        assert!(keys(&t.idx[2].new_order, lo, hi).is_empty());
+        for db in &dbs {
+            db.cluster().enter(next.clone(), Stage::Run);
+        }
+        let s = t.refresh(&dbs[2], false).expect("running");
+        assert_eq!(
+            (s.epoch, &s.held[..], s.home),
+            (next.epoch, &[2, 3][..], true)
+        );
+        assert_eq!(s.extra[0].as_deref(), Some(&[2][..]));
+        assert_eq!(keys(&t.idx[2].new_order, lo, hi), want_no);
+        assert_eq!(keys(&t.idx[2].cust_order, clo, chi), want_co);
+        let v = t.check(&dbs).unwrap();
+        assert_eq!(v["failover"]["rebuilt_by_workers"], 1, "{v}");
+        assert_eq!(v["failover"]["rebuilt_by_check"], 0, "{v}");
+        // An entry the table does not have (as a dead coordinator's NewOrder would
+        // leave) fails the check, and so does a missing one.
+        t.idx[2].new_order.insert(k_order(2, 1, 999), 7);
+        let e = t.check(&dbs).unwrap_err();
+        assert!(e.contains("node 2: NEW_ORDER index"), "{e}");
+        t.idx[2].new_order.remove(k_order(2, 1, 999));
+        t.idx[2].cust_order.remove(want_co[0]);
+        let e = t.check(&dbs).unwrap_err();
+        assert!(e.contains("node 2: ORDER by customer index"), "{e}");
+    }
+}
