@@ -23,6 +23,28 @@
 //! index: it reads D_NEXT_O_ID and the 20 orders below it by key. ORDER_LINE is keyed by
 //! (w, d, o, ol).
 //!
+//! **Failures.** A node that crashes or is cut off and removed loses its indexes with it;
+//! its partitions' backups are promoted. A warehouse is run by the node that is primary
+//! of all its home's partitions (its home, until a failure moves them; with the initial
+//! replica lists one node takes all of them). When a node starts running a configuration
+//! (stage Run: every member has recovered, so every transaction of the failed node is
+//! decided and the committed ones installed) in which it runs warehouses it did not,
+//! the first of its workers to notice rebuilds their NEW_ORDER and ORDER-by-customer
+//! entries from its own copy of the rows (every order below each district's
+//! D_NEXT_O_ID), and only then do its threads take them up: a warehouse taken over goes
+//! to the thread with the index of its home thread, which draws its transactions'
+//! warehouse among its own and those. Entries of the failed node's NewOrders that
+//! aborted or whose outcome it never learned go with its indexes; nobody writes a
+//! warehouse's orders while it is rebuilt (only the node running it does). A surviving
+//! node's own warehouses keep their entries: its coordinators learn the outcome of
+//! every transaction (one cut by the reconfiguration returns once recovery decided it).
+//! If failures split a home's partitions between several primaries, no node runs its
+//! warehouses any more (not reachable with one or two failures from the initial lists).
+//! Why a rebuild rather than indexes on every replica: see `Tpcc::refresh`. The check
+//! after a run compares, at every member, both indexes of the warehouses it runs with
+//! the tables. Tested by `crates/sim/tests/tpcc_crash.rs` (200 crash seeds, long
+//! partitions).
+//!
 //! **Deviations from the spec** (all stated here and in the report):
 //! - Vertical partitioning: the YTD columns and D_NEXT_O_ID live in their own tables
 //!   (WAREHOUSE_YTD, DISTRICT_YTD, DISTRICT_NEXT), so Payment's YTD updates do not
@@ -47,7 +69,7 @@
 //!   NewOrder's stock updates.
 //! - Delivery runs all ten districts in one transaction and skips districts without new
 //!   orders; aborted transactions are not retried (the worker draws a new one).
-//! - HISTORY has no primary key in the spec; rows get unique ids at the home warehouse.
+//! - HISTORY has no primary key in the spec; rows get ids unique per warehouse and node.
 //! - Scale below 1 shrinks ITEM, customers per district and initial orders by the factor
 //!   (tests and quick runs); 1.0 is the spec population (100,000 items, 3,000 customers
 //!   and 3,000 orders per district, the last 900 of them new orders).
@@ -55,13 +77,14 @@
 //!   item is made remote, so every transaction is distributed (needs ≥ 2 warehouses).
 //!
 //! Consistency conditions 1–4 of the spec (§3.3.2) are checked after a run on the
-//! primaries' data, plus agreement of the NEW_ORDER index with the table.
+//! primaries' data, plus agreement of both ordered indexes with the tables.
 
 use crate::common::{
     add_i64, get_i64, homed_key, nurand, part_i64, per_node_capacity, primary_rows, put_i64,
     put_u32, rand_str, urand, Loader, Outcome, Workload, LOGICAL_BITS,
 };
 use crate::lost::Txn;
+use ambidex_cluster::Stage;
 use ambidex_store::OrderedIndex;
 use ambidex_txn::actions;
 use ambidex_txn::messages::Status;
@@ -73,7 +96,7 @@ use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound::Included;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, TryLockError};
 
 pub const WAREHOUSE: u32 = 30;
 pub const WAREHOUSE_YTD: u32 = 31;
@@ -250,20 +273,78 @@ impl TpccParams {
 }
 
 /// One node's ordered indexes.
-#[derive(Default)]
 struct NodeIndexes {
     /// NEW_ORDER logical keys (w, d, o), each with the token of the NewOrder attempt that
-    /// entered it (0: loaded).
+    /// entered it (0: loaded or rebuilt).
     new_order: OrderedIndex<u64>,
     /// Source of those tokens.
     next_token: AtomicU64,
     /// ORDER by customer: (w, d, c, o).
     cust_order: OrderedIndex<()>,
+    /// Which warehouses the entries are of, and in which configuration (see
+    /// [`Tpcc::refresh`]).
+    serves: Mutex<Arc<Serves>>,
+}
+
+/// The warehouses a node runs and indexes, as of one configuration.
+#[derive(Debug, Default)]
+struct Serves {
+    /// The epoch these were brought up to date in (0: not yet; the loader's entries are
+    /// of the node's home warehouses).
+    epoch: u32,
+    /// Warehouses whose entries the node's indexes hold, sorted.
+    held: Vec<u64>,
+    /// Whether the node still runs its home warehouses (false once a failure moved
+    /// them to another node while this one stayed or came back, e.g. rejoined).
+    home: bool,
+    /// Per thread of the node: the warehouses it runs besides its home ones (taken over
+    /// from a failed node; `None` for none).
+    extra: Vec<Option<Arc<[u64]>>>,
+}
+
+/// Why a warehouse's indexes could not be rebuilt from the node's copy of its rows.
+#[derive(Debug, thiserror::Error)]
+enum RebuildError {
+    #[error("table {table} key {key:#x} is locked")]
+    Locked { table: u32, key: u64 },
+    #[error("table {table} key {key:#x}: read status {status:?}")]
+    Status {
+        table: u32,
+        key: u64,
+        status: Status,
+    },
+    #[error("warehouse {w} district {d} has no D_NEXT_O_ID row here")]
+    NoDistrict { w: u64, d: u64 },
+}
+
+/// What taking warehouses over after failures did (reported by [`Tpcc::check`] as
+/// `failover` once some warehouse changed hands).
+#[derive(Default)]
+struct Failover {
+    /// Warehouses whose indexes a node rebuilt: by a worker, by the final check.
+    rebuilt_by_workers: AtomicU64,
+    rebuilt_by_check: AtomicU64,
+    /// Rebuilds that met a row they could not read and were tried again later.
+    rebuild_failures: AtomicU64,
+    /// Transactions committed on a warehouse run by a node other than its home, per type.
+    committed_taken_over: [AtomicU64; 5],
+}
+
+/// A worker coroutine's view of what its thread runs (`Serves::extra`), refreshed
+/// when the node's epoch changes.
+#[derive(Default)]
+pub struct TpccLocal {
+    /// The epoch this is of (0: not looked up yet).
+    epoch: u32,
+    /// `!Serves::home`.
+    lost_home: bool,
+    extra: Option<Arc<[u64]>>,
 }
 
 pub struct Tpcc {
     pub p: TpccParams,
     idx: Vec<NodeIndexes>,
+    failover: Failover,
     /// (w, d, last-name number) -> customer ids sorted by first name.
     names: HashMap<u64, Vec<u16>>,
     history_seq: AtomicU64,
@@ -275,8 +356,22 @@ fn name_key(w: u64, d: u64, last: u64) -> u64 {
 
 impl Tpcc {
     pub fn new(p: TpccParams) -> Tpcc {
+        let homes = |n: u16| -> Vec<u64> {
+            let per_node = p.warehouses_per_thread * p.threads as u64;
+            (n as u64 * per_node + 1..=(n as u64 + 1) * per_node).collect()
+        };
         let idx = (0..p.placement.nodes())
-            .map(|_| NodeIndexes::default())
+            .map(|n| NodeIndexes {
+                new_order: OrderedIndex::new(),
+                next_token: AtomicU64::new(0),
+                cust_order: OrderedIndex::new(),
+                serves: Mutex::new(Arc::new(Serves {
+                    epoch: 0,
+                    held: homes(n),
+                    home: true,
+                    extra: vec![None; p.threads as usize],
+                })),
+            })
             .collect();
         let mut names: HashMap<u64, Vec<(u64, [u8; 16])>> = HashMap::new();
         for w in 1..=p.warehouses {
@@ -300,6 +395,7 @@ impl Tpcc {
         Tpcc {
             p,
             idx,
+            failover: Failover::default(),
             names,
             history_seq: AtomicU64::new(1),
         }
@@ -335,9 +431,232 @@ impl Tpcc {
         homed_key(&self.p.placement, ITEM, (node as u64) << 20 | i, node)
     }
 
-    fn home_warehouse(&self, w: &WorkerCtx, rng: &mut SmallRng) -> u64 {
+    /// The warehouse of the next transaction: one of the thread's own, or (after a
+    /// failover) of those it took over, uniformly; `None` if the thread runs none (its
+    /// own moved to another node). Without any taken over, the draw is the same as
+    /// before failovers existed.
+    fn home_warehouse(&self, w: &WorkerCtx, rng: &mut SmallRng, local: &TpccLocal) -> Option<u64> {
         let g = w.node as u64 * self.p.threads as u64 + w.thread as u64;
-        g * self.p.warehouses_per_thread + 1 + rng.gen_range(0..self.p.warehouses_per_thread)
+        let whpt = self.p.warehouses_per_thread;
+        match (&local.extra, local.lost_home) {
+            (None, false) => Some(g * whpt + 1 + rng.gen_range(0..whpt)),
+            (None, true) => None,
+            (Some(extra), false) => {
+                let i = rng.gen_range(0..whpt + extra.len() as u64);
+                Some(if i < whpt {
+                    g * whpt + 1 + i
+                } else {
+                    extra[(i - whpt) as usize]
+                })
+            }
+            (Some(extra), true) => Some(extra[rng.gen_range(0..extra.len())]),
+        }
+    }
+
+    /// Brings `local` to the node's current configuration (one atomic load when it is
+    /// already there).
+    #[inline]
+    fn follow(&self, w: &WorkerCtx, local: &mut TpccLocal) {
+        if w.th.db.cluster().config.epoch() == local.epoch {
+            return;
+        }
+        if let Some(s) = self.refresh(&w.th.db, false) {
+            local.epoch = s.epoch;
+            local.lost_home = !s.home;
+            local.extra = s.extra.get(w.thread as usize).cloned().flatten();
+        }
+    }
+
+    /// Per initial home node: the node that is now primary of every partition that
+    /// node was primary of at the start, `None` if they are split between several (a
+    /// warehouse's rows lie in its home's partitions; the workload's scans and
+    /// StockLevel's direct reads need them all at one node).
+    fn successors(&self, now: &Placement) -> Vec<Option<u16>> {
+        let init = &self.p.placement;
+        if now.partitions() != init.partitions() || now.nodes() != init.nodes() {
+            // Not a configuration of this cluster: nothing moves.
+            return (0..init.nodes()).map(Some).collect();
+        }
+        let mut to: Vec<Option<Option<u16>>> = vec![None; init.nodes() as usize];
+        for part in 0..init.partitions() {
+            let (Some(&h), Some(&p)) = (
+                init.replicas_of(part).first(),
+                now.replicas_of(part).first(),
+            ) else {
+                continue;
+            };
+            let e = &mut to[h as usize];
+            *e = match *e {
+                None => Some(Some(p)),
+                Some(Some(q)) if q == p => Some(Some(p)),
+                _ => Some(None),
+            };
+        }
+        to.into_iter().map(Option::flatten).collect()
+    }
+
+    /// The warehouses node `n` runs in placement `now`: those whose home's partitions
+    /// all have `n` as primary, sorted.
+    fn served_by(&self, now: &Placement, n: u16) -> Vec<u64> {
+        let to = self.successors(now);
+        (1..=self.p.warehouses)
+            .filter(|&w| to.get(self.home_of(w) as usize).copied().flatten() == Some(n))
+            .collect()
+    }
+
+    /// Brings node `db.node`'s indexes to the warehouses it runs in its current
+    /// configuration, once that configuration runs (`wait`: for the final check, on a
+    /// quiescent cluster). Returns what the node runs, or `None` while the configuration
+    /// is not running yet, while another thread is at it (unless `wait`), or if a
+    /// rebuild failed (tried again at the next call).
+    ///
+    /// Why a rebuild at promotion, and not indexes on every replica updated at commit:
+    /// the indexes are kept outside transactions, so a backup could only learn of a
+    /// commit from the commit messages, which would need a hook in the transaction
+    /// layer and cost every commit; and a node's entries of transactions whose
+    /// coordinator died would still be wrong. A warehouse's index is instead rebuilt from
+    /// the node's own copy of the warehouse's rows when the node starts running it: at
+    /// stage Run of the configuration that made it primary, every member has recovered
+    /// (every transaction of the failed node is decided, committed ones installed, its
+    /// locks released), and nobody else writes the warehouse's NEW_ORDER and ORDER rows
+    /// (only the node running a warehouse inserts and delivers its orders, and this node's
+    /// workers take the warehouse up only once its entries are in). The failed node's
+    /// entries (of aborted NewOrders, or of transactions whose outcome it never learned)
+    /// go with it. A node's own warehouses keep their entries: its coordinators learn
+    /// every outcome (one cut by a reconfiguration returns once recovery decided it).
+    /// Steady state pays one atomic load per transaction ([`Tpcc::follow`]).
+    fn refresh(&self, db: &NodeDb, wait: bool) -> Option<Arc<Serves>> {
+        let ix = self.idx.get(db.node as usize)?;
+        let mut g = if wait {
+            ix.serves.lock().unwrap_or_else(|e| e.into_inner())
+        } else {
+            match ix.serves.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => return None,
+            }
+        };
+        let state = db.cluster();
+        let config = state.config.load();
+        if g.epoch == config.epoch {
+            return Some(g.clone());
+        }
+        // The stage is stored before the configuration (`NodeState::enter`): read
+        // between two reads of the same epoch, Run is that epoch's. The final check
+        // (`wait`) runs on a quiescent cluster whose recovery is over, though a node's
+        // agent may not have heard of stage Run yet.
+        if !wait && (state.stage() != Stage::Run || state.config.epoch() != config.epoch) {
+            return None;
+        }
+        let target = self.served_by(&config.placement, db.node);
+        for &w in g.held.iter().filter(|w| target.binary_search(w).is_err()) {
+            Self::drop_warehouse(ix, w);
+        }
+        let mut rebuilt = 0;
+        for &w in target.iter().filter(|w| g.held.binary_search(w).is_err()) {
+            if self.rebuild_warehouse(ix, db, w).is_err() {
+                Self::drop_warehouse(ix, w);
+                self.failover
+                    .rebuild_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                // The warehouses rebuilt so far are rebuilt again next time.
+                let held = g
+                    .held
+                    .iter()
+                    .copied()
+                    .filter(|w| target.binary_search(w).is_ok());
+                *g = Arc::new(Serves {
+                    epoch: 0,
+                    held: held.collect(),
+                    home: g.home,
+                    extra: g.extra.clone(),
+                });
+                return None;
+            }
+            rebuilt += 1;
+        }
+        let counter = if wait {
+            &self.failover.rebuilt_by_check
+        } else {
+            &self.failover.rebuilt_by_workers
+        };
+        counter.fetch_add(rebuilt, Ordering::Relaxed);
+        let threads = self.p.threads as u64;
+        let extra = (0..threads)
+            .map(|t| {
+                // A warehouse taken over goes to the thread of the same index as its
+                // home thread.
+                let mine: Vec<u64> = target
+                    .iter()
+                    .copied()
+                    .filter(|&w| {
+                        self.home_of(w) != db.node
+                            && ((w - 1) / self.p.warehouses_per_thread) % threads == t
+                    })
+                    .collect();
+                (!mine.is_empty()).then(|| Arc::from(mine))
+            })
+            .collect();
+        *g = Arc::new(Serves {
+            epoch: config.epoch,
+            home: target.iter().any(|&w| self.home_of(w) == db.node),
+            held: target,
+            extra,
+        });
+        Some(g.clone())
+    }
+
+    /// Removes warehouse `w`'s entries from a node's indexes.
+    fn drop_warehouse(ix: &NodeIndexes, w: u64) {
+        let mut keys = Vec::new();
+        let (lo, hi) = (k_order(w, 0, 0), k_order(w + 1, 0, 0) - 1);
+        ix.new_order.scan(Included(lo), Included(hi), |k, _| {
+            keys.push(k);
+            true
+        });
+        for k in keys.drain(..) {
+            ix.new_order.remove(k);
+        }
+        let (lo, hi) = (k_cust_order(w, 0, 0, 0), k_cust_order(w + 1, 0, 0, 0) - 1);
+        ix.cust_order.scan(Included(lo), Included(hi), |k, _| {
+            keys.push(k);
+            true
+        });
+        for k in keys {
+            ix.cust_order.remove(k);
+        }
+    }
+
+    /// Enters warehouse `w`'s orders and new orders into a node's indexes from the
+    /// node's copy of its rows (the node is their primary): every order below each
+    /// district's D_NEXT_O_ID (orders are numbered densely from 1).
+    fn rebuild_warehouse(&self, ix: &NodeIndexes, db: &NodeDb, w: u64) -> Result<(), RebuildError> {
+        Self::drop_warehouse(ix, w);
+        let mut buf = Vec::with_capacity(O_SIZE);
+        let mut read = |table: u32, logical: u64| -> Result<Option<i64>, RebuildError> {
+            let key = self.key(table, logical, w);
+            buf.clear();
+            match actions::read(db, table, key, &mut buf).status {
+                Status::Ok if buf.len() >= 8 => Ok(Some(get_i64(&buf, 0))),
+                Status::Absent => Ok(None),
+                Status::Locked => Err(RebuildError::Locked { table, key }),
+                status => Err(RebuildError::Status { table, key, status }),
+            }
+        };
+        for d in 1..=DISTRICTS {
+            let next =
+                read(DISTRICT_NEXT, k_district(w, d))?.ok_or(RebuildError::NoDistrict { w, d })?;
+            for o in 1..next.max(1) as u64 {
+                // O_C_ID is the row's first field.
+                if let Some(c) = read(ORDER, k_order(w, d, o))? {
+                    ix.cust_order.insert(k_cust_order(w, d, c as u64, o), ());
+                }
+                if read(NEW_ORDER, k_order(w, d, o))?.is_some() {
+                    ix.new_order.insert(k_order(w, d, o), 0);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn other_warehouse(&self, w: u64, rng: &mut SmallRng) -> u64 {
@@ -366,8 +685,7 @@ impl Tpcc {
         self.customer_id(rng)
     }
 
-    async fn new_order(&self, w: &WorkerCtx, rng: &mut SmallRng) -> Outcome {
-        let wid = self.home_warehouse(w, rng);
+    async fn new_order(&self, w: &WorkerCtx, rng: &mut SmallRng, wid: u64) -> Outcome {
         let d = urand(rng, 1, DISTRICTS);
         let c = self.customer_id(rng);
         let ol_cnt = urand(rng, 5, 15) as usize;
@@ -534,8 +852,7 @@ impl Tpcc {
         }
     }
 
-    async fn payment(&self, w: &WorkerCtx, rng: &mut SmallRng) -> Outcome {
-        let wid = self.home_warehouse(w, rng);
+    async fn payment(&self, w: &WorkerCtx, rng: &mut SmallRng, wid: u64) -> Outcome {
         let d = urand(rng, 1, DISTRICTS);
         let (cw, cd) = if self.p.warehouses > 1 && urand(rng, 1, 100) <= 15 {
             (self.other_warehouse(wid, rng), urand(rng, 1, DISTRICTS))
@@ -562,7 +879,10 @@ impl Tpcc {
             self.key(CUSTOMER, k_customer(cw, cd, c), cw),
             WriteKind::Update,
         );
-        let hk = wid << 40 | self.history_seq.fetch_add(1, Ordering::Relaxed);
+        // The node's id in the key: after a failover another node's process runs this
+        // warehouse, with its own counter (bits 32..39; load-time ids have bit 39).
+        let seq = self.history_seq.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff;
+        let hk = wid << 40 | (w.node as u64) << 32 | seq;
         let hist = t.write(HISTORY, self.key(HISTORY, hk, wid), WriteKind::Insert);
         if let Err(r) = t.execute().await {
             return Outcome::Aborted(r);
@@ -608,8 +928,7 @@ impl Tpcc {
         }
     }
 
-    async fn order_status(&self, w: &WorkerCtx, rng: &mut SmallRng) -> Outcome {
-        let wid = self.home_warehouse(w, rng);
+    async fn order_status(&self, w: &WorkerCtx, rng: &mut SmallRng, wid: u64) -> Outcome {
         let d = urand(rng, 1, DISTRICTS);
         let c = self.pick_customer(wid, d, rng);
         let mut t = Txn::begin(&w.ctx, &w.th);
@@ -647,8 +966,7 @@ impl Tpcc {
         }
     }
 
-    async fn delivery(&self, w: &WorkerCtx, rng: &mut SmallRng) -> Outcome {
-        let wid = self.home_warehouse(w, rng);
+    async fn delivery(&self, w: &WorkerCtx, rng: &mut SmallRng, wid: u64) -> Outcome {
         let carrier = urand(rng, 1, 10) as i64;
         let ix = &self.idx[w.node as usize];
         let mut t = Txn::begin(&w.ctx, &w.th);
@@ -732,8 +1050,7 @@ impl Tpcc {
     /// directly there (yielding to the lock holder while a row is locked), with no
     /// validation, so it cannot be aborted by the NewOrders it runs beside. It is not
     /// seen by the transaction layer's counters.
-    async fn stock_level(&self, w: &WorkerCtx, rng: &mut SmallRng) -> Outcome {
-        let wid = self.home_warehouse(w, rng);
+    async fn stock_level(&self, w: &WorkerCtx, rng: &mut SmallRng, wid: u64) -> Outcome {
         let d = urand(rng, 1, DISTRICTS);
         let threshold = urand(rng, 10, 20) as i64;
         let db = &w.th.db;
@@ -814,11 +1131,15 @@ impl Tpcc {
         dbs: &[Arc<NodeDb>],
         only: Option<u16>,
     ) -> Result<serde_json::Value, String> {
+        // A node checks the warehouses it runs in its configuration (its home ones
+        // unless some failed over).
         let expected_warehouses = match only {
             None => self.p.warehouses,
-            Some(n) => (1..=self.p.warehouses)
-                .filter(|&w| self.home_of(w) == n)
-                .count() as u64,
+            Some(n) => {
+                dbs.iter()
+                    .find(|d| d.node == n)
+                    .map_or(0, |d| self.served_by(&d.placement(), n).len()) as u64
+            }
         };
         let mask = (1u64 << LOGICAL_BITS) - 1;
         let logical = |table| -> Vec<(u64, Vec<u8>)> {
@@ -870,11 +1191,12 @@ impl Tpcc {
             ol_rows: u64,
         }
         let mut dist: BTreeMap<u64, Dist> = BTreeMap::new();
-        for (k, v) in logical(ORDER) {
-            let (w, d, o) = split_order(k);
+        let orders = logical(ORDER);
+        for (k, v) in &orders {
+            let (w, d, o) = split_order(*k);
             let e = dist.entry(wd(w, d)).or_default();
             e.max_o = e.max_o.max(o);
-            e.ol_cnt_sum += get_i64(&v, O_OL_CNT) as u64;
+            e.ol_cnt_sum += get_i64(v, O_OL_CNT) as u64;
         }
         let new_orders = logical(NEW_ORDER);
         for (k, _) in &new_orders {
@@ -919,36 +1241,45 @@ impl Tpcc {
                 ));
             }
         }
-        // The ordered index agrees with the table.
-        let mut indexed = Vec::new();
-        let nodes = self
-            .idx
+        // The ordered indexes agree with the tables: at each member, the entries of the
+        // warehouses it runs, brought to its configuration first (as the node does
+        // before its next transaction; a no-op if a worker did). A node that left
+        // has no indexes any more.
+        let mut indexed_warehouses = 0;
+        for db in dbs
             .iter()
-            .enumerate()
-            .filter(|(n, _)| only.is_none() || only == Some(*n as u16));
-        for (_, ix) in nodes {
-            ix.new_order.scan(
-                std::ops::Bound::Unbounded,
-                std::ops::Bound::Unbounded,
-                |k, _| {
-                    indexed.push(k);
-                    true
-                },
-            );
-        }
-        indexed.sort_unstable();
-        let mut table: Vec<u64> = new_orders.iter().map(|e| e.0).collect();
-        table.sort_unstable();
-        if indexed != table {
-            let diff = indexed
+            .filter(|d| (only.is_none() || only == Some(d.node)) && d.placement().is_member(d.node))
+        {
+            let n = db.node;
+            let s = self.refresh(db, true).ok_or_else(|| {
+                format!(
+                    "node {n}: its indexes could not be rebuilt for its configuration (epoch {}, stage {:?}): a row of a warehouse it took over was locked or unreadable",
+                    db.cluster().config.epoch(),
+                    db.cluster().stage()
+                )
+            })?;
+            indexed_warehouses += s.held.len() as u64;
+            let held = |k: u64| s.held.binary_search(&split_order(k).0).is_ok();
+            let ix = &self.idx[n as usize];
+            let table: Vec<u64> = new_orders
                 .iter()
-                .zip(&table)
-                .position(|(a, b)| a != b)
-                .unwrap_or(indexed.len().min(table.len()));
+                .map(|e| e.0)
+                .filter(|&k| held(k))
+                .collect();
+            compare(n, "NEW_ORDER", &ix.new_order, table)?;
+            let table: Vec<u64> = orders
+                .iter()
+                .filter(|e| held(e.0))
+                .map(|(k, v)| {
+                    let (w, d, o) = split_order(*k);
+                    k_cust_order(w, d, get_i64(v, O_C_ID) as u64, o)
+                })
+                .collect();
+            compare(n, "ORDER by customer", &ix.cust_order, table)?;
+        }
+        if indexed_warehouses != expected_warehouses {
             return Err(format!(
-                "NEW_ORDER index has {} entries, table {} rows; first difference at position {diff}",
-                indexed.len(),
-                table.len()
+                "the members' indexes hold {indexed_warehouses} warehouses of {expected_warehouses}"
             ));
         }
         Ok(serde_json::json!({
@@ -1099,7 +1430,7 @@ impl Tpcc {
 const STOCK_CHUNK: u64 = 2048;
 
 impl Workload for Tpcc {
-    type Local = ();
+    type Local = TpccLocal;
 
     fn name(&self) -> &'static str {
         if self.p.only_new_order {
@@ -1202,25 +1533,65 @@ impl Workload for Tpcc {
         Ok(())
     }
 
-    async fn run_one(&self, w: &WorkerCtx, rng: &mut SmallRng, _: &mut ()) -> (usize, Outcome) {
+    async fn run_one(
+        &self,
+        w: &WorkerCtx,
+        rng: &mut SmallRng,
+        local: &mut TpccLocal,
+    ) -> (usize, Outcome) {
         let ty = if self.p.only_new_order {
             0
         } else {
             let x = rng.gen_range(0..100);
             MIX.iter().position(|&m| x < m).expect("mix sums to 100")
         };
-        let out = match ty {
-            0 => self.new_order(w, rng).await,
-            1 => self.payment(w, rng).await,
-            2 => self.order_status(w, rng).await,
-            3 => self.delivery(w, rng).await,
-            _ => self.stock_level(w, rng).await,
+        self.follow(w, local);
+        let Some(wid) = self.home_warehouse(w, rng, local) else {
+            // This node runs no warehouse any more (its own moved to the node that
+            // took over its partitions): nothing to do but let the others run.
+            w.ctx.yield_now().await;
+            return (ty, Outcome::Aborted(AbortReason::NodeFailed));
         };
+        let out = match ty {
+            0 => self.new_order(w, rng, wid).await,
+            1 => self.payment(w, rng, wid).await,
+            2 => self.order_status(w, rng, wid).await,
+            3 => self.delivery(w, rng, wid).await,
+            _ => self.stock_level(w, rng, wid).await,
+        };
+        if local.extra.is_some()
+            && matches!(out, Outcome::Committed { .. })
+            && self.home_of(wid) != w.node
+        {
+            self.failover.committed_taken_over[ty].fetch_add(1, Ordering::Relaxed);
+        }
         (ty, out)
     }
 
+    /// The consistency summary, with `failover` (what taking warehouses over did) once
+    /// some warehouse changed hands.
     fn check(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
-        self.check_consistency(dbs)
+        let mut v = self.check_consistency(dbs)?;
+        let f = &self.failover;
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let rebuilt = load(&f.rebuilt_by_workers) + load(&f.rebuilt_by_check);
+        if let (true, Some(m)) = (rebuilt > 0, v.as_object_mut()) {
+            let committed: serde_json::Map<_, _> = TYPES
+                .iter()
+                .zip(&f.committed_taken_over)
+                .map(|(t, c)| (t.to_string(), load(c).into()))
+                .collect();
+            m.insert(
+                "failover".into(),
+                serde_json::json!({
+                    "rebuilt_by_workers": load(&f.rebuilt_by_workers),
+                    "rebuilt_by_check": load(&f.rebuilt_by_check),
+                    "rebuild_failures": load(&f.rebuild_failures),
+                    "committed_taken_over": committed,
+                }),
+            );
+        }
+        Ok(v)
     }
 
     fn check_node(&self, db: &Arc<NodeDb>) -> Result<serde_json::Value, String> {
@@ -1255,5 +1626,122 @@ impl Workload for Tpcc {
             .map(|(f, v)| (f.to_string(), serde_json::Value::from(v)))
             .collect::<serde_json::Map<_, _>>()
             .into())
+    }
+}
+
+/// Fails unless node `n`'s index `ix` (named `what`) holds exactly the keys `table`.
+fn compare<V: Clone>(
+    n: u16,
+    what: &str,
+    ix: &OrderedIndex<V>,
+    mut table: Vec<u64>,
+) -> Result<(), String> {
+    let mut indexed = Vec::new();
+    ix.scan(
+        std::ops::Bound::Unbounded,
+        std::ops::Bound::Unbounded,
+        |k, _| {
+            indexed.push(k);
+            true
+        },
+    );
+    table.sort_unstable();
+    if indexed == table {
+        return Ok(());
+    }
+    let diff = indexed
+        .iter()
+        .zip(&table)
+        .position(|(a, b)| a != b)
+        .unwrap_or(indexed.len().min(table.len()));
+    Err(format!(
+        "node {n}: {what} index has {} entries, table {} rows; first difference at position {diff} ({:?} indexed, {:?} in the table)",
+        indexed.len(),
+        table.len(),
+        indexed.get(diff),
+        table.get(diff),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::build_and_load;
+    use ambidex_transport::{local::LocalFabric, ClusterConfig};
+
+    /// TPC-C loaded on 3 nodes × 1 thread, R = 3 (warehouse n + 1 at node n).
+    fn loaded() -> (Tpcc, Vec<Arc<NodeDb>>) {
+        let p = Placement::new(3, 3).unwrap();
+        let t = Tpcc::new(TpccParams::new(p.clone(), 1, 0.02, false, 1.0));
+        let nodes = LocalFabric::new(ClusterConfig::new(3, 1)).unwrap().nodes();
+        let dbs = build_and_load(&t, p, &nodes, 5, false).unwrap();
+        (t, dbs)
+    }
+
+    /// Node `ix`'s index keys in `lo..=hi`.
+    fn keys<V: Clone>(ix: &OrderedIndex<V>, lo: u64, hi: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        ix.scan(Included(lo), Included(hi), |k, _| {
+            out.push(k);
+            true
+        });
+        out
+    }
+
+    #[test]
+    fn a_failed_nodes_warehouses_go_to_the_node_promoted_for_all_its_partitions() {
+        let p = Placement::new(3, 3).unwrap();
+        let t = Tpcc::new(TpccParams::new(p.clone(), 1, 0.02, false, 1.0));
+        for n in 0..3 {
+            assert_eq!(t.served_by(&p, n), vec![n as u64 + 1]);
+        }
+        // Node 1's replica lists are 1, 2, 0: node 2 is promoted for every partition.
+        let one = p.without(1 << 1).unwrap();
+        assert_eq!(t.served_by(&one, 0), vec![1]);
+        assert_eq!(t.served_by(&one, 1), Vec::<u64>::new());
+        assert_eq!(t.served_by(&one, 2), vec![2, 3]);
+        let two = one.without(1 << 2).unwrap();
+        assert_eq!(t.served_by(&two, 0), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn the_promoted_node_rebuilds_the_indexes_of_the_warehouses_it_takes_over() {
+        let (t, dbs) = loaded();
+        // Node 1 (warehouse 2) fails; its loaded entries are what the rebuild must find.
+        let (lo, hi) = (k_order(2, 0, 0), k_order(3, 0, 0) - 1);
+        let (clo, chi) = (k_cust_order(2, 0, 0, 0), k_cust_order(3, 0, 0, 0) - 1);
+        let want_no = keys(&t.idx[1].new_order, lo, hi);
+        let want_co = keys(&t.idx[1].cust_order, clo, chi);
+        assert!(!want_no.is_empty() && want_co.len() > want_no.len());
+        let next = dbs[0].config().load().without(1 << 1).unwrap();
+        for db in &dbs {
+            db.cluster().enter(next.clone(), Stage::Adopt);
+        }
+        // Before the members recovered, node 2 neither rebuilds nor runs warehouse 2.
+        assert!(t.refresh(&dbs[2], false).is_none());
+        assert!(keys(&t.idx[2].new_order, lo, hi).is_empty());
+        for db in &dbs {
+            db.cluster().enter(next.clone(), Stage::Run);
+        }
+        let s = t.refresh(&dbs[2], false).expect("running");
+        assert_eq!(
+            (s.epoch, &s.held[..], s.home),
+            (next.epoch, &[2, 3][..], true)
+        );
+        assert_eq!(s.extra[0].as_deref(), Some(&[2][..]));
+        assert_eq!(keys(&t.idx[2].new_order, lo, hi), want_no);
+        assert_eq!(keys(&t.idx[2].cust_order, clo, chi), want_co);
+        let v = t.check(&dbs).unwrap();
+        assert_eq!(v["failover"]["rebuilt_by_workers"], 1, "{v}");
+        assert_eq!(v["failover"]["rebuilt_by_check"], 0, "{v}");
+        // An entry the table does not have (as a dead coordinator's NewOrder would
+        // leave) fails the check, and so does a missing one.
+        t.idx[2].new_order.insert(k_order(2, 1, 999), 7);
+        let e = t.check(&dbs).unwrap_err();
+        assert!(e.contains("node 2: NEW_ORDER index"), "{e}");
+        t.idx[2].new_order.remove(k_order(2, 1, 999));
+        t.idx[2].cust_order.remove(want_co[0]);
+        let e = t.check(&dbs).unwrap_err();
+        assert!(e.contains("node 2: ORDER by customer index"), "{e}");
     }
 }
