@@ -219,11 +219,9 @@ fn every_profile_passes_a_few_seeds_of_every_workload() {
         WorkloadKind::ObjectStore,
     ] {
         for p in PROFILES {
-            // TPC-C's secondary indexes do not survive a failover yet (see
-            // `crash_ci_seeds`).
-            if matches!(w, WorkloadKind::Tpcc | WorkloadKind::TpccNo)
-                && matches!(p, "crash" | "crash-restart" | "long-partition")
-            {
+            // A rejoined node gets no TPC-C warehouse back (its index check fails
+            // there; `docs/recovery.md`, "Not built yet").
+            if matches!(w, WorkloadKind::Tpcc | WorkloadKind::TpccNo) && p == "crash-restart" {
                 continue;
             }
             sweep(w, p, 1000..1004);
