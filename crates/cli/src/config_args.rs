@@ -45,9 +45,6 @@ pub struct ConfigArgs {
     pub scale: Option<f64>,
     /// The transaction-policy preset (DrTM+H Table 4): fasst (every phase by RPC), farm,
     /// drtm-r or drtm-h [default: fasst]. The per-phase flags below override its choices.
-    /// The one-sided phases are being built: in this build a run fails (a node thread
-    /// panics) when a transaction reaches a phase whose choice is not rpc, and passive
-    /// ACK is accepted but not acted on yet.
     #[arg(long, value_name = "PRESET")]
     pub mode: Option<String>,
     /// Execute phase: READ RPCs (rpc), one-sided READs of bucket then item (onesided),

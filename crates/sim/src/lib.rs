@@ -1252,6 +1252,12 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
             } else {
                 mix(seed, incarnation)
             };
+            // Its workers are running until they return: the run quiesces only once
+            // a restarted node's have too (their last commits and ring drains).
+            let first = slot * threads_per_node as usize * coroutines;
+            for r in &running[first..first + threads_per_node as usize * coroutines] {
+                r.set(true);
+            }
             let mut threads = Vec::new();
             for t in 0..threads_per_node {
                 let ep = node.endpoint(t).map_err(|e| e.to_string())?;
