@@ -67,6 +67,10 @@ pub struct NodeDb {
     /// The rings other coordinators WRITE their commit records into (`Log::Write`).
     log_region: LogRegion,
     log_ring_config: LogRingConfig,
+    /// Which life of this node id this database serves (1, or more once restarted):
+    /// its threads number their transactions past every earlier life's
+    /// ([`NodeDb::set_incarnation`] before they start).
+    incarnation: AtomicU64,
 }
 
 /// The transaction version and value of a stored value (always `META` bytes or more:
@@ -194,7 +198,20 @@ impl NodeDb {
             scratch,
             verified: Mutex::new(None),
             bad_requests: AtomicU64::new(0),
+            incarnation: AtomicU64::new(1),
         }))
+    }
+
+    /// A restarted node's database: which incarnation it is, set before its threads
+    /// are installed, so its transaction ids (the versions it installs) are not the
+    /// dead incarnation's again.
+    pub fn set_incarnation(&self, incarnation: u64) {
+        self.incarnation
+            .store(incarnation.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The configuration this node runs in, shared by its threads.

@@ -226,6 +226,10 @@ pub fn coordinator_of(txn: u64) -> (NodeId, ThreadId) {
 /// thread and a per-thread sequence number.
 const ID_BASE: u64 = 1 << 62;
 const SEQ_BITS: u32 = 38;
+/// Transactions per thread and incarnation: the top `SEQ_BITS - INC_SEQ_BITS` bits of
+/// the sequence number are the incarnation (modulo 64).
+const INC_SEQ_BITS: u32 = 32;
+const INC_MASK: u64 = (1 << (SEQ_BITS - INC_SEQ_BITS)) - 1;
 
 impl TxnThread {
     /// Registers the protocol handlers on `rt` and returns the thread's coordinator state.
@@ -247,6 +251,10 @@ impl TxnThread {
         if let Err(e) = LockOwner::new(db.node, addr.thread, 0) {
             panic!("cannot install the transaction layer: {e}");
         }
+        // Each incarnation of a node id numbers from its own block of 2^INC_SEQ_BITS
+        // (ids are versions and name log records: a restarted node must not reuse a
+        // dead incarnation's).
+        let seq0 = ((db.incarnation() - 1) & INC_MASK) << INC_SEQ_BITS;
         Rc::new(TxnThread {
             node: db.node,
             thread: addr.thread,
@@ -254,7 +262,7 @@ impl TxnThread {
             view,
             db,
             cfg,
-            seq: Cell::new(0),
+            seq: Cell::new(seq0),
             stats: RefCell::new(TxnStats::default()),
             log,
             rings: RefCell::new(log_ring::RingWriters::new(epoch)),

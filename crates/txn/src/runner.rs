@@ -591,6 +591,7 @@ fn restart_node(a: RestartArgs<'_>) -> Result<(Agent, Restarted, Vec<JoinHandle<
         .restart()
         .map_err(|e| format!("cannot restart node {n}: {e}"))?;
     let db = fresh(transport, config)?;
+    db.set_incarnation(incarnation);
     if db.node != n {
         return Err(format!(
             "the fresh database of node {n} is node {}'s",

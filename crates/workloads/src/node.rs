@@ -156,6 +156,7 @@ pub fn rejoin_node(
                 &wl.tables(),
                 LogRingConfig::default(),
             )?;
+            db.set_incarnation(self.incarnation);
             // Not the first incarnation's transactions again.
             let seed = cfg.run.seed ^ self.incarnation.wrapping_mul(0x9e37_79b9_7f4a_7c15);
             let (w1, w2) = (wl.clone(), wl.clone());
