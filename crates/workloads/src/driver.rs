@@ -137,19 +137,8 @@ pub struct BenchReport {
     /// run ended; what `recovery.first_commit_ms` is computed from.
     #[serde(skip)]
     pub first_lost_commit_ns: Option<u64>,
-    /// A multi-process run's merge of the nodes' history files: records kept and
-    /// torn fragments (records a kill cut off mid-write) skipped.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub history_merge: Option<HistoryMerge>,
     /// The configuration the run was given (every path echoes the one it ran with).
     pub config: Config,
-}
-
-/// What merging the nodes' history files kept and skipped.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct HistoryMerge {
-    pub records: u64,
-    pub torn: u64,
 }
 
 /// One point of the coroutine sweep (FaSST Figure 10).
@@ -672,7 +661,6 @@ pub fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) ->
         manager_events: Vec::new(),
         recovery: None,
         first_lost_commit_ns: tally.first_lost_commit_ns,
-        history_merge: None,
         config: cfg.clone(),
     }
 }

@@ -8,12 +8,12 @@
 use crate::cluster::{Launch, NodeProcesses};
 use crate::config_args::{set, ConfigArgs};
 use crate::manager_host::ManagerHost;
+use ambidex_history::Salvaged;
 use ambidex_workloads::combine::combine_live_reports;
 use ambidex_workloads::combine::{node_policy, same_policy};
 use ambidex_workloads::config::{
     fresh_etcd_cluster, ClusterSection, FaultSection, ManagerKind, RunSection,
 };
-use ambidex_workloads::driver::HistoryMerge;
 use ambidex_workloads::etcd_membership;
 use ambidex_workloads::plot::{plot, Plot};
 use ambidex_workloads::report::{one_sided_line, policy_line};
@@ -792,8 +792,7 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
     if let Some(h) = &cfg.run.history {
         if !h.contains("{node}") {
             let restarted: Vec<u16> = report.restarts.iter().map(|r| r.node).collect();
-            report.history_merge =
-                Some(merge_histories(Path::new(h), &cfg.run, nodes, &restarted)?);
+            merge_histories(Path::new(h), &cfg.run, nodes, &restarted)?;
         }
     }
     drop(files);
@@ -809,11 +808,11 @@ fn merge_histories(
     run: &RunSection,
     nodes: u16,
     restarts: &[u16],
-) -> Result<HistoryMerge, String> {
+) -> Result<Salvaged, String> {
     let f = std::fs::File::create(out)
         .map_err(|e| format!("cannot create history file {}: {e}", out.display()))?;
     let mut f = std::io::BufWriter::with_capacity(1 << 20, f);
-    let mut got = HistoryMerge::default();
+    let mut got = Salvaged::default();
     let mut add = |n: u16, p: &Path, f: &mut std::io::BufWriter<std::fs::File>| {
         let src = std::fs::File::open(p)
             .map_err(|e| format!("node {n}'s history {}: {e}", p.display()))?;
@@ -836,12 +835,13 @@ fn merge_histories(
     }
     f.flush()
         .map_err(|e| format!("merging the history into {}: {e}", out.display()))?;
-    if got.torn > 0 {
-        eprintln!(
-            "history: skipped {} torn record fragment(s) left by killed node processes",
-            got.torn
-        );
-    }
+    // The count of skipped fragments is said, not silently dropped.
+    eprintln!(
+        "ambidex: history: {} records merged into {}, {} torn record fragment(s) skipped",
+        got.records,
+        out.display(),
+        got.torn
+    );
     Ok(got)
 }
 
