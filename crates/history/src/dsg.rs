@@ -180,6 +180,16 @@ pub struct CheckReport {
     pub warnings: BTreeMap<Warning, u64>,
     /// Up to [`MAX_WITNESSES`] per anomaly kind.
     pub witnesses: Vec<Witness>,
+    /// Pending records (outcome unknown) replaced by their transaction's final
+    /// record ([`crate::format::drop_superseded`]).
+    #[serde(default)]
+    pub pending_superseded: u64,
+    /// Transactions left of unknown outcome (their coordinator died), resolved
+    /// as committed and as aborted ([`crate::format::resolve_unknown`]).
+    #[serde(default)]
+    pub unknown_committed: u64,
+    #[serde(default)]
+    pub unknown_aborted: u64,
 }
 
 pub const MAX_WITNESSES: usize = 5;
@@ -231,6 +241,15 @@ impl CheckReport {
             "edges: {} ww, {} wr, {} rw",
             self.edges.ww, self.edges.wr, self.edges.rw
         );
+        if self.unknown_committed + self.unknown_aborted > 0 {
+            let _ = writeln!(
+                s,
+                "coordinator died: {} of unknown outcome, taken as {} committed (seen) and {} aborted",
+                self.unknown_committed + self.unknown_aborted,
+                self.unknown_committed,
+                self.unknown_aborted
+            );
+        }
         if self.valid {
             let _ = writeln!(s, "serializable: no anomalies found");
         } else {
@@ -336,10 +355,16 @@ struct Edge {
 /// Checks a history. Record order does not matter.
 pub fn check(recs: &[TxnRecord]) -> CheckReport {
     if recs.iter().any(|r| r.outcome == Outcome::Unknown) {
-        // Each transaction of unknown outcome is committed if anyone saw it.
+        // A pending record whose transaction finished is replaced by its final
+        // record; each left of unknown outcome is committed if anyone saw it.
         let mut resolved = recs.to_vec();
-        crate::format::resolve_unknown(&mut resolved, |_| false);
-        return check(&resolved);
+        let superseded = crate::format::drop_superseded(&mut resolved);
+        let (c, a) = crate::format::resolve_unknown(&mut resolved, |_| false);
+        let mut rep = check(&resolved);
+        rep.pending_superseded = superseded;
+        rep.unknown_committed = c;
+        rep.unknown_aborted = a;
+        return rep;
     }
     let mut rep = CheckReport {
         transactions: recs.len() as u64,

@@ -41,6 +41,16 @@ fn elle_key(table: u32, key: u64) -> String {
 /// appear in record order; operation indices are `2i` (invoke) and `2i+1`
 /// (completion).
 pub fn export_elle(recs: &[TxnRecord], out: impl Write) -> io::Result<ElleExport> {
+    // A pending record whose transaction finished is not a second transaction.
+    let owned;
+    let recs = if recs.iter().any(|r| r.outcome == Outcome::Unknown) {
+        let mut v = recs.to_vec();
+        crate::format::drop_superseded(&mut v);
+        owned = v;
+        &owned[..]
+    } else {
+        recs
+    };
     let mut out = BufWriter::new(out);
     // Versions some transaction (committed or aborted) wrote, per key; any
     // other version is the initial state.

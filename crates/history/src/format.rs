@@ -99,6 +99,26 @@ pub struct TxnRecord {
     pub writes: Vec<WriteRecord>,
 }
 
+/// Drops the records of unknown outcome of transactions that also have a
+/// definite record. A file recorder writes a pending record (outcome
+/// `unknown`) when a transaction's log phase starts and its final record when
+/// it finishes, so only a coordinator killed in between leaves the pending
+/// record alone. Returns how many were dropped.
+pub fn drop_superseded(recs: &mut Vec<TxnRecord>) -> u64 {
+    use std::collections::HashSet;
+    if recs.iter().all(|r| r.outcome != Outcome::Unknown) {
+        return 0;
+    }
+    let decided: HashSet<u64> = recs
+        .iter()
+        .filter(|r| r.outcome != Outcome::Unknown)
+        .map(|r| r.id)
+        .collect();
+    let before = recs.len();
+    recs.retain(|r| r.outcome != Outcome::Unknown || !decided.contains(&r.id));
+    (before - recs.len()) as u64
+}
+
 /// Decides every transaction of unknown outcome: committed if another transaction
 /// read one of its versions or overwrote one, or if `installed` says one of its writes
 /// is in the store (the caller knows the final state), else aborted (nobody can have

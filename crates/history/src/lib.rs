@@ -12,7 +12,7 @@ pub mod recorder;
 pub use dsg::{check, check_file, Anomaly, CheckReport, EdgeKind, Warning, Witness, WitnessEdge};
 pub use elle::{export_elle, export_elle_file, run_adya, run_adya_with, AdyaOptions, AdyaVerdict};
 pub use format::{
-    decode_hex, encode_hex, parse_file, parse_reader, parse_str, resolve_unknown, Outcome,
-    ParseError, ReadRecord, TxnRecord, WriteKind, WriteRecord,
+    decode_hex, drop_superseded, encode_hex, parse_file, parse_reader, parse_str, resolve_unknown,
+    Outcome, ParseError, ReadRecord, TxnRecord, WriteKind, WriteRecord,
 };
-pub use recorder::{Recorder, ThreadRecorder, TxnBuilder, TxnHeader};
+pub use recorder::{salvage, Recorder, Salvaged, ThreadRecorder, TxnBuilder, TxnHeader};

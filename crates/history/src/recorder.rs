@@ -2,47 +2,194 @@
 //!
 //! Each worker thread owns a [`ThreadRecorder`] that serializes records by hand
 //! into its own byte buffer (no allocation per record once the buffers are
-//! warm) and hands the buffer to the shared sink in large chunks, so the sink
-//! mutex is taken about once per [`CHUNK`] bytes, not once per transaction.
-//! Lines from different threads interleave in whole chunks; every line is
-//! complete, and the checker does not depend on line order.
+//! warm). A file recorder then copies each record at once into the thread's
+//! segment of the file, mapped with `MAP_SHARED`: the bytes are in the kernel's
+//! page cache as soon as the copy ends, so a process killed by SIGKILL leaves
+//! every record it finished (a pending record of a transaction whose coordinator
+//! dies must be there before the commit phase installs anything). Segments are
+//! reserved from a shared cursor under a mutex, about once per [`SEGMENT`]
+//! bytes. A killed process's file holds unwritten (NUL) gaps and possibly one
+//! torn record per thread; [`salvage`] copies out its complete records. A
+//! recorder that finishes normally compacts its file into plain JSON lines.
+//! An in-memory recorder hands whole [`CHUNK`]s to a shared buffer instead.
 
-use std::fs::File;
-use std::io::{self, Write};
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, Write};
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use crate::format::{Outcome, TxnRecord, WriteKind, HEX};
 
-/// A thread's buffer is handed to the sink once it holds this many bytes.
+/// An in-memory recorder's thread buffer is handed over once it holds this many
+/// bytes.
 pub const CHUNK: usize = 1 << 20;
 
+/// A thread reserves this much of the file at a time (a page multiple, so
+/// every mapping starts at a page-aligned offset).
+pub const SEGMENT: usize = 256 << 10;
+
+/// The file grows and is mapped this much at a time: a killed process's file
+/// ends in at most this many unwritten bytes.
+const EXTENT: usize = 16 << 20;
+
+const PAGE: usize = 4096;
+
+/// One mapped stretch of the file.
+struct Extent {
+    ptr: *mut u8,
+    /// File offset of `ptr[0]`.
+    off: usize,
+    len: usize,
+}
+
+struct MapState {
+    extents: Vec<Extent>,
+    /// The next unreserved file offset.
+    next: usize,
+    /// Written ranges `(offset, len)` of finished segments.
+    used: Vec<(usize, usize)>,
+    /// Thread handles that may still write (compaction waits for none).
+    live: usize,
+}
+
+/// A file written through shared mappings.
+struct MapFile {
+    file: File,
+    state: Mutex<MapState>,
+}
+
+// SAFETY: the raw extent pointers are only dereferenced for the byte ranges a
+// segment owns (one thread at a time) or, during compaction, with no live
+// thread handle; the mappings live until `MapFile` is dropped.
+unsafe impl Send for MapFile {}
+unsafe impl Sync for MapFile {}
+
+/// A thread's reserved part of the file.
+struct Segment {
+    ptr: *mut u8,
+    off: usize,
+    len: usize,
+    pos: usize,
+}
+
+// SAFETY: a segment's bytes belong to the one thread handle holding it.
+unsafe impl Send for Segment {}
+
+impl MapFile {
+    fn state(&self) -> std::sync::MutexGuard<'_, MapState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reserves at least `need` bytes that no other segment shares.
+    fn reserve(&self, need: usize) -> io::Result<Segment> {
+        let len = need.max(SEGMENT).next_multiple_of(PAGE);
+        let mut st = self.state();
+        if let Some(e) = st.extents.last() {
+            if st.next >= e.off && st.next + len <= e.off + e.len {
+                let seg = Segment {
+                    // SAFETY: in bounds of the extent, checked just above.
+                    ptr: unsafe { e.ptr.add(st.next - e.off) },
+                    off: st.next,
+                    len,
+                    pos: 0,
+                };
+                st.next += len;
+                return Ok(seg);
+            }
+        }
+        // A new extent from `next` (the rest of the last one stays unwritten).
+        let off = st.next.next_multiple_of(PAGE);
+        let elen = len.max(EXTENT);
+        self.file.set_len((off + elen) as u64)?;
+        // SAFETY: a fresh shared read-write mapping of a file range we just sized.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                elen,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.file.as_raw_fd(),
+                off as libc::off_t,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = ptr as *mut u8;
+        st.extents.push(Extent {
+            ptr,
+            off,
+            len: elen,
+        });
+        st.next = off + len;
+        Ok(Segment {
+            ptr,
+            off,
+            len,
+            pos: 0,
+        })
+    }
+
+    fn retire(&self, seg: &Segment) {
+        if seg.pos > 0 {
+            self.state().used.push((seg.off, seg.pos));
+        }
+    }
+
+    /// With no thread writing: moves the written ranges together, unmaps, and
+    /// cuts the file to the records, so a finished file is plain JSON lines.
+    fn compact(&self) -> io::Result<()> {
+        let mut st = self.state();
+        if st.live > 0 {
+            return Ok(());
+        }
+        st.used.sort_unstable();
+        let mut dst = 0usize;
+        let mut tmp = Vec::new();
+        for &(off, len) in &st.used {
+            if off != dst {
+                tmp.clear();
+                tmp.resize(len, 0);
+                self.file.read_exact_at(&mut tmp, off as u64)?;
+                self.file.write_all_at(&tmp, dst as u64)?;
+            }
+            dst += len;
+        }
+        for e in st.extents.drain(..) {
+            // SAFETY: unmapping a mapping we made; no segment is live.
+            unsafe { libc::munmap(e.ptr as *mut libc::c_void, e.len) };
+        }
+        self.file.set_len(dst as u64)?;
+        st.used = if dst > 0 { vec![(0, dst)] } else { Vec::new() };
+        st.next = dst;
+        Ok(())
+    }
+}
+
+impl Drop for MapFile {
+    fn drop(&mut self) {
+        let _ = self.compact();
+    }
+}
+
 enum Sink {
-    File(File),
-    Memory(Vec<u8>),
+    File(MapFile),
+    Memory(Mutex<Vec<u8>>),
 }
 
 struct Shared {
-    sink: Mutex<Sink>,
+    sink: Sink,
     /// The first write error; recording itself never fails, the error shows
-    /// up at `flush`/`finish`.
+    /// up at `flush`.
     error: Mutex<Option<io::Error>>,
 }
 
 impl Shared {
-    fn write_chunk(&self, bytes: &[u8]) {
-        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
-        let res = match &mut *sink {
-            Sink::File(f) => f.write_all(bytes),
-            Sink::Memory(v) => {
-                v.extend_from_slice(bytes);
-                Ok(())
-            }
-        };
-        if let Err(e) = res {
-            let mut err = self.error.lock().unwrap_or_else(|p| p.into_inner());
-            err.get_or_insert(e);
-        }
+    fn note_error(&self, e: io::Error) {
+        let mut err = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        err.get_or_insert(e);
     }
 }
 
@@ -59,22 +206,36 @@ impl Recorder {
         Recorder { shared: None }
     }
 
-    /// Records to `path` (created or truncated).
+    /// Records to `path` (created or truncated), through shared mappings: the
+    /// records survive the process being killed (see the module docs).
     pub fn create(path: impl AsRef<Path>) -> io::Result<Recorder> {
-        let f = File::create(path)?;
-        Ok(Recorder::with_sink(Sink::File(f)))
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        Ok(Recorder::with_sink(Sink::File(MapFile {
+            file,
+            state: Mutex::new(MapState {
+                extents: Vec::new(),
+                next: 0,
+                used: Vec::new(),
+                live: 0,
+            }),
+        })))
     }
 
     /// Records into memory; read it back with [`Recorder::take_memory`]
     /// (for the simulator and tests, which check without touching disk).
     pub fn in_memory() -> Recorder {
-        Recorder::with_sink(Sink::Memory(Vec::new()))
+        Recorder::with_sink(Sink::Memory(Mutex::new(Vec::new())))
     }
 
     fn with_sink(sink: Sink) -> Recorder {
         Recorder {
             shared: Some(Arc::new(Shared {
-                sink: Mutex::new(sink),
+                sink,
                 error: Mutex::new(None),
             })),
         }
@@ -84,25 +245,31 @@ impl Recorder {
         self.shared.is_some()
     }
 
-    /// A per-thread handle. Records reach the sink when its buffer fills, on
-    /// [`ThreadRecorder::flush`], or when the handle is dropped.
+    /// A per-thread handle. In a file recorder each record is in the file
+    /// when `record_with` returns; in memory, records reach the shared buffer
+    /// when the thread's buffer fills, on [`ThreadRecorder::flush`], or when
+    /// the handle is dropped.
     pub fn thread(&self) -> ThreadRecorder {
+        if let Some(Sink::File(m)) = self.shared.as_deref().map(|s| &s.sink) {
+            m.state().live += 1;
+        }
         ThreadRecorder {
             shared: self.shared.clone(),
             buf: Vec::new(),
             scratch: Vec::new(),
+            seg: None,
         }
     }
 
-    /// Flushes the sink (thread handles must have flushed or been dropped
-    /// first) and reports the first write error seen so far.
+    /// Reports the first write error seen so far; for a file, once every
+    /// thread handle is dropped, compacts it into plain JSON lines.
     pub fn flush(&self) -> io::Result<()> {
         let Some(s) = &self.shared else { return Ok(()) };
         if let Some(e) = s.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
             return Err(e);
         }
-        match &mut *s.sink.lock().unwrap_or_else(|p| p.into_inner()) {
-            Sink::File(f) => f.flush(),
+        match &s.sink {
+            Sink::File(m) => m.compact(),
             Sink::Memory(_) => Ok(()),
         }
     }
@@ -111,9 +278,65 @@ impl Recorder {
     /// bytes), leaving the buffer empty. `None` for file or disabled ones.
     pub fn take_memory(&self) -> Option<Vec<u8>> {
         let s = self.shared.as_ref()?;
-        match &mut *s.sink.lock().unwrap_or_else(|p| p.into_inner()) {
-            Sink::Memory(v) => Some(std::mem::take(v)),
+        match &s.sink {
+            Sink::Memory(v) => Some(std::mem::take(
+                &mut *v.lock().unwrap_or_else(|p| p.into_inner()),
+            )),
             Sink::File(_) => None,
+        }
+    }
+}
+
+/// What [`salvage`] copied and skipped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Salvaged {
+    /// Complete records copied.
+    pub records: u64,
+    /// Fragments skipped: pieces of records a kill cut off mid-copy (one torn
+    /// record may leave two, its start and its end).
+    pub torn: u64,
+}
+
+/// Copies the complete records of a history file, finished or left by a
+/// killed process, to `out` as plain JSON lines: unwritten (NUL) stretches are
+/// dropped and a torn record is skipped and counted, not an error. A line with
+/// no NUL byte in it is a record copied whole and goes through unparsed; pieces
+/// next to NUL bytes are kept only if they parse as a record.
+pub fn salvage(mut input: impl BufRead, out: &mut impl Write) -> io::Result<Salvaged> {
+    let mut got = Salvaged::default();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if input.read_until(b'\n', &mut line)? == 0 {
+            return Ok(got);
+        }
+        let whole = line.last() == Some(&b'\n');
+        let body = if whole {
+            &line[..line.len() - 1]
+        } else {
+            &line[..]
+        };
+        if whole && !body.contains(&0) {
+            if !body.trim_ascii().is_empty() {
+                out.write_all(&line)?;
+                got.records += 1;
+            }
+            continue;
+        }
+        for piece in body.split(|&b| b == 0) {
+            if piece.trim_ascii().is_empty() {
+                continue;
+            }
+            let ok = std::str::from_utf8(piece)
+                .ok()
+                .is_some_and(|t| crate::format::parse_line(t).is_ok());
+            if ok {
+                out.write_all(piece)?;
+                out.write_all(b"\n")?;
+                got.records += 1;
+            } else {
+                got.torn += 1;
+            }
         }
     }
 }
@@ -139,6 +362,8 @@ pub struct ThreadRecorder {
     /// The `writes` array under construction, so reads and writes may be
     /// added in any order.
     scratch: Vec<u8>,
+    /// A file recorder's current segment.
+    seg: Option<Segment>,
 }
 
 impl ThreadRecorder {
@@ -192,9 +417,40 @@ impl ThreadRecorder {
         buf.extend_from_slice(b"],\"writes\":[");
         buf.extend_from_slice(&self.scratch);
         buf.extend_from_slice(b"]}\n");
-        if buf.len() >= CHUNK {
-            self.flush();
+        self.emit();
+    }
+
+    /// A file recorder copies the finished record into its segment now; an
+    /// in-memory one waits for a whole chunk.
+    fn emit(&mut self) {
+        let Some(s) = self.shared.as_deref() else {
+            return;
+        };
+        let Sink::File(m) = &s.sink else {
+            if self.buf.len() >= CHUNK {
+                self.flush();
+            }
+            return;
+        };
+        let n = self.buf.len();
+        if self.seg.as_ref().is_none_or(|g| g.len - g.pos < n) {
+            if let Some(old) = self.seg.take() {
+                m.retire(&old);
+            }
+            match m.reserve(n) {
+                Ok(g) => self.seg = Some(g),
+                Err(e) => {
+                    s.note_error(e);
+                    self.buf.clear();
+                    return;
+                }
+            }
         }
+        let g = self.seg.as_mut().expect("reserved above");
+        // SAFETY: `pos + n <= len` and the segment's bytes are this handle's.
+        unsafe { std::ptr::copy_nonoverlapping(self.buf.as_ptr(), g.ptr.add(g.pos), n) };
+        g.pos += n;
+        self.buf.clear();
     }
 
     /// Records an owned record (convenience; `record_with` avoids building it).
@@ -226,12 +482,17 @@ impl ThreadRecorder {
         });
     }
 
-    /// Hands the buffered records to the shared sink.
+    /// Hands the buffered records to the shared sink (a file recorder has
+    /// none buffered).
     pub fn flush(&mut self) {
         if let Some(s) = &self.shared {
-            if !self.buf.is_empty() {
-                s.write_chunk(&self.buf);
-                self.buf.clear();
+            if let Sink::Memory(v) = &s.sink {
+                if !self.buf.is_empty() {
+                    v.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .extend_from_slice(&self.buf);
+                    self.buf.clear();
+                }
             }
         }
     }
@@ -240,6 +501,12 @@ impl ThreadRecorder {
 impl Drop for ThreadRecorder {
     fn drop(&mut self) {
         self.flush();
+        if let Some(Sink::File(m)) = self.shared.as_deref().map(|s| &s.sink) {
+            if let Some(g) = self.seg.take() {
+                m.retire(&g);
+            }
+            m.state().live -= 1;
+        }
     }
 }
 

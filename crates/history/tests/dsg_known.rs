@@ -244,3 +244,38 @@ fn unknown_outcomes_are_committed_if_seen() {
     let lines = serde_json::to_string(&seen[0]).unwrap();
     assert!(lines.contains("\"outcome\":\"unknown\""), "{lines}");
 }
+
+/// A file recorder writes a pending record (outcome unknown) when the log phase starts
+/// and the final record when the transaction ends: the final one replaces it (no
+/// duplicate id). A pending record left alone (the coordinator was killed) is resolved
+/// as the simulator resolves it.
+#[test]
+fn pending_records_are_superseded_by_final_ones() {
+    use ambidex_history::{drop_superseded, Outcome};
+    let unknown = |t: common::T| {
+        let mut r = t.done();
+        r.outcome = Outcome::Unknown;
+        r
+    };
+    let recs = vec![
+        unknown(txn(100).r(1, INIT).w(1, INIT)),
+        txn(100).r(1, INIT).w(1, INIT).done(),
+        // T102's coordinator died after its log phase began; T103 overwrote its write.
+        unknown(txn(102).r(2, INIT).w(2, INIT)),
+        txn(103).r(2, 102).w(2, 102).done(),
+        txn(104).r(1, 100).done(),
+    ];
+    let rep = check(&recs);
+    assert!(rep.valid, "{}", rep.summary());
+    assert_eq!(rep.pending_superseded, 1);
+    assert_eq!((rep.unknown_committed, rep.unknown_aborted), (1, 0));
+    assert_eq!(rep.transactions, 4);
+    let mut r = recs.clone();
+    assert_eq!(drop_superseded(&mut r), 1);
+    assert_eq!(r.len(), 4);
+    assert!(
+        rep.summary().contains("1 of unknown outcome"),
+        "{}",
+        rep.summary()
+    );
+}

@@ -8,6 +8,7 @@
 use crate::cluster::{Launch, NodeProcesses};
 use crate::config_args::{set, ConfigArgs};
 use crate::manager_host::ManagerHost;
+use ambidex_history::Salvaged;
 use ambidex_workloads::combine::combine_live_reports;
 use ambidex_workloads::combine::{node_policy, same_policy};
 use ambidex_workloads::config::{
@@ -22,6 +23,7 @@ use ambidex_workloads::{
     SweepPoint, Transport, WorkloadKind,
 };
 use serde::Serialize;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -798,35 +800,49 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
 }
 
 /// Concatenates the nodes' history files into `out` (record order carries no meaning)
-/// and removes them.
+/// and removes them. A killed incarnation's file is merged like the others: its
+/// unwritten stretches are dropped and a record the kill tore is skipped and counted
+/// ([`ambidex_history::salvage`]).
 fn merge_histories(
     out: &Path,
     run: &RunSection,
     nodes: u16,
     restarts: &[u16],
-) -> Result<(), String> {
-    let mut f = std::fs::File::create(out)
+) -> Result<Salvaged, String> {
+    let f = std::fs::File::create(out)
         .map_err(|e| format!("cannot create history file {}: {e}", out.display()))?;
+    let mut f = std::io::BufWriter::with_capacity(1 << 20, f);
+    let mut got = Salvaged::default();
+    let mut add = |n: u16, p: &Path, f: &mut std::io::BufWriter<std::fs::File>| {
+        let src = std::fs::File::open(p)
+            .map_err(|e| format!("node {n}'s history {}: {e}", p.display()))?;
+        let s = ambidex_history::salvage(std::io::BufReader::with_capacity(1 << 20, src), f)
+            .map_err(|e| format!("merging {} into {}: {e}", p.display(), out.display()))?;
+        got.records += s.records;
+        got.torn += s.torn;
+        let _ = std::fs::remove_file(p);
+        Ok::<(), String>(())
+    };
     for n in 0..nodes {
         let part = run.history_for(n).expect("history is on");
-        let mut src = std::fs::File::open(&part)
-            .map_err(|e| format!("node {n}'s history {}: {e}", part.display()))?;
-        std::io::copy(&mut src, &mut f)
-            .map_err(|e| format!("merging the history into {}: {e}", out.display()))?;
-        let _ = std::fs::remove_file(&part);
+        add(n, &part, &mut f)?;
         // A restarted node's later incarnations recorded beside it (`.incK`).
         for k in 2..=restarts.iter().filter(|&&r| r == n).count() as u64 + 1 {
             let mut p = part.clone().into_os_string();
             p.push(format!(".inc{k}"));
-            let p = PathBuf::from(p);
-            let mut src = std::fs::File::open(&p)
-                .map_err(|e| format!("node {n}'s history {}: {e}", p.display()))?;
-            std::io::copy(&mut src, &mut f)
-                .map_err(|e| format!("merging the history into {}: {e}", out.display()))?;
-            let _ = std::fs::remove_file(&p);
+            add(n, &PathBuf::from(p), &mut f)?;
         }
     }
-    Ok(())
+    f.flush()
+        .map_err(|e| format!("merging the history into {}: {e}", out.display()))?;
+    // The count of skipped fragments is said, not silently dropped.
+    eprintln!(
+        "ambidex: history: {} records merged into {}, {} torn record fragment(s) skipped",
+        got.records,
+        out.display(),
+        got.torn
+    );
+    Ok(got)
 }
 
 /// Who holds a run's membership.
