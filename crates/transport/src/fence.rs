@@ -171,14 +171,24 @@ mod tests {
         };
         assert!(f.enter(0, 7, 1));
         assert!(f.enter(1, 7, 1));
-        // Slot 0's writer is dead: reclaimed. Slot 1's leaves from another thread.
+        // Slot 0's writer is dead: reclaimed. Slot 1's leaves from another thread, once
+        // the raise has waited for it long enough to ask whether it is dead (a fixed
+        // sleep instead raced with a loaded machine's slow reclaim of slot 0).
+        let asked_about_1 = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|sc| {
-            let s1 = &s[1];
+            let (s1, asked) = (&s[1], &asked_about_1);
             sc.spawn(move || {
-                std::thread::sleep(Duration::from_millis(20));
+                while !asked.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
                 s1.0.store(0, Ordering::Release);
             });
-            let st = f.raise(2, |i, v| i == 0 && slot_tag(v) == 7);
+            let st = f.raise(2, |i, v| {
+                if i == 1 {
+                    asked_about_1.store(true, Ordering::Release);
+                }
+                i == 0 && slot_tag(v) == 7
+            });
             assert_eq!(st.waited, 2);
             assert_eq!(st.reclaimed, 1);
         });

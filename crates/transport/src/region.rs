@@ -342,10 +342,15 @@ mod tests {
     use super::*;
 
     /// Free reserved huge pages, from /proc/meminfo.
+    /// Reserved huge pages free and not promised to a mapping already made (another
+    /// process's mapping holds its pages from `mmap` on, before it touches them).
     fn free_huge_pages() -> Option<u64> {
         let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-        let line = info.lines().find(|l| l.starts_with("HugePages_Free:"))?;
-        line.split_whitespace().nth(1)?.parse().ok()
+        let field = |name: &str| -> Option<u64> {
+            let line = info.lines().find(|l| l.starts_with(name))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        };
+        Some(field("HugePages_Free:")?.saturating_sub(field("HugePages_Rsvd:")?))
     }
 
     /// The kernel page size of the mapping that contains `addr`, from
