@@ -1120,9 +1120,12 @@ impl Sim {
 
     /// Whether worker slot `slot` belongs to a node out of the cluster: an incarnation
     /// restarted since, or crashed, or not a member (see [`Sim::gone`]).
-    fn slot_gone(&self, slot: usize, gone: &[bool]) -> bool {
+    /// Whether the workers of `slot` are not waited for: an incarnation replaced by a
+    /// later one, or crashed. A node removed but alive (fenced) is waited for: its
+    /// workers must see their transactions fail and return, never hang.
+    fn slot_gone(&self, slot: usize) -> bool {
         let n = self.slot_node[slot * self.per_slot] as usize;
-        self.slot_of[n] != slot || gone[n]
+        self.slot_of[n] != slot || self.crashed[n]
     }
 
     /// Per node: out of the cluster (crashed, or removed and fenced). Such nodes are
@@ -1507,7 +1510,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
             running
                 .iter()
                 .enumerate()
-                .all(|(i, r)| !r.get() || sim.slot_gone(i / per_node, &gone))
+                .all(|(i, r)| !r.get() || sim.slot_gone(i / per_node))
                 && sim
                     .threads
                     .iter()
@@ -1529,7 +1532,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         let stuck: Vec<String> = running
             .iter()
             .enumerate()
-            .filter(|&(i, r)| r.get() && !sim.slot_gone(i / per_node, &gone))
+            .filter(|&(i, r)| r.get() && !sim.slot_gone(i / per_node))
             .map(|(i, _)| {
                 format!(
                     "node {} thread {} coroutine {}",

@@ -265,6 +265,13 @@ impl<'c> Txn<'c> {
         }
     }
 
+    /// Whether the cluster went on without this transaction's epoch: this thread is in
+    /// a newer one, or the node is fenced (removed: it may never learn the newer one).
+    /// A transaction whose record may be out is then decided by recovery.
+    pub(crate) fn left_behind(&self) -> bool {
+        self.ctx.epoch() != self.config.epoch || self.th.db.cluster().fenced()
+    }
+
     /// The transaction's id (unique in the cluster; the version its writes install).
     pub fn id(&self) -> u64 {
         self.id
@@ -521,7 +528,7 @@ impl<'c> Txn<'c> {
         drop(g);
         self.timed(Phase::Log, t0);
         if let Err(r) = logged {
-            if self.own_record && self.ctx.epoch() != self.config.epoch {
+            if self.own_record && self.left_behind() {
                 // Its record may be at some replica and is here: recovery commits it.
                 return self.committed_by_recovery().await;
             }

@@ -293,7 +293,7 @@ impl Txn<'_> {
                     break Ok(());
                 }
             } else {
-                if self.ctx.epoch() != self.config.epoch {
+                if self.left_behind() {
                     break Err(AbortReason::EpochChanged);
                 }
                 if first {
@@ -323,8 +323,10 @@ impl Txn<'_> {
             }
             // Some replica may hold the record: the transaction is committed from now
             // on, so it is sent again until every replica has it or the cluster moves
-            // to a configuration whose recovery decides it.
-            if self.ctx.epoch() != self.config.epoch {
+            // to a configuration whose recovery decides it (or this node is fenced:
+            // removed, it may never learn that configuration, whose recovery decides
+            // it all the same).
+            if self.left_behind() {
                 break Err(AbortReason::EpochChanged);
             }
             self.th.stats.borrow_mut().log_retries += 1;
@@ -388,7 +390,7 @@ impl Txn<'_> {
         };
         self.bufs.targets = targets;
         self.bufs.req = rec;
-        if r.is_err() && self.ctx.epoch() == self.config.epoch {
+        if r.is_err() && !self.left_behind() {
             // Failed before any WRITE was posted (a full ring, an unknown one): the
             // record exists only here, and goes.
             self.th.log.borrow_mut().truncate(self.id);
@@ -496,8 +498,9 @@ impl Txn<'_> {
         }
         // A record that may have landed anywhere is committed: the failed WRITEs are
         // posted again (same place, same bytes) until they land or the configuration
-        // changes, whose recovery then decides the transaction.
-        while failed != 0 && ctx.epoch() == epoch {
+        // changes (or this node is fenced), whose recovery then decides the
+        // transaction.
+        while failed != 0 && ctx.epoch() == epoch && !th.db.cluster().fenced() {
             th.stats.borrow_mut().log_retries += failed.count_ones() as u64;
             ops.clear();
             {
