@@ -9,9 +9,8 @@
 
 mod common;
 
-use common::{kinds, EXE};
+use common::kinds;
 use serde_json::Value;
-use std::process::Command;
 
 /// One cluster of node processes at a time (see survival.rs).
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -19,17 +18,8 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// Runs `ambidex bench WORKLOAD --scale 0.05 --duration D --warmup 0.3 ARGS --json`:
 /// (exit success, report, stderr).
 fn bench(workload: &str, duration: &str, args: &[&str]) -> (bool, Value, String) {
-    let out = Command::new(EXE)
-        .args(["bench", workload, "--scale", "0.05", "--warmup", "0.3"])
-        .args(["--duration", duration])
-        .args(args)
-        .args(["--json", "--no-progress"])
-        .output()
-        .expect("run ambidex");
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let report: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON report ({e}, {}):\n{stderr}", out.status));
-    (out.status.success(), report, stderr)
+    let head = ["--warmup", "0.3", "--duration", duration];
+    common::bench_workload(workload, &[&head[..], args].concat())
 }
 
 /// Committed transactions in the timeline from `ms` on.
@@ -215,21 +205,6 @@ fn bad_restarts_are_clear_errors() {
             "node processes",
         ),
     ] {
-        let out = Command::new(EXE)
-            .args([
-                "bench",
-                "smallbank",
-                "--transport",
-                "shm",
-                "--duration",
-                "1",
-            ])
-            .args(&args)
-            .args(["--json", "--no-progress"])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?}");
-        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        common::assert_refused(&args, says);
     }
 }

@@ -5,9 +5,8 @@
 
 mod common;
 
-use common::{bench_smallbank, kinds, EXE};
+use common::{bench_smallbank, kinds};
 use serde_json::Value;
-use std::process::Command;
 
 /// Runs `ambidex bench smallbank --transport shm ARGS --json`: (exit success, report,
 /// stderr). The report is printed even when the workload's check fails.
@@ -212,21 +211,6 @@ fn bad_kills_are_clear_errors() {
         (vec!["--kill", "x@1"], "node"),
         (vec!["--kill", "1@1", "--in-process"], "node processes"),
     ] {
-        let out = Command::new(EXE)
-            .args([
-                "bench",
-                "smallbank",
-                "--transport",
-                "shm",
-                "--duration",
-                "1",
-            ])
-            .args(&args)
-            .args(["--json", "--no-progress"])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?}");
-        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        common::assert_refused(&args, says);
     }
 }

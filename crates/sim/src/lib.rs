@@ -440,6 +440,16 @@ pub struct ClusterReport {
 }
 
 impl SimReport {
+    /// The run's failures and the command that reproduces them (a sweep's message).
+    pub fn failure_report(&self) -> String {
+        format!(
+            "seed {}: {}\n  reproduce: {}",
+            self.seed,
+            self.failures.join("\n  "),
+            self.command
+        )
+    }
+
     pub fn passed(&self) -> bool {
         self.failures.is_empty()
     }

@@ -62,14 +62,7 @@ fn sweep_seeds(
     let failed: Vec<String> = reports
         .iter()
         .filter(|r| !r.passed())
-        .map(|r| {
-            format!(
-                "seed {}: {}\n  reproduce: {}",
-                r.seed,
-                r.failures.join("\n  "),
-                r.command
-            )
-        })
+        .map(SimReport::failure_report)
         .collect();
     let committed: u64 = reports.iter().map(|r| r.committed).sum();
     let secs = t0.elapsed().as_secs_f64();

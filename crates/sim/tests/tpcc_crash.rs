@@ -41,14 +41,7 @@ fn run_seeds(
     let failed: Vec<String> = reports
         .iter()
         .filter(|r| !r.passed())
-        .map(|r| {
-            format!(
-                "seed {}: {}\n  reproduce: {}",
-                r.seed,
-                r.failures.join("\n  "),
-                r.command
-            )
-        })
+        .map(SimReport::failure_report)
         .collect();
     eprintln!(
         "{} {faults}: {n} seeds of {steps} steps in {:.2} s, {:.0} committed per seed",

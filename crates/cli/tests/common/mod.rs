@@ -1,4 +1,5 @@
-//! What the kill tests of node processes share (`survival.rs`, `survival_etcd.rs`).
+//! What the kill tests of node processes share (`survival.rs`, `survival_etcd.rs`,
+//! `restart.rs`, `kill_history.rs`).
 
 #![allow(dead_code)]
 
@@ -7,11 +8,11 @@ use std::process::Command;
 
 pub const EXE: &str = env!("CARGO_BIN_EXE_ambidex");
 
-/// Runs `ambidex bench smallbank --scale 0.05 ARGS --json`: (exit success, report,
+/// Runs `ambidex bench WORKLOAD --scale 0.05 ARGS --json`: (exit success, report,
 /// stderr). The report is printed even when the workload's check fails.
-pub fn bench_smallbank(args: &[&str]) -> (bool, Value, String) {
+pub fn bench_workload(workload: &str, args: &[&str]) -> (bool, Value, String) {
     let out = Command::new(EXE)
-        .args(["bench", "smallbank", "--scale", "0.05"])
+        .args(["bench", workload, "--scale", "0.05"])
         .args(args)
         .args(["--json", "--no-progress"])
         .output()
@@ -20,6 +21,32 @@ pub fn bench_smallbank(args: &[&str]) -> (bool, Value, String) {
     let report: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("no JSON report ({e}, {}):\n{stderr}", out.status));
     (out.status.success(), report, stderr)
+}
+
+/// [`bench_workload`] of SmallBank.
+pub fn bench_smallbank(args: &[&str]) -> (bool, Value, String) {
+    bench_workload("smallbank", args)
+}
+
+/// `ambidex bench smallbank --transport shm --duration 1 ARGS` is refused with an
+/// error that contains `says`.
+pub fn assert_refused(args: &[&str], says: &str) {
+    let out = Command::new(EXE)
+        .args([
+            "bench",
+            "smallbank",
+            "--transport",
+            "shm",
+            "--duration",
+            "1",
+        ])
+        .args(args)
+        .args(["--json", "--no-progress"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?}");
+    assert!(stderr.contains(says), "{args:?}: {stderr}");
 }
 
 /// The kinds of the report's manager events, in order.
