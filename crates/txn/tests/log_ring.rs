@@ -177,14 +177,20 @@ fn write_log_commits_and_rings_hold_exactly_the_untruncated_records_shm() {
 }
 
 /// The records a coordinator WRITEs: one per node other than itself that backs a key
-/// it wrote.
+/// it wrote, and the key's primary too where the coordinator is one of its backups.
 fn records_expected(c: &TestCluster, committed: &Committed) -> u64 {
     let committed = committed.lock().unwrap();
     let mut n = 0;
     for (coordinator, writes) in committed.values() {
         let mut targets: Vec<u16> = writes
             .iter()
-            .flat_map(|(k, _)| c.placement.backups(ACCOUNTS, *k))
+            .flat_map(|(k, _)| {
+                let backups: Vec<u16> = c.placement.backups(ACCOUNTS, *k).collect();
+                let primary = backups
+                    .contains(coordinator)
+                    .then(|| c.placement.primary(ACCOUNTS, *k));
+                backups.into_iter().chain(primary)
+            })
             .filter(|b| b != coordinator)
             .collect();
         targets.sort();
