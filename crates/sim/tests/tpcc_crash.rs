@@ -33,8 +33,9 @@ fn run_seeds(
             let mut c = defaults(workload, s);
             c.sim.steps = steps;
             c.sim.faults = faults.into();
-            // FaSST, the default preset (the one-sided presets' crash seeds are not
-            // clean yet for any workload; see `seeds.rs`).
+            // FaSST, the default preset. The one-sided presets pass these 200 seeds
+            // too (swept by hand), but fewer of their seeds run transactions on the
+            // rebuilt indexes within the steps, which `warehouses_failed_over` wants.
             run(&c).expect("a valid spec")
         })
         .collect();
