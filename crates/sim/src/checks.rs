@@ -11,7 +11,7 @@ use ambidex_transport_sim::{hash_bytes, mix, HASH_SEED};
 use ambidex_txn::actions;
 use ambidex_txn::db::TOMBSTONE;
 use ambidex_txn::messages::Status;
-use ambidex_txn::{AbortReason, HistorySink, ItemView, NodeDb, Placement, WriteKind};
+use ambidex_txn::{AbortReason, HistorySink, ItemView, NodeDb, Placement};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -54,24 +54,16 @@ fn to_record(
             version: it.version,
             value: it.exists.then(|| encode_hex(it.value)),
         });
-        if let Some(kind) = it.write {
-            let (kind, value) = match kind {
-                WriteKind::Insert => (HKind::Insert, it.new_value),
-                WriteKind::Update => (HKind::Update, it.new_value),
-                WriteKind::Delete => (HKind::Delete, None),
-            };
-            // As the file recorder: an aborted transaction that never chose a value
-            // has no write to record.
-            if value.is_some() || kind == HKind::Delete {
-                writes.push(WriteRecord {
-                    table: it.table,
-                    key: it.key,
-                    kind,
-                    prev_version: it.version,
-                    version: id,
-                    value: value.map(encode_hex),
-                });
-            }
+        // The same writes as the file recorder records.
+        if let Some((kind, value)) = ambidex_txn::history::recorded_write(it) {
+            writes.push(WriteRecord {
+                table: it.table,
+                key: it.key,
+                kind,
+                prev_version: it.version,
+                version: id,
+                value: value.map(encode_hex),
+            });
         }
     }
     TxnRecord {
@@ -385,6 +377,7 @@ mod tests {
     use super::*;
     use ambidex_txn::messages::{LockToken, WriteRec};
     use ambidex_txn::LockOwner;
+    use ambidex_txn::WriteKind;
     /// The owner of these tests' locks.
     const OWNER: LockOwner = LockOwner {
         node: 0,

@@ -12,6 +12,43 @@ use crate::{AbortReason, HistorySink, ItemView, WriteKind};
 use ambidex_history::{Outcome, ThreadRecorder, TxnHeader, WriteKind as HKind};
 use ambidex_transport::{NodeId, ThreadId};
 
+/// The write a history records for `it`: its kind and new value, or `None` for a
+/// key only read, or written by an aborted transaction that had not chosen a value
+/// yet (its write never happened).
+pub fn recorded_write<'a>(it: &ItemView<'a>) -> Option<(HKind, Option<&'a [u8]>)> {
+    let (kind, value) = match it.write? {
+        WriteKind::Insert => (HKind::Insert, it.new_value),
+        WriteKind::Update => (HKind::Update, it.new_value),
+        WriteKind::Delete => (HKind::Delete, None),
+    };
+    (value.is_some() || kind == HKind::Delete).then_some((kind, value))
+}
+
+/// A record's header; `outcome` None for a pending record (outcome unknown).
+fn header(
+    id: u64,
+    node: NodeId,
+    thread: ThreadId,
+    outcome: Option<Result<(), AbortReason>>,
+    start_ns: u64,
+    end_ns: u64,
+) -> TxnHeader<'static> {
+    TxnHeader {
+        id,
+        node: node as u32,
+        thread: thread as u32,
+        outcome: match outcome {
+            Some(Ok(())) => Outcome::Committed,
+            Some(Err(_)) => Outcome::Aborted,
+            None => Outcome::Unknown,
+        },
+        reason: outcome.and_then(|o| o.err()).map(|r| r.name()),
+        start_us: start_ns / 1000,
+        end_us: end_ns / 1000,
+        clock_offset_us: None,
+    }
+}
+
 /// Records into one thread's recorder handle.
 pub struct RecorderSink(pub ThreadRecorder);
 
@@ -21,17 +58,8 @@ impl RecorderSink {
         self.0.record_with(header, |b| {
             for it in items {
                 b.read(it.table, it.key, it.version, it.exists.then_some(it.value));
-                if let Some(kind) = it.write {
-                    let (k, value) = match kind {
-                        WriteKind::Insert => (HKind::Insert, it.new_value),
-                        WriteKind::Update => (HKind::Update, it.new_value),
-                        WriteKind::Delete => (HKind::Delete, None),
-                    };
-                    // An aborted transaction may not have chosen a value yet: its
-                    // write never happened, so there is nothing to record.
-                    if value.is_some() || k == HKind::Delete {
-                        b.write(it.table, it.key, k, it.version, id, value);
-                    }
+                if let Some((k, value)) = recorded_write(it) {
+                    b.write(it.table, it.key, k, it.version, id, value);
                 }
             }
         });
@@ -49,21 +77,10 @@ impl HistorySink for RecorderSink {
         end_ns: u64,
         items: &[ItemView<'_>],
     ) {
-        let header = TxnHeader {
-            id,
-            node: node as u32,
-            thread: thread as u32,
-            outcome: if outcome.is_ok() {
-                Outcome::Committed
-            } else {
-                Outcome::Aborted
-            },
-            reason: outcome.err().map(|r| r.name()),
-            start_us: start_ns / 1000,
-            end_us: end_ns / 1000,
-            clock_offset_us: None,
-        };
-        self.put(&header, items);
+        self.put(
+            &header(id, node, thread, Some(outcome), start_ns, end_ns),
+            items,
+        );
     }
 
     /// The log phase starts: a record of outcome unknown goes to the file now
@@ -78,17 +95,7 @@ impl HistorySink for RecorderSink {
         start_ns: u64,
         items: &[ItemView<'_>],
     ) {
-        let header = TxnHeader {
-            id,
-            node: node as u32,
-            thread: thread as u32,
-            outcome: Outcome::Unknown,
-            reason: None,
-            start_us: start_ns / 1000,
-            end_us: start_ns / 1000,
-            clock_offset_us: None,
-        };
-        self.put(&header, items);
+        self.put(&header(id, node, thread, None, start_ns, start_ns), items);
     }
 
     fn flush(&mut self) {
