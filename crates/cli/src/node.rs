@@ -60,7 +60,8 @@
 //! (the cluster's current configuration, which no longer has it, its new incarnation
 //! and how long the run has been going); it then makes an empty database in new
 //! regions, says `ready` as above and goes on as any node, except that at `start` its
-//! agent joins the cluster as incarnation K (`Agent::join`) and is re-replicated into.
+//! agent joins the cluster as incarnation K (`Agent::join`; with etcd its own client
+//! connects as incarnation K) and is re-replicated into.
 //!
 //! End of input before the report (the launcher died, ssh dropped) stops the node with
 //! status 3. Commands may also be written as bare words (`start`), for people; other
@@ -276,8 +277,12 @@ fn run_inner(
     let udp = cfg.rpc.udp_options().map_err(|e| e.to_string())?;
     let transport = transports::open_node_with(&cfg.cluster, node, udp)?;
     let loaded = if rejoin {
-        if cfg.cluster.manager != ManagerKind::Embedded {
-            return Err("a restarted node rejoins through the launcher's embedded manager".into());
+        if manager.is_none() {
+            return Err(
+                "a restarted node rejoins through a configuration manager (embedded or etcd), \
+                 and this cluster has none"
+                    .into(),
+            );
         }
         // What to rejoin comes first; nothing else is valid before it.
         match rx.recv() {
@@ -351,7 +356,12 @@ fn run_inner(
                     let client: Box<dyn ManagerClient> = if cfg.cluster.manager == ManagerKind::Etcd
                     {
                         // The node's agent calls etcd itself.
-                        etcd_membership::node_client(&cfg.cluster, node, etcd_events.clone())?
+                        etcd_membership::node_client(
+                            &cfg.cluster,
+                            node,
+                            l.incarnation(),
+                            etcd_events.clone(),
+                        )?
                     } else {
                         let events = *ev;
                         let send = Box::new(move |msg: serde_json::Value| {
