@@ -281,7 +281,9 @@ pub struct NodeProcesses {
     /// (their death is recorded as a kill); what each said as it died.
     commit_kills_due: Vec<(usize, Instant)>,
     commit_armed: Vec<usize>,
-    dying: std::collections::HashMap<usize, u32>,
+    /// Per node told to die in its commit phase: what its `dying` event said (the
+    /// coordinators in the commit phase, and when it died if its clock said).
+    dying: std::collections::HashMap<usize, (u32, Option<Instant>)>,
     /// The restarts still to do, those done, and those dropped (node alive).
     restarts_due: Vec<DueRestart>,
     restarted: Vec<Restarted>,
@@ -419,6 +421,16 @@ impl NodeProcesses {
     /// The nodes that died while deaths were survivable.
     pub fn deaths(&self) -> &[Death] {
         &self.deaths
+    }
+
+    /// The nodes whose current process is dead (a restarted node's new one alive is
+    /// not), as a bit set over node ids.
+    pub fn dead_nodes(&self) -> u64 {
+        self.procs
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.dead)
+            .fold(0, |m, (i, _)| m | 1 << (self.first as usize + i))
     }
 
     /// The nodes killed so far by [`NodeProcesses::kill_at`].
@@ -975,8 +987,9 @@ impl NodeProcesses {
                         // Its last words before a commit-phase SIGKILL: kept for the
                         // kill's record, not an event anything waits for.
                         let c = v["in_commit"].as_u64().unwrap_or(0);
+                        let at = v["at_unix_ns"].as_u64().and_then(instant_of_unix_ns);
                         self.dying
-                            .insert(n as usize, u32::try_from(c).unwrap_or(u32::MAX));
+                            .insert(n as usize, (u32::try_from(c).unwrap_or(u32::MAX), at));
                         continue;
                     }
                     if let Some(q) = self.pending.get_mut(n as usize) {
@@ -1020,6 +1033,10 @@ impl NodeProcesses {
                 "closed its control output and was killed".to_string()
             }
         };
+        // A commit-phase kill said when it happened: its closed output may be seen
+        // much later (tens of ms on a loaded host), which would skew the recovery times.
+        let said = self.dying.get(&i).and_then(|d| d.1);
+        let at = said.map_or(at, |t| t.min(at));
         let death = Death {
             node: self.first + i as u16,
             pid: p.child.id(),
@@ -1038,7 +1055,7 @@ impl NodeProcesses {
                 node: death.node,
                 pid: death.pid,
                 at,
-                in_commit: self.dying.remove(&i),
+                in_commit: self.dying.remove(&i).map(|d| d.0),
             });
         }
         self.deaths.push(death);
@@ -1147,6 +1164,18 @@ impl Drop for NodeProcesses {
 }
 
 /// Waits up to `grace` for `child` to exit; its status, if it did.
+/// The `Instant` of a moment given as nanoseconds since the Unix epoch on this host's
+/// clock (what a node process said); `None` if it is not in the recent past (a clock
+/// step, or a bad value: the caller keeps its own observation).
+fn instant_of_unix_ns(ns: u64) -> Option<Instant> {
+    let now_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos() as u64;
+    let ago = Duration::from_nanos(now_unix.checked_sub(ns)?);
+    (ago < Duration::from_secs(10)).then(|| Instant::now().checked_sub(ago))?
+}
+
 fn reap(child: &mut Child, grace: Duration) -> Option<std::process::ExitStatus> {
     let until = Instant::now() + grace;
     loop {

@@ -32,7 +32,8 @@
 //!      ← {"cmd":"die_in_commit"}  (while running) SIGKILL this process at the next
 //!                                 moment one of its coordinators is in the commit phase
 //!                                 (`ambidex_workloads::lost::arm_commit_kill`)
-//! node → {"event":"dying","node":I,"in_commit":C,"waited_ms":W}   just before it
+//! node → {"event":"dying","node":I,"in_commit":C,"waited_ms":W,"at_unix_ns":T}
+//!                                 just before it
 //!      ← {"cmd":"abort"}        exit now (status 2), no report
 //! node → {"event":"error","node":I,"message":"..."}   then the process exits 1
 //! ```
@@ -416,9 +417,18 @@ fn run_inner(
                 arm_commit_kill(std::sync::Arc::new(move |at: CommitMoment| {
                     // Said first (the launcher reports the moment), then a death with
                     // no goodbye, as the launcher's own SIGKILL.
+                    // `at_unix_ns`: when, on the host's clock (the launcher's reader
+                    // may see the death much later on a loaded host).
+                    let now_ns = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos() as u64);
                     let _ = events.write(
                         "dying",
-                        serde_json::json!({ "in_commit": at.in_commit, "waited_ms": at.waited_ms }),
+                        serde_json::json!({
+                            "in_commit": at.in_commit,
+                            "waited_ms": at.waited_ms,
+                            "at_unix_ns": now_ns,
+                        }),
                     );
                     eprintln!(
                         "ambidex node {node}: SIGKILL in the commit phase ({} coordinators of \

@@ -721,6 +721,9 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
     // A worker may be waiting out retransmissions in each phase of its transaction.
     let drain = give_up * 6 + Duration::from_secs(30);
     procs.wait_live("workers_done", drain)?;
+    if let (Some(h), Some(m)) = (&host, cfg.cluster.manager_spec()) {
+        settle(&mut procs, h, &cfg.cluster, m.lease)?;
+    }
     // The run's membership ends here: the nodes stop their agents at finish, and the
     // lease expiries that follow are the end of the run, not failures.
     let membership = match &host {
@@ -945,5 +948,29 @@ impl RunManager {
                 (_, Some(why)) => Err(format!("the cluster could not go on: {why}")),
             },
         }
+    }
+}
+
+/// Lets the cluster settle before the nodes check: a node that died late in the run
+/// is removed, and a reconfiguration under way (that removal, or a lease that ran out
+/// on a loaded host) finishes. The checks need one configuration that every live node
+/// is in and that no dead node is a member of (a dead primary's rows would be missing).
+/// Waits up to 100 leases (at least 2 s), then leaves it to the check to say what is
+/// wrong.
+fn settle(
+    procs: &mut NodeProcesses,
+    host: &RunManager,
+    c: &ClusterSection,
+    lease: Duration,
+) -> Result<(), String> {
+    let until = Instant::now() + (lease * 100).max(Duration::from_secs(2));
+    loop {
+        let s = host.state(c)?;
+        let dead_members = s.config.placement.member_mask() & procs.dead_nodes();
+        let settled = s.stage == ambidex_cluster::Stage::Run && dead_members == 0;
+        if settled || Instant::now() >= until {
+            return Ok(());
+        }
+        procs.watch(Duration::from_millis(5))?;
     }
 }
