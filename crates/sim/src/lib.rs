@@ -1154,10 +1154,10 @@ impl Sim {
         if self.restart_plans.iter().any(|p| !p.done) {
             return true;
         }
-        if self.restarts.is_empty() {
-            return false;
-        }
         let st = self.cluster.manager.state();
+        if self.restarts.is_empty() {
+            return st.config.placement.syncing().next().is_some();
+        }
         let c = &st.config;
         self.restarts.iter().any(|r| {
             let back =
@@ -1527,6 +1527,9 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
                     .all(|t| gone[t.addr.node as usize] || !net.has_pending(t.addr))
                 && sim.rpcs_in_flight(&gone) == 0
                 && (gone.iter().any(|&g| g) || net.in_flight() == 0)
+                // Re-replication is paced: between two COPY requests nothing is in
+                // flight, but the copies are not done.
+                && sim.cluster.manager.state().config.placement.syncing().next().is_none()
         } {
             settled = true;
             break;
@@ -1655,7 +1658,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
             ));
         }
     }
-    if !sim.restarts.is_empty() && placement.syncing().next().is_some() {
+    if placement.syncing().next().is_some() {
         failures.push(format!(
             "copies not up to date at the end: partitions {:?}",
             placement.syncing().collect::<Vec<_>>()
