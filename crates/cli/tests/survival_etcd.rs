@@ -16,12 +16,9 @@ use ambidex_cluster::manager::etcd::local::LocalEtcd;
 use common::{bench_smallbank as bench, check_restart, kinds, EXE};
 use std::process::Command;
 
-#[test]
-fn a_killed_node_process_is_removed_by_etcd_and_the_survivors_recover() {
-    let Some(etcd) = LocalEtcd::start_for_test("survival") else {
-        return;
-    };
-    let (ok, r, stderr) = bench(&[
+/// A 4 s SmallBank run over udp with the etcd manager (1 s leases) and `extra`.
+fn etcd_bench(etcd: &LocalEtcd, extra: &[&str]) -> (bool, serde_json::Value, String) {
+    let mut args = vec![
         "--transport",
         "udp",
         "--manager",
@@ -37,9 +34,17 @@ fn a_killed_node_process_is_removed_by_etcd_and_the_survivors_recover() {
         "4",
         "--warmup",
         "0.3",
-        "--kill",
-        "2@1",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    bench(&args)
+}
+
+#[test]
+fn a_killed_node_process_is_removed_by_etcd_and_the_survivors_recover() {
+    let Some(etcd) = LocalEtcd::start_for_test("survival") else {
+        return;
+    };
+    let (ok, r, stderr) = etcd_bench(&etcd, &["--kill", "2@1"]);
     assert!(ok, "{stderr}");
     assert_eq!(r["config"]["cluster"]["manager"], "etcd", "{}", r["config"]);
     assert_eq!(r["failures"].as_array().unwrap().len(), 1, "{stderr}");
@@ -84,26 +89,7 @@ fn a_killed_node_process_restarts_and_rejoins_through_etcd() {
     let Some(etcd) = LocalEtcd::start_for_test("restart") else {
         return;
     };
-    let (ok, r, stderr) = bench(&[
-        "--transport",
-        "udp",
-        "--manager",
-        "etcd",
-        "--etcd",
-        etcd.endpoint(),
-        "--lease-ms",
-        "1000",
-        "--rpc-give-up-ms",
-        "600",
-        "--duration",
-        "4",
-        "--warmup",
-        "0.3",
-        "--kill",
-        "2@0.5",
-        "--restart",
-        "2@0.7",
-    ]);
+    let (ok, r, stderr) = etcd_bench(&etcd, &["--kill", "2@0.5", "--restart", "2@0.7"]);
     eprintln!(
         "etcd restart over udp: restarts {} recovery {} events {}",
         r["restarts"], r["recovery"], r["manager_events"]

@@ -24,6 +24,7 @@ pub mod loc_cache;
 pub mod lock_journal;
 pub mod remote;
 pub mod table;
+mod thread_slot;
 
 pub use bench::{run_bench, StoreBenchConfig, StoreBenchReport};
 pub use btree::OrderedIndex;

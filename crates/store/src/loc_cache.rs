@@ -53,8 +53,7 @@
 //! than 64 threads; they may then lose increments, so counts are approximate there. The transaction layer also
 //! counts hits, misses and stale entries per thread (`TxnStats::location_cache`).
 
-use std::cell::Cell;
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// Where an item lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,23 +242,9 @@ struct Shard {
     uncacheable: AtomicU64,
 }
 
-static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
-}
-
 #[inline]
 fn my_shard() -> usize {
-    SHARD.with(|s| {
-        let v = s.get();
-        if v != usize::MAX {
-            return v;
-        }
-        let v = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
-        s.set(v);
-        v
-    })
+    crate::thread_slot::thread_slot() % SHARDS
 }
 
 /// A thread-private counter: load and store, no locked instruction.

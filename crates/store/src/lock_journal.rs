@@ -14,8 +14,6 @@
 //! another owner, or twice: releasing is by compare-and-swap from the word read, so a
 //! stale entry costs one load.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Shards: each thread pushes to its own (assigned round-robin on first use), so the
@@ -24,23 +22,10 @@ const SHARDS: usize = 16;
 /// Entries a shard holds before its first trim.
 const FIRST_TRIM: usize = 1024;
 
-static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
-}
-
 /// This thread's shard.
 #[inline]
 fn my_shard() -> usize {
-    SHARD.with(|s| {
-        let mut i = s.get();
-        if i == usize::MAX {
-            i = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
-            s.set(i);
-        }
-        i
-    })
+    crate::thread_slot::thread_slot() % SHARDS
 }
 
 struct Shard {
