@@ -1546,6 +1546,14 @@ impl Workload for Tpcc {
             MIX.iter().position(|&m| x < m).expect("mix sums to 100")
         };
         self.follow(w, local);
+        if local.epoch != w.th.db.cluster().config.epoch() {
+            // Not refreshed to the new epoch yet (its stage is not Run, or another
+            // thread is rebuilding): the old list may hold a warehouse another node
+            // runs now (a hand-back takes warehouses from a live node), whose index
+            // entries would go to the wrong node.
+            w.ctx.yield_now().await;
+            return (ty, Outcome::Aborted(AbortReason::EpochChanged));
+        }
         let Some(wid) = self.home_warehouse(w, rng, local) else {
             // This node runs no warehouse any more (its own moved to the node that
             // took over its partitions): nothing to do but let the others run.
