@@ -7,7 +7,7 @@
 //! every check passes over the final members, the restarted ones included (their
 //! copies equal their primaries, the history checker accepts, the workload's invariant
 //! holds, no lock is held). 200 seeds per workload, the preset cycling with the seed
-//! over the four of DrTM+H Table 4; TPC-C's seeds are in `tpcc_crash.rs`.
+//! over the four of DrTM+H Table 4. TPC-C is not swept here (`docs/recovery.md`).
 
 use ambidex_sim::{defaults, run, InjectedBug, SimReport};
 use ambidex_workloads::{Config, WorkloadKind};

@@ -833,13 +833,33 @@ impl Tpcc {
         let ix = &self.idx[w.node as usize];
         let k = k_order(wid, d, o_id);
         let token = ix.next_token.fetch_add(1, Ordering::Relaxed) + 1;
-        if !ix.new_order.insert_new(k, token) {
+        // Under the lock `refresh` drops warehouses with: one moved away since the
+        // transaction began (a hand-back) gets no entry here.
+        let entered = {
+            let g = ix.serves.lock().unwrap_or_else(|e| e.into_inner());
+            if g.held.binary_search(&wid).is_err() {
+                None
+            } else {
+                Some(ix.new_order.insert_new(k, token))
+            }
+        };
+        if entered != Some(true) {
             t.abort().await;
-            return Outcome::Aborted(AbortReason::LockedAtExecute);
+            let why = match entered {
+                None => AbortReason::EpochChanged,
+                Some(_) => AbortReason::LockedAtExecute,
+            };
+            return Outcome::Aborted(why);
         }
         match t.commit().await {
             Ok(_) => {
-                ix.cust_order.insert(k_cust_order(wid, d, c, o_id), ());
+                // Under the lock `refresh` drops warehouses with: a hand-back may have
+                // moved this one to another node while the commit finished (that node
+                // rebuilt its entries from the rows), and an entry here would be stale.
+                let g = ix.serves.lock().unwrap_or_else(|e| e.into_inner());
+                if g.held.binary_search(&wid).is_ok() {
+                    ix.cust_order.insert(k_cust_order(wid, d, c, o_id), ());
+                }
                 Outcome::FOUND
             }
             Err(r) => {
