@@ -189,6 +189,36 @@ pub struct Restarted {
     pub at: Instant,
 }
 
+/// A restart that did not happen because its node was alive at its time (a restart
+/// with no `--kill` of its node before it waits for a death from outside).
+#[derive(Clone, Debug)]
+pub struct NotRestarted {
+    pub node: u16,
+    pub at: Instant,
+    pub why: String,
+}
+
+/// A restart to do ([`NodeProcesses::restart_at`]).
+#[derive(Clone, Copy, Debug)]
+struct DueRestart {
+    /// The node's index.
+    i: usize,
+    /// Not before this.
+    at: Instant,
+    /// The launcher kills the node before `at` (`--kill`): the restart waits for its
+    /// death. Otherwise it is done only if the node is dead at `at` (killed from
+    /// outside, or it died), and dropped with a note if it is alive then.
+    after_kill: bool,
+}
+
+/// The cluster's membership as the launcher reads it to time a restart: the run's
+/// state now (from the embedded manager, or read from etcd).
+pub type StateView = Box<dyn FnMut() -> Result<ambidex_cluster::ClusterState, String>>;
+
+/// How often a restart that waits for its node's removal reads a [`StateView`] that
+/// is not free (an etcd read is a round trip to etcd).
+const VIEW_POLL: Duration = Duration::from_millis(20);
+
 /// The manager the nodes' reader threads answer calls on (set once the run starts).
 type ManagerSlot = Arc<Mutex<Option<Arc<EmbeddedManager>>>>;
 
@@ -251,10 +281,18 @@ pub struct NodeProcesses {
     /// (their death is recorded as a kill); what each said as it died.
     commit_kills_due: Vec<(usize, Instant)>,
     commit_armed: Vec<usize>,
-    dying: std::collections::HashMap<usize, u32>,
-    /// (node index, not before) of the restarts still to do, and those done.
-    restarts_due: Vec<(usize, Instant)>,
+    /// Per node told to die in its commit phase: what its `dying` event said (the
+    /// coordinators in the commit phase, and when it died if its clock said).
+    dying: std::collections::HashMap<usize, (u32, Option<Instant>)>,
+    /// The restarts still to do, those done, and those dropped (node alive).
+    restarts_due: Vec<DueRestart>,
     restarted: Vec<Restarted>,
+    not_restarted: Vec<NotRestarted>,
+    /// Where a restart learns whether its node was removed (the embedded manager's
+    /// state if unset), when it may read it next, and why its last read failed.
+    view: Option<StateView>,
+    view_next: Option<Instant>,
+    view_error: Option<String>,
     /// Where the nodes' reader threads send (a restarted node's new one too).
     tx: std::sync::mpsc::Sender<(u16, FromNode)>,
     /// Every node's last `ready` event (a restart replaces its node's).
@@ -295,6 +333,10 @@ impl NodeProcesses {
             dying: Default::default(),
             restarts_due: Vec::new(),
             restarted: Vec::new(),
+            not_restarted: Vec::new(),
+            view: None,
+            view_next: None,
+            view_error: None,
             tx,
             readies: Vec::new(),
             started: None,
@@ -381,6 +423,16 @@ impl NodeProcesses {
         &self.deaths
     }
 
+    /// The nodes whose current process is dead (a restarted node's new one alive is
+    /// not), as a bit set over node ids.
+    pub fn dead_nodes(&self) -> u64 {
+        self.procs
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.dead)
+            .fold(0, |m, (i, _)| m | 1 << (self.first as usize + i))
+    }
+
     /// The nodes killed so far by [`NodeProcesses::kill_at`].
     pub fn killed(&self) -> &[Killed] {
         &self.killed
@@ -408,12 +460,22 @@ impl NodeProcesses {
 
     /// Starts node `node` again, not before `at`, once it is dead and the manager
     /// removed it (stage Run of a configuration without it): a new process of the same
-    /// id with an empty database, which joins as the next incarnation (embedded
-    /// manager only). Done while the launcher watches the run.
-    pub fn restart_at(&mut self, node: u16, at: Instant) -> Result<(), String> {
+    /// id with an empty database, which joins as the next incarnation. `after_kill`:
+    /// the launcher kills it before `at` ([`NodeProcesses::kill_at`]), and the restart
+    /// waits for that death; otherwise the node must be dead at `at` (killed from
+    /// outside, by its pid, or dead of anything), and if it is alive then the restart
+    /// is not done ([`NodeProcesses::not_restarted`]). Done while the launcher watches
+    /// the run.
+    pub fn restart_at(&mut self, node: u16, at: Instant, after_kill: bool) -> Result<(), String> {
         let i = self.index_of(node)?;
-        self.restarts_due.push((i, at));
+        self.restarts_due.push(DueRestart { i, at, after_kill });
         Ok(())
+    }
+
+    /// Restarts learn the membership from `view` (read at most every 20 ms), not from
+    /// the embedded manager: with etcd, the state etcd holds.
+    pub fn restart_view(&mut self, view: StateView) {
+        self.view = Some(view);
     }
 
     /// The nodes restarted so far.
@@ -421,9 +483,19 @@ impl NodeProcesses {
         &self.restarted
     }
 
+    /// The restarts dropped because their node was alive at their time.
+    pub fn not_restarted(&self) -> &[NotRestarted] {
+        &self.not_restarted
+    }
+
     /// Restarts still to do (a run that ends with some did not do them).
     pub fn restarts_pending(&self) -> usize {
         self.restarts_due.len()
+    }
+
+    /// Why the last read of the membership for a restart failed, if it did.
+    pub fn restart_view_error(&self) -> Option<&str> {
+        self.view_error.as_deref()
     }
 
     fn index_of(&self, node: u16) -> Result<usize, String> {
@@ -457,26 +529,87 @@ impl NodeProcesses {
         }
     }
 
-    /// Does the restart that is due, if its node is dead and removed (at most one per
-    /// call: each waits for its node's `ready` and the others' catalog updates).
-    fn do_restarts(&mut self) -> Result<(), String> {
-        let now = Instant::now();
-        let Some(pos) = self
-            .restarts_due
-            .iter()
-            .position(|&(i, at)| at <= now && self.procs[i].dead)
-        else {
-            return Ok(());
-        };
-        let i = self.restarts_due[pos].0;
-        let node = self.first + i as u16;
+    /// Drops the restarts due whose node is alive at their time and that wait for no
+    /// kill of the launcher's: a note on stderr and in [`NodeProcesses::not_restarted`].
+    fn drop_restarts_of_live_nodes(&mut self, now: Instant) {
+        let mut k = 0;
+        while k < self.restarts_due.len() {
+            let r = self.restarts_due[k];
+            let p = &mut self.procs[r.i];
+            // Exited but not seen yet (its closed output is on its way): dead.
+            let alive = !p.dead && matches!(p.child.try_wait(), Ok(None));
+            if r.at > now || r.after_kill || !alive {
+                k += 1;
+                continue;
+            }
+            self.restarts_due.remove(k);
+            let node = self.first + r.i as u16;
+            let why = format!(
+                "node {node} (pid {}) was alive at its restart time: not restarted (a \
+                 restart without a --kill of the node before it restarts a node that died \
+                 or was killed from outside)",
+                p.child.id()
+            );
+            eprintln!("ambidex: note: {why}");
+            self.not_restarted.push(NotRestarted {
+                node,
+                at: r.at,
+                why,
+            });
+        }
+    }
+
+    /// The membership now, for a restart: from the view if there is one (`None` if
+    /// it is not time to read it again, or the read failed: the restart waits), else
+    /// from the embedded manager.
+    fn membership_now(
+        &mut self,
+        now: Instant,
+    ) -> Result<Option<ambidex_cluster::ClusterState>, String> {
+        if let Some(view) = &mut self.view {
+            if self.view_next.is_some_and(|t| now < t) {
+                return Ok(None);
+            }
+            self.view_next = Some(now + VIEW_POLL);
+            return Ok(match view() {
+                Ok(s) => {
+                    self.view_error = None;
+                    Some(s)
+                }
+                // Unreachable for a moment: the restart waits; if it never comes, the
+                // run's end says why.
+                Err(e) => {
+                    self.view_error = Some(e);
+                    None
+                }
+            });
+        }
         let m = self
             .manager
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
-            .ok_or("--restart needs the launcher's embedded manager")?;
-        let state = m.state();
+            .ok_or("--restart needs a configuration manager (embedded or etcd)")?;
+        Ok(Some(m.state()))
+    }
+
+    /// Does the restart that is due, if its node is dead and removed (at most one per
+    /// call: each waits for its node's `ready` and the others' catalog updates).
+    fn do_restarts(&mut self) -> Result<(), String> {
+        let now = Instant::now();
+        self.drop_restarts_of_live_nodes(now);
+        let Some(pos) = self
+            .restarts_due
+            .iter()
+            .position(|r| r.at <= now && self.procs[r.i].dead)
+        else {
+            return Ok(());
+        };
+        let i = self.restarts_due[pos].i;
+        let node = self.first + i as u16;
+        let Some(state) = self.membership_now(now)? else {
+            return Ok(());
+        };
         // Its descriptors change in the others' catalogs: not while the dead
         // incarnation is a member (a thread filling its caches would reach the new,
         // empty regions in an epoch that still counts the old copies), and only once
@@ -615,11 +748,15 @@ impl NodeProcesses {
         }
     }
 
-    /// When the next kill (or commit-phase kill) is due; soon, while a restart waits
-    /// for its node's removal.
+    /// When the next kill (or commit-phase kill, or restart) is due; soon, while a
+    /// restart due waits for its node's death and removal.
     fn next_kill(&self) -> Option<Instant> {
-        let restart =
-            (!self.restarts_due.is_empty()).then(|| Instant::now() + Duration::from_millis(2));
+        let now = Instant::now();
+        let restart = self
+            .restarts_due
+            .iter()
+            .map(|r| r.at.max(now + Duration::from_millis(2)))
+            .min();
         self.kills_due
             .iter()
             .chain(&self.commit_kills_due)
@@ -850,8 +987,9 @@ impl NodeProcesses {
                         // Its last words before a commit-phase SIGKILL: kept for the
                         // kill's record, not an event anything waits for.
                         let c = v["in_commit"].as_u64().unwrap_or(0);
+                        let at = v["at_unix_ns"].as_u64().and_then(instant_of_unix_ns);
                         self.dying
-                            .insert(n as usize, u32::try_from(c).unwrap_or(u32::MAX));
+                            .insert(n as usize, (u32::try_from(c).unwrap_or(u32::MAX), at));
                         continue;
                     }
                     if let Some(q) = self.pending.get_mut(n as usize) {
@@ -895,6 +1033,10 @@ impl NodeProcesses {
                 "closed its control output and was killed".to_string()
             }
         };
+        // A commit-phase kill said when it happened: its closed output may be seen
+        // much later (tens of ms on a loaded host), which would skew the recovery times.
+        let said = self.dying.get(&i).and_then(|d| d.1);
+        let at = said.map_or(at, |t| t.min(at));
         let death = Death {
             node: self.first + i as u16,
             pid: p.child.id(),
@@ -913,7 +1055,7 @@ impl NodeProcesses {
                 node: death.node,
                 pid: death.pid,
                 at,
-                in_commit: self.dying.remove(&i),
+                in_commit: self.dying.remove(&i).map(|d| d.0),
             });
         }
         self.deaths.push(death);
@@ -1022,6 +1164,18 @@ impl Drop for NodeProcesses {
 }
 
 /// Waits up to `grace` for `child` to exit; its status, if it did.
+/// The `Instant` of a moment given as nanoseconds since the Unix epoch on this host's
+/// clock (what a node process said); `None` if it is not in the recent past (a clock
+/// step, or a bad value: the caller keeps its own observation).
+fn instant_of_unix_ns(ns: u64) -> Option<Instant> {
+    let now_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos() as u64;
+    let ago = Duration::from_nanos(now_unix.checked_sub(ns)?);
+    (ago < Duration::from_secs(10)).then(|| Instant::now().checked_sub(ago))?
+}
+
 fn reap(child: &mut Child, grace: Duration) -> Option<std::process::ExitStatus> {
     let until = Instant::now() + grace;
     loop {

@@ -32,7 +32,8 @@
 //!      ← {"cmd":"die_in_commit"}  (while running) SIGKILL this process at the next
 //!                                 moment one of its coordinators is in the commit phase
 //!                                 (`ambidex_workloads::lost::arm_commit_kill`)
-//! node → {"event":"dying","node":I,"in_commit":C,"waited_ms":W}   just before it
+//! node → {"event":"dying","node":I,"in_commit":C,"waited_ms":W,"at_unix_ns":T}
+//!                                 just before it
 //!      ← {"cmd":"abort"}        exit now (status 2), no report
 //! node → {"event":"error","node":I,"message":"..."}   then the process exits 1
 //! ```
@@ -60,7 +61,8 @@
 //! (the cluster's current configuration, which no longer has it, its new incarnation
 //! and how long the run has been going); it then makes an empty database in new
 //! regions, says `ready` as above and goes on as any node, except that at `start` its
-//! agent joins the cluster as incarnation K (`Agent::join`) and is re-replicated into.
+//! agent joins the cluster as incarnation K (`Agent::join`; with etcd its own client
+//! connects as incarnation K) and is re-replicated into.
 //!
 //! End of input before the report (the launcher died, ssh dropped) stops the node with
 //! status 3. Commands may also be written as bare words (`start`), for people; other
@@ -276,8 +278,12 @@ fn run_inner(
     let udp = cfg.rpc.udp_options().map_err(|e| e.to_string())?;
     let transport = transports::open_node_with(&cfg.cluster, node, udp)?;
     let loaded = if rejoin {
-        if cfg.cluster.manager != ManagerKind::Embedded {
-            return Err("a restarted node rejoins through the launcher's embedded manager".into());
+        if manager.is_none() {
+            return Err(
+                "a restarted node rejoins through a configuration manager (embedded or etcd), \
+                 and this cluster has none"
+                    .into(),
+            );
         }
         // What to rejoin comes first; nothing else is valid before it.
         match rx.recv() {
@@ -351,7 +357,12 @@ fn run_inner(
                     let client: Box<dyn ManagerClient> = if cfg.cluster.manager == ManagerKind::Etcd
                     {
                         // The node's agent calls etcd itself.
-                        etcd_membership::node_client(&cfg.cluster, node, etcd_events.clone())?
+                        etcd_membership::node_client(
+                            &cfg.cluster,
+                            node,
+                            l.incarnation(),
+                            etcd_events.clone(),
+                        )?
                     } else {
                         let events = *ev;
                         let send = Box::new(move |msg: serde_json::Value| {
@@ -406,9 +417,18 @@ fn run_inner(
                 arm_commit_kill(std::sync::Arc::new(move |at: CommitMoment| {
                     // Said first (the launcher reports the moment), then a death with
                     // no goodbye, as the launcher's own SIGKILL.
+                    // `at_unix_ns`: when, on the host's clock (the launcher's reader
+                    // may see the death much later on a loaded host).
+                    let now_ns = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos() as u64);
                     let _ = events.write(
                         "dying",
-                        serde_json::json!({ "in_commit": at.in_commit, "waited_ms": at.waited_ms }),
+                        serde_json::json!({
+                            "in_commit": at.in_commit,
+                            "waited_ms": at.waited_ms,
+                            "at_unix_ns": now_ns,
+                        }),
                     );
                     eprintln!(
                         "ambidex node {node}: SIGKILL in the commit phase ({} coordinators of \

@@ -1,7 +1,9 @@
 //! Node processes with the etcd manager (`--manager etcd --etcd URL`): the launcher
 //! creates the run's cluster in etcd, each node's agent holds its lease in etcd itself,
 //! and a node killed mid-run is removed when etcd's lease expires; the survivors
-//! recover, commit again (on the killed node's partitions too) and pass the checks.
+//! recover, commit again (on the killed node's partitions too) and pass the checks;
+//! restarted (`--restart`), it rejoins through etcd as its next incarnation and is
+//! re-replicated into.
 //! etcd is Debian's `etcd-server` on loopback (`LocalEtcd`, 1 s leases); without it
 //! the test prints why and passes, except under CI (.ci/run installs it).
 //!
@@ -11,7 +13,7 @@
 mod common;
 
 use ambidex_cluster::manager::etcd::local::LocalEtcd;
-use common::{bench_smallbank as bench, kinds, EXE};
+use common::{bench_smallbank as bench, check_restart, kinds, EXE};
 use std::process::Command;
 
 #[test]
@@ -72,6 +74,55 @@ fn a_killed_node_process_is_removed_by_etcd_and_the_survivors_recover() {
         "{check}"
     );
     eprintln!("etcd over udp: recovery {rc}; events {k:?}");
+}
+
+/// Node 2 is killed 0.5 s in and restarted as soon after 0.7 s as etcd removed it (its
+/// key expires 1-1.5 s after its last renewal): the launcher reads the membership from
+/// etcd, and the new process's client joins as incarnation 2.
+#[test]
+fn a_killed_node_process_restarts_and_rejoins_through_etcd() {
+    let Some(etcd) = LocalEtcd::start_for_test("restart") else {
+        return;
+    };
+    let (ok, r, stderr) = bench(&[
+        "--transport",
+        "udp",
+        "--manager",
+        "etcd",
+        "--etcd",
+        etcd.endpoint(),
+        "--lease-ms",
+        "1000",
+        "--rpc-give-up-ms",
+        "600",
+        "--duration",
+        "4",
+        "--warmup",
+        "0.3",
+        "--kill",
+        "2@0.5",
+        "--restart",
+        "2@0.7",
+    ]);
+    eprintln!(
+        "etcd restart over udp: restarts {} recovery {} events {}",
+        r["restarts"], r["recovery"], r["manager_events"]
+    );
+    check_restart(ok, &r, &stderr, 2, 700.0);
+    assert_eq!(r["config"]["cluster"]["manager"], "etcd", "{}", r["config"]);
+    // Restarted only once etcd removed the dead incarnation (a reconfiguration before
+    // the restart), and admitted by a later one.
+    let k = kinds(&r);
+    let at = r["restarts"][0]["at_ms"].as_f64().unwrap();
+    let rc = &r["recovery"];
+    let removed = rc["failed_at_ms"].as_f64().unwrap()
+        + rc["reconfigured_ms"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{rc}"));
+    assert!(removed <= at, "{rc}; {}; {k:?}", r["restarts"]);
+    // The survivors suspected the dead incarnation before etcd removed it: those
+    // suspicions must not revoke the new one (they outlive the restart otherwise).
+    assert!(!k.contains(&"revoked".to_string()), "{k:?}");
 }
 
 #[test]

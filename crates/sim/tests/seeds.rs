@@ -212,11 +212,6 @@ fn every_profile_passes_a_few_seeds_of_every_workload() {
         WorkloadKind::ObjectStore,
     ] {
         for p in PROFILES {
-            // A rejoined node gets no TPC-C warehouse back (its index check fails
-            // there; `docs/recovery.md`, "Not built yet").
-            if matches!(w, WorkloadKind::Tpcc | WorkloadKind::TpccNo) && p == "crash-restart" {
-                continue;
-            }
             sweep(w, p, 1000..1004);
         }
     }

@@ -10,6 +10,7 @@
 //!   WRITE-and-unlock).
 //! - [`catalog`]: every node's table descriptors (region, key, layout) and log region,
 //!   exchanged at start-up, checked before use.
+//! - [`lock_journal`]: the items a table's owner locked, for recovery's release.
 //! - [`loc_cache`]: the bounded location cache (lock-free reads of one line per lookup,
 //!   set-associative, seqlock per set, CLOCK per set).
 //! - [`btree`]: the ordered index (B+tree) for range scans.
@@ -20,6 +21,7 @@ pub mod btree;
 pub mod catalog;
 pub mod layout;
 pub mod loc_cache;
+pub mod lock_journal;
 pub mod remote;
 pub mod table;
 

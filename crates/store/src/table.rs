@@ -14,6 +14,7 @@
 //! read from the region is range-checked, and chain walks are bounded.
 
 use crate::layout::*;
+use crate::lock_journal::LockJournal;
 use ambidex_transport::{Region, RegionDesc, RegionMemory, TransportError};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -86,6 +87,8 @@ pub struct Table {
     free_items: Mutex<Vec<u32>>,
     next_overflow: AtomicU32,
     count: AtomicUsize,
+    /// The items this node's CPU locked for transactions (for recovery).
+    journal: LockJournal,
 }
 
 // SAFETY: `base` points into `mem`, which is kept alive by `self`; all access is atomic.
@@ -149,6 +152,7 @@ impl Table {
             free_items: Mutex::new(Vec::new()),
             next_overflow: AtomicU32::new(0),
             count: AtomicUsize::new(0),
+            journal: LockJournal::default(),
         })
     }
 
@@ -398,8 +402,19 @@ impl Table {
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             )
-            .map(|_| ())
-            .map_err(|_| StoreError::Locked)
+            .map_err(|_| StoreError::Locked)?;
+        if owner != LockOwner::STORE {
+            self.journal.note(offset, |o| self.txn_locked(o));
+        }
+        Ok(())
+    }
+
+    /// Whether the item at `off` (an offset noted by the journal: a valid item) is
+    /// locked by a transaction.
+    fn txn_locked(&self, off: u64) -> bool {
+        Header::unpack(self.hdr(off).load(Ordering::Acquire))
+            .owner
+            .is_some_and(|o| o != LockOwner::STORE)
     }
 
     /// Locks `key`'s item for `owner` and copies its value out under the lock (the
@@ -478,6 +493,41 @@ impl Table {
             }
         }
         released
+    }
+
+    /// [`Table::release_locks_where`] over the locks this node's CPU took (the lock
+    /// journal: LOCK RPCs and local coordinators), not every item: complete only where
+    /// no node locks by one-sided CAS. Returns the locks released.
+    pub fn release_cpu_locks_where(&self, mut dead: impl FnMut(LockOwner) -> bool) -> usize {
+        let mut released = 0;
+        self.journal.drain_where(|off| {
+            let h = self.hdr(off).load(Ordering::Acquire);
+            let Some(owner) = Header::unpack(h).owner else {
+                return false;
+            };
+            if owner == LockOwner::STORE {
+                return false;
+            }
+            if !dead(owner) {
+                return true;
+            }
+            // A failed CAS: its holder released it (and may hold it again, noted anew).
+            if self
+                .hdr(off)
+                .compare_exchange(h, Header::unlocked(h), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                released += 1;
+            }
+            false
+        });
+        released
+    }
+
+    /// Entries in the lock journal (an upper bound on the locks the CPU took that are
+    /// held; for tests).
+    pub fn journal_len(&self) -> usize {
+        self.journal.len()
     }
 
     /// Appends to `out` the keys of present items (locked or not; deleted keys keep

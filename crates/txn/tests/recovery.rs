@@ -179,10 +179,13 @@ fn survivors_install_logged_transactions_and_release_the_rest() {
             st.lock().unwrap().merge(&s);
         })
     });
-    let spec = RunSpec {
+    // The dead coordinator logged by WRITE into rings (FaRM's log; recovery reads rings
+    // only under such a policy).
+    let mut spec = RunSpec {
         coroutines: 1,
         ..Default::default()
     };
+    spec.txn.policy = ambidex_txn::Policy::farm();
     runner::run(&c.nodes[..3], &c.dbs[..3], &spec, worker).unwrap();
     let s = *stats.lock().unwrap();
     let np: &Placement = &next.placement;

@@ -361,6 +361,11 @@ fn combine<W: Workload>(
                     m.insert("replica_rows_compared".into(), replicas.into());
                     serde_json::Value::Object(m)
                 }
+                // A workload with no invariant of its own (TATP): its replicas were
+                // still compared.
+                serde_json::Value::Null => {
+                    serde_json::json!({ "replica_rows_compared": replicas })
+                }
                 other => other,
             })
         })

@@ -127,6 +127,11 @@ pub struct BenchReport {
     /// Node processes restarted during the run (`--restart`): when, as which
     /// incarnation, when they were members again and re-replicated into.
     pub restarts: Vec<crate::survival::Restart>,
+    /// Restarts not done because their node was alive at their time (`--restart`
+    /// without a `--kill` of the node before it restarts a node that died or was
+    /// killed from outside); omitted when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub restarts_not_done: Vec<crate::survival::RestartNotDone>,
     /// The configuration manager's events (ms since the run's start).
     pub manager_events: Vec<crate::survival::ManagerEvent>,
     /// How long the cluster took to notice and get over the first failure; `null`
@@ -658,6 +663,7 @@ pub fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) ->
         failures: Vec::new(),
         kills: Vec::new(),
         restarts: Vec::new(),
+        restarts_not_done: Vec::new(),
         manager_events: Vec::new(),
         recovery: None,
         first_lost_commit_ns: tally.first_lost_commit_ns,

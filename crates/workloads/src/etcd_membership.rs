@@ -1,6 +1,6 @@
 //! The etcd manager for node processes (`cluster.manager = "etcd"`): the launcher
 //! creates the run's cluster in etcd ([`bootstrap`]) and reads its final state back
-//! ([`final_state`]); each node process connects its agent to etcd itself
+//! ([`final_state`], and [`StateReader`] while it waits to restart a node); each node process connects its agent to etcd itself
 //! ([`node_client`]), so no manager call crosses the launcher's control pipes. The
 //! membership events are what each node's client published, reported with the node's
 //! report ([`crate::NodeReport::manager_events`]).
@@ -79,11 +79,51 @@ pub fn final_state(c: &ClusterSection) -> Result<(ClusterState, Option<String>),
     }
 }
 
-/// Node `node`'s client of the run's cluster in etcd (its first incarnation), whose
-/// published events go to `sink` when it is dropped, on the system clock.
+/// The run's cluster in etcd, read on one connection kept open (read only): what the
+/// launcher polls before it restarts a dead node (`bench --restart`).
+pub struct StateReader {
+    #[cfg(feature = "etcd")]
+    reader: ambidex_cluster::manager::etcd::EtcdReader,
+}
+
+impl StateReader {
+    pub fn connect(c: &ClusterSection) -> Result<StateReader, String> {
+        #[cfg(feature = "etcd")]
+        {
+            let (eps, cluster) = names(c)?;
+            let reader = ambidex_cluster::manager::etcd::EtcdReader::connect(&eps, cluster)
+                .map_err(|e| format!("cannot connect to etcd to read cluster {cluster:?}: {e}"))?;
+            Ok(StateReader { reader })
+        }
+        #[cfg(not(feature = "etcd"))]
+        {
+            let _ = c;
+            Err(NOT_BUILT.into())
+        }
+    }
+
+    /// The cluster's state now, and why it stopped, if it did.
+    pub fn read(&mut self) -> Result<(ClusterState, Option<String>), String> {
+        #[cfg(feature = "etcd")]
+        {
+            self.reader
+                .state()
+                .map_err(|e| format!("cannot read the cluster's state from etcd: {e}"))
+        }
+        #[cfg(not(feature = "etcd"))]
+        {
+            Err(NOT_BUILT.into())
+        }
+    }
+}
+
+/// Node `node`'s client of the run's cluster in etcd as incarnation `incarnation` (1,
+/// or the next one of a restarted node, which then joins), whose published events go
+/// to `sink` when it is dropped, on the system clock.
 pub fn node_client(
     c: &ClusterSection,
     node: NodeId,
+    incarnation: u64,
     sink: Arc<Mutex<Vec<Event>>>,
 ) -> Result<Box<dyn ManagerClient>, String> {
     #[cfg(feature = "etcd")]
@@ -93,7 +133,7 @@ pub fn node_client(
         let client = ambidex_txn::runner::etcd::Recording::connect(
             &c.etcd_endpoints,
             cluster,
-            (node, 1),
+            (node, incarnation),
             std::time::Duration::from_millis(c.lease_ms),
             &clock,
             sink,
@@ -102,7 +142,7 @@ pub fn node_client(
     }
     #[cfg(not(feature = "etcd"))]
     {
-        let _ = (c, node, sink);
+        let _ = (c, node, incarnation, sink);
         Err(NOT_BUILT.into())
     }
 }

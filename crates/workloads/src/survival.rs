@@ -50,6 +50,17 @@ pub struct Restart {
     pub committed: u64,
 }
 
+/// A `--restart NODE@SECONDS` not done: its node was alive at that time, and no
+/// `--kill` of it came before (such a restart is for a node that died or was killed
+/// from outside).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RestartNotDone {
+    pub node: u16,
+    /// The restart's time (ms since the run's start).
+    pub at_ms: f64,
+    pub why: String,
+}
+
 impl Restart {
     /// Fills in `member_ms` and `rereplicated_ms` from the manager's events.
     pub fn with_events(mut self, events: &[ManagerEvent]) -> Restart {

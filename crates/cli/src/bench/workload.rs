@@ -17,7 +17,9 @@ use ambidex_workloads::config::{
 use ambidex_workloads::etcd_membership;
 use ambidex_workloads::plot::{plot, Plot};
 use ambidex_workloads::report::{one_sided_line, policy_line};
-use ambidex_workloads::survival::{recovery, Kill, ManagerEvent, NodeFailure, Restart};
+use ambidex_workloads::survival::{
+    recovery, Kill, ManagerEvent, NodeFailure, Restart, RestartNotDone,
+};
 use ambidex_workloads::{
     combine_node_reports, run_bench, sweep_coroutines, transports, BenchReport, Config, NodeReport,
     SweepPoint, Transport, WorkloadKind,
@@ -101,10 +103,14 @@ pub struct Args {
     /// the end of commit-primary; several at once preferred).
     #[arg(long, value_name = "NODE@[commit:]SECONDS", value_parser = parse_kill)]
     pub kill: Vec<KillSpec>,
-    /// Node processes, embedded manager: start killed node NODE again SECONDS after the
-    /// run started (or as soon after as the others removed it), with the same id, an
-    /// empty database and the next incarnation; it rejoins, is re-replicated into and
-    /// runs the workload again. Needs a `--kill` of NODE before SECONDS.
+    /// Node processes, with a manager (embedded or etcd): start dead node NODE again
+    /// SECONDS after the run started (or as soon after as the manager removed it), with
+    /// the same id, an empty database and the next incarnation; it rejoins, is
+    /// re-replicated into and runs the workload again. After a `--kill` of NODE before
+    /// SECONDS the restart waits for that death; without one, NODE must be dead at
+    /// SECONDS (killed from outside, by its pid, or dead of anything), and if it is
+    /// alive then it is not restarted (a note on stderr and in the report's
+    /// `restarts_not_done`). Repeatable, with a `--kill` of NODE between two restarts.
     #[arg(long, value_name = "NODE@SECONDS", value_parser = parse_restart)]
     pub restart: Vec<RestartSpec>,
     /// Record every transaction to this JSON-lines file (docs/history-format.md).
@@ -202,20 +208,30 @@ fn check_kills(kills: &[KillSpec], cfg: &Config) -> Result<(), String> {
     Ok(())
 }
 
-/// Refuses restarts of nodes not killed before, outside the run, or without the
-/// embedded manager (the joiner's calls go through the launcher).
+/// Refuses restarts outside the run, without a manager (the restarted node joins
+/// through it), or of a node restarted before and not killed again since. Returns, per
+/// restart, whether a `--kill` of its node comes before it (after the node's previous
+/// restart, if any): such a restart waits for that death, any other one restarts the
+/// node only if it is dead at its time (killed from outside, or it died).
 fn check_restarts(
     restarts: &[RestartSpec],
     kills: &[KillSpec],
     cfg: &Config,
-) -> Result<(), String> {
+) -> Result<Vec<bool>, String> {
     let run = cfg.run.warmup_s + cfg.run.duration_s;
+    let mut after_kill = Vec::new();
     for r in restarts {
         let what = format!("--restart {}@{}", r.node, r.seconds);
-        if cfg.cluster.manager_spec().is_none() || cfg.cluster.manager != ManagerKind::Embedded {
+        if cfg.cluster.manager_spec().is_none() {
             return Err(format!(
-                "{what}: a restarted node rejoins through the launcher's embedded manager \
-                 (--manager embedded)"
+                "{what}: a restarted node rejoins through a configuration manager \
+                 (--manager embedded or etcd)"
+            ));
+        }
+        if r.node >= cfg.cluster.nodes {
+            return Err(format!(
+                "{what}: the cluster has nodes 0..{}",
+                cfg.cluster.nodes
             ));
         }
         if !(r.seconds > 0.0 && r.seconds < run) {
@@ -224,21 +240,32 @@ fn check_restarts(
                  duration = {run})"
             ));
         }
-        if !kills
-            .iter()
-            .any(|k| k.node == r.node && k.seconds < r.seconds)
-        {
-            return Err(format!(
-                "{what}: only a node killed before (--kill {}@SECONDS, SECONDS < {}) can be \
-                 restarted",
-                r.node, r.seconds
-            ));
+        let same_node = restarts.iter().filter(|o| o.node == r.node);
+        if same_node.clone().filter(|o| o.seconds == r.seconds).count() > 1 {
+            return Err(format!("{what}: the same restart twice"));
         }
-        if restarts.iter().filter(|o| o.node == r.node).count() > 1 {
-            return Err(format!("{what}: one restart per node"));
+        // The node's previous restart, if any.
+        let previous = same_node
+            .map(|o| o.seconds)
+            .filter(|&t| t < r.seconds)
+            .fold(None, |m: Option<f64>, t| Some(m.map_or(t, |m| m.max(t))));
+        let killed_since = |from: f64| {
+            kills
+                .iter()
+                .any(|k| k.node == r.node && k.seconds > from && k.seconds < r.seconds)
+        };
+        if let Some(p) = previous {
+            if !killed_since(p) {
+                return Err(format!(
+                    "{what}: node {} is restarted at {p} s and again before being killed \
+                     again (--kill {}@SECONDS, {p} < SECONDS < {})",
+                    r.node, r.node, r.seconds
+                ));
+            }
         }
+        after_kill.push(killed_since(previous.unwrap_or(f64::NEG_INFINITY)));
     }
-    Ok(())
+    Ok(after_kill)
 }
 
 /// A sweep's output: the curve and every run's report.
@@ -518,6 +545,9 @@ fn print_one(a: &Args, r: &BenchReport) {
             rs.committed
         );
     }
+    for n in &r.restarts_not_done {
+        println!("  note at {:.0} ms: {}", n.at_ms, n.why);
+    }
     if let Some(rc) = &r.recovery {
         let ms = |t: Option<f64>| t.map_or("never".to_string(), |t| format!("{t:.0} ms"));
         println!(
@@ -559,6 +589,8 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
     if !(a.node_timeout > 0.0 && a.node_timeout <= 86400.0) {
         return Err("--node-timeout must be in (0, 86400] seconds".into());
     }
+    // Which restarts wait for a kill of the launcher's (`run` checked them).
+    let after_kill = check_restarts(&a.restart, &a.kill, &cfg)?;
     // Where the nodes meet on this host, unless the file says.
     transports::on_this_host(&mut cfg.cluster);
     // With etcd, every node must join the same new cluster there.
@@ -631,6 +663,14 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
         (None, _) => None,
         (Some(_), ManagerKind::Etcd) => {
             etcd_membership::bootstrap(&cfg.cluster)?;
+            if !a.restart.is_empty() {
+                // A restart waits for etcd to have removed its node.
+                let mut reader = etcd_membership::StateReader::connect(&cfg.cluster)?;
+                procs.restart_view(Box::new(move || match reader.read()? {
+                    (state, None) => Ok(state),
+                    (_, Some(why)) => Err(format!("the cluster could not go on: {why}")),
+                }));
+            }
             procs.survive_deaths(true);
             Some(RunManager::Etcd { start_ns: 0 })
         }
@@ -655,8 +695,9 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
             procs.kill_at(k.node, at)?;
         }
     }
-    for r in &a.restart {
-        procs.restart_at(r.node, run_start + Duration::from_secs_f64(r.seconds))?;
+    for (r, after_kill) in a.restart.iter().zip(after_kill) {
+        let at = run_start + Duration::from_secs_f64(r.seconds);
+        procs.restart_at(r.node, at, after_kill)?;
     }
     procs.watch(Duration::from_secs_f64(cfg.run.warmup_s))?;
     procs.send_all("measure")?;
@@ -667,15 +708,22 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
     if procs.restarts_pending() > 0 {
         // The node was never removed, or died too late: the run did not do what it
         // was asked.
+        let last_read = procs
+            .restart_view_error()
+            .map(|e| format!("; the last read of the membership failed: {e}"))
+            .unwrap_or_default();
         return Err(format!(
-            "{} restart(s) not done before the run ended (the node must be killed and \
-             removed by the manager first: is the kill early enough?)",
+            "{} restart(s) not done before the run ended (the node must be dead and \
+             removed by the manager first: is the kill early enough?){last_read}",
             procs.restarts_pending()
         ));
     }
     // A worker may be waiting out retransmissions in each phase of its transaction.
     let drain = give_up * 6 + Duration::from_secs(30);
     procs.wait_live("workers_done", drain)?;
+    if let (Some(h), Some(m)) = (&host, cfg.cluster.manager_spec()) {
+        settle(&mut procs, h, &cfg.cluster, m.lease)?;
+    }
     // The run's membership ends here: the nodes stop their agents at finish, and the
     // lease expiries that follow are the end of the run, not failures.
     let membership = match &host {
@@ -778,6 +826,15 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
                     .map_or(0, |c| c.1),
             }
             .with_events(&report.manager_events)
+        })
+        .collect();
+    report.restarts_not_done = procs
+        .not_restarted()
+        .iter()
+        .map(|n| RestartNotDone {
+            node: n.node,
+            at_ms: ms(n.at),
+            why: n.why.clone(),
         })
         .collect();
     report.recovery = recovery(
@@ -891,5 +948,29 @@ impl RunManager {
                 (_, Some(why)) => Err(format!("the cluster could not go on: {why}")),
             },
         }
+    }
+}
+
+/// Lets the cluster settle before the nodes check: a node that died late in the run
+/// is removed, and a reconfiguration under way (that removal, or a lease that ran out
+/// on a loaded host) finishes. The checks need one configuration that every live node
+/// is in and that no dead node is a member of (a dead primary's rows would be missing).
+/// Waits up to 100 leases (at least 2 s), then leaves it to the check to say what is
+/// wrong.
+fn settle(
+    procs: &mut NodeProcesses,
+    host: &RunManager,
+    c: &ClusterSection,
+    lease: Duration,
+) -> Result<(), String> {
+    let until = Instant::now() + (lease * 100).max(Duration::from_secs(2));
+    loop {
+        let s = host.state(c)?;
+        let dead_members = s.config.placement.member_mask() & procs.dead_nodes();
+        let settled = s.stage == ambidex_cluster::Stage::Run && dead_members == 0;
+        if settled || Instant::now() >= until {
+            return Ok(());
+        }
+        procs.watch(Duration::from_millis(5))?;
     }
 }

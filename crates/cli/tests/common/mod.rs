@@ -62,3 +62,66 @@ pub fn kinds(r: &Value) -> Vec<String> {
         })
         .collect()
 }
+
+/// Committed transactions in the timeline from `ms` on.
+pub fn committed_after(r: &Value, ms: f64) -> u64 {
+    r["timeline_10ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .skip((ms / 10.0).ceil() as usize)
+        .map(|v| v.as_u64().unwrap())
+        .sum()
+}
+
+/// Checks a run (3 nodes, SmallBank at scale 0.05) in which node `node` died and was
+/// restarted once, not before `not_before_ms`: it exited 0 (`ok`), the node came back
+/// as incarnation 2, was a member again, re-replicated into, and committed; the
+/// cluster committed after it joined; every node reported; the check passed with every
+/// copy compared (node `node`'s included).
+pub fn check_restart(ok: bool, r: &Value, stderr: &str, node: u64, not_before_ms: f64) {
+    assert!(ok, "{stderr}");
+    assert_eq!(r["failures"].as_array().unwrap().len(), 1, "{stderr}");
+    let rs = r["restarts"].as_array().unwrap();
+    assert_eq!(rs.len(), 1, "{stderr}");
+    let rs = &rs[0];
+    assert_eq!(
+        (rs["node"].as_u64(), rs["incarnation"].as_u64()),
+        (Some(node), Some(2)),
+        "{rs}"
+    );
+    let at = rs["at_ms"].as_f64().unwrap();
+    assert!(at >= not_before_ms, "{rs}");
+    // A member again (a reconfiguration that joined it), after its restart, and
+    // re-replicated into: every copy up to date.
+    let member = rs["member_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("never a member again: {rs}; {:?}", kinds(r)));
+    assert!(member >= at, "{rs}");
+    let rereplicated = rs["rereplicated_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("never re-replicated: {rs}; {:?}", kinds(r)));
+    assert!(rereplicated >= member, "{rs}");
+    // Its own workers ran again, and the cluster committed after it joined.
+    assert!(rs["committed"].as_u64().unwrap() > 0, "{rs}");
+    assert!(committed_after(r, member + 100.0) > 0, "{rs}");
+    // It reported: its start-up check read the others' tables too.
+    assert_eq!(
+        r["remote_tables_verified"].as_array().unwrap().len(),
+        3,
+        "{}",
+        r["remote_tables_verified"]
+    );
+    // The checks: every account at a primary, and every copy of the final placement
+    // equal to its primary: 15000 accounts x 2 tables, each with 2 backups, the
+    // restarted node's included (a copy still syncing would not be compared).
+    let check = &r["check"];
+    assert!(check.get("violation").is_none(), "{check}");
+    assert_eq!(check["balance_checked"], false, "{check}");
+    assert_eq!(check["replica_rows_compared"], 60000, "{check}");
+    assert!(
+        r["recovery"]["first_commit_ms"].as_f64().is_some(),
+        "{}",
+        r["recovery"]
+    );
+}

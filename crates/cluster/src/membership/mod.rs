@@ -129,8 +129,20 @@ pub struct Membership {
     /// Nodes waiting to join: (node, incarnation).
     joining: Vec<(NodeId, u64)>,
     failed: Option<String>,
+    /// Since when the change due would stop the cluster (see [`FATAL_GRACE_MIN_NS`]).
+    failing_since: Option<u64>,
     events: Vec<Event>,
 }
+
+/// A change that would stop the cluster for good (every member's lease ran out, or
+/// every copy of a partition is on nodes whose lease did) waits this long, or 10
+/// leases if longer, before it is made: with every lease out at once the likelier
+/// cause is this manager not hearing the renewals in time (its host starved: on a
+/// loaded 2-core host a 10 ms lease ran out for every node of a 3-node cluster at once)
+/// than every node dying together, and renewals that arrive meanwhile revive the
+/// leases. Nodes stop serving on their own clocks when their leases run out, so the
+/// wait is safe; it only delays the failure of a cluster that really lost them.
+pub const FATAL_GRACE_MIN_NS: u64 = 500_000_000;
 
 /// How long a suspicion counts.
 pub const SUSPICION_TTL_NS: u64 = 5_000_000_000;
@@ -154,6 +166,7 @@ impl Membership {
             acked: 0,
             joining: Vec::new(),
             failed: None,
+            failing_since: None,
             events: Vec::new(),
         }
     }
@@ -290,9 +303,18 @@ impl Membership {
         let alive = (0..self.expiry.len())
             .filter(|&n| now <= self.expiry[n])
             .fold(0u64, |m, n| m | (1 << n));
-        match decide::next_change(&self.state, alive, self.acked, &self.joining) {
+        let change = decide::next_change(&self.state, alive, self.acked, &self.joining);
+        if !matches!(change, Some(decide::Change::Fail { .. })) {
+            self.failing_since = None;
+        }
+        match change {
             None => false,
             Some(decide::Change::Fail { why }) => {
+                let since = *self.failing_since.get_or_insert(now);
+                let grace = FATAL_GRACE_MIN_NS.max(self.lease_ns.saturating_mul(10));
+                if now.saturating_sub(since) < grace {
+                    return false;
+                }
                 self.push_event(now, EventKind::Failed { why: why.clone() });
                 self.failed = Some(why);
                 true
@@ -539,12 +561,43 @@ mod tests {
         let mut m = Membership::new(Configuration::initial(3, 1).unwrap(), 20 * MS, 0);
         m.renew(0, 1, 10 * MS).unwrap();
         m.renew(1, 1, 10 * MS).unwrap();
-        assert!(m.tick(25 * MS));
+        // Not at once: renewals may just be late.
+        assert!(!m.tick(25 * MS));
+        assert!(m.failure().is_none());
+        // Nodes 0 and 1 renew on; node 2 (the only copy of some partitions) does not.
+        let end = 25 * MS + FATAL_GRACE_MIN_NS;
+        m.renew(0, 1, end - 5 * MS).unwrap();
+        m.renew(1, 1, end - 5 * MS).unwrap();
+        assert!(!m.tick(end - 1));
+        assert!(m.tick(end));
         let why = m
             .failure()
             .expect("a partition with one copy was lost")
             .to_string();
         assert!(why.contains("lost every up-to-date copy"), "{why}");
-        assert!(matches!(m.renew(0, 1, 26 * MS), Err(Refusal::Failed(_))));
+        assert!(matches!(
+            m.renew(0, 1, 26 * MS + FATAL_GRACE_MIN_NS),
+            Err(Refusal::Failed(_))
+        ));
+    }
+
+    #[test]
+    fn leases_that_all_run_out_at_once_are_revived_by_late_renewals() {
+        let mut m = three();
+        for n in 0..3 {
+            m.renew(n, 1, 10 * MS).unwrap();
+        }
+        // Every lease runs out (the manager's host starved, say): nothing is decided yet.
+        assert!(!m.tick(100 * MS));
+        assert!(m.failure().is_none());
+        assert_eq!(m.state().config.epoch, 1);
+        // The renewals come in late, and the cluster runs on in the same configuration.
+        for n in 0..3 {
+            m.renew(n, 1, 150 * MS).unwrap();
+        }
+        assert!(!m.tick(151 * MS));
+        assert!(!m.tick(151 * MS + FATAL_GRACE_MIN_NS));
+        assert!(m.failure().is_none());
+        assert_eq!(m.state().config.placement.member_mask(), 0b111);
     }
 }

@@ -61,7 +61,9 @@ pub async fn replay(
     };
     st.records += records::in_log(&th.log.borrow(), &mut add);
     ambidex_cluster::rectrace!("node {} replay read {} log records", th.db.node, st.records);
-    if rings {
+    // Only coordinators that log by WRITE fill rings (the policy is the cluster's): an
+    // unwritten ring is read whole, a load per 16 bytes, before it is found empty.
+    if rings && th.cfg.policy.log == crate::policy::Log::Write {
         st.records += records::in_rings(&th.db, &mut add);
     }
     let me = th.db.node;

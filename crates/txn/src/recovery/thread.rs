@@ -167,7 +167,11 @@ impl ThreadRecovery {
             // version, or aborts. Released after the replays instead, a lock of an
             // aborted transaction would make a replay of an older record to the same
             // key wait for ever.
-            let released = if rings { locks::release_all(&th.db) } else { 0 };
+            let released = if rings {
+                locks::release_old_epoch(&th.db, th.cfg.policy.lock)
+            } else {
+                0
+            };
             ambidex_cluster::rectrace!(
                 "node {} thread {} released {released}",
                 th.node,

@@ -67,12 +67,32 @@ impl EtcdManager {
         endpoints: &[&str],
         cluster: &str,
     ) -> Result<(ClusterState, Option<String>), ManagerError> {
-        let mut c = Conn::open(endpoints, cluster)?;
-        match c.read()?.0 {
+        EtcdReader::connect(endpoints, cluster)?.state()
+    }
+}
+
+/// A read-only view of one cluster's state in etcd, on one connection kept open: what
+/// a launcher polls while it waits for a dead node to be removed before it restarts
+/// it. It takes no lease and writes nothing.
+pub struct EtcdReader {
+    conn: Conn,
+}
+
+impl EtcdReader {
+    pub fn connect(endpoints: &[&str], cluster: &str) -> Result<EtcdReader, ManagerError> {
+        Ok(EtcdReader {
+            conn: Conn::open(endpoints, cluster)?,
+        })
+    }
+
+    /// The cluster's state as etcd holds it now, and why it stopped, if it did. An
+    /// error if it was never bootstrapped.
+    pub fn state(&mut self) -> Result<(ClusterState, Option<String>), ManagerError> {
+        match self.conn.read()?.0 {
             Some(snap) => Ok((snap.record.state, snap.record.failed)),
             None => Err(ManagerError::Protocol(format!(
                 "cluster {} has no state in etcd (not bootstrapped)",
-                c.keys.root()
+                self.conn.keys.root()
             ))),
         }
     }

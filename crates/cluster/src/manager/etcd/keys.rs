@@ -7,7 +7,7 @@
 //! | `state` | JSON [`Record`] | changed only by a transaction comparing its revision |
 //! | `lease/<node>` | the incarnation (20 digits), `/revoked` once a majority suspected it | attached to the node's etcd lease; a revoked one to a lease nobody renews |
 //! | `ack/<epoch>/<stage>/<node>` | the incarnation | deleted with every new state |
-//! | `suspect/<node>/<reporter>` | empty | attached to a lease of [`SUSPICION_TTL_NS`] |
+//! | `suspect/<node>/<reporter>` | empty | attached to a lease of [`SUSPICION_TTL_NS`]; deleted when `node` leaves or joins the members |
 //! | `join/<node>` | the incarnation | ignored once that incarnation is the member |
 //!
 //! [`SUSPICION_TTL_NS`]: crate::membership::SUSPICION_TTL_NS
@@ -86,6 +86,11 @@ impl Keys {
 
     pub fn suspect(&self, node: NodeId, reporter: NodeId) -> String {
         format!("{}suspect/{node}/{reporter}", self.root)
+    }
+
+    /// The prefix of every suspicion of `node`.
+    pub fn suspicions_of(&self, node: NodeId) -> String {
+        format!("{}suspect/{node}/", self.root)
     }
 
     pub fn join(&self, node: NodeId) -> String {

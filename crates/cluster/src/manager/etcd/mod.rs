@@ -41,7 +41,7 @@ mod conn;
 pub mod keys;
 pub mod local;
 
-pub use bootstrap::EtcdManager;
+pub use bootstrap::{EtcdManager, EtcdReader};
 use conn::{unreachable, Conn, CALL_TIMEOUT};
 
 use super::{ManagerClient, ManagerError};
@@ -82,6 +82,11 @@ pub struct Pending {
     on: i64,
     /// Whether the acknowledgements are for an older state then (a new epoch or stage).
     clears_acks: bool,
+    /// Bit i: node i leaves or joins the members: its suspicions are deleted. They
+    /// were of its old incarnation (or of a node no longer a member), and would
+    /// otherwise outlive its return by up to their TTL and revoke the new incarnation
+    /// (the embedded manager forgets a removed node's suspicions likewise).
+    clears_suspicions: u64,
     /// What it reports, once published; and the epoch decided on.
     events: Vec<EventKind>,
     from_epoch: u32,
@@ -249,7 +254,12 @@ impl EtcdClient {
                 vec![EventKind::Failed { why }],
             ),
         };
+        let (before, after) = (
+            s.state().config.placement.member_mask(),
+            record.state.config.placement.member_mask(),
+        );
         Ok(Some(Pending {
+            clears_suspicions: before ^ after,
             clears_acks: record.state.stage != s.state().stage
                 || record.state.config.epoch != s.state().config.epoch,
             record,
@@ -267,6 +277,12 @@ impl EtcdClient {
         if p.clears_acks {
             ops.push(TxnOp::delete(
                 keys.acks(),
+                Some(DeleteOptions::new().with_prefix()),
+            ));
+        }
+        for n in (0..64).filter(|n| p.clears_suspicions & (1 << n) != 0) {
+            ops.push(TxnOp::delete(
+                keys.suspicions_of(n),
                 Some(DeleteOptions::new().with_prefix()),
             ));
         }
@@ -519,7 +535,12 @@ impl ManagerClient for EtcdClient {
     }
 
     fn suspect(&mut self, node: NodeId) -> Result<(), ManagerError> {
-        if node == self.node || node as usize >= self.last.leases.len() {
+        // A suspicion of a non-member counts for nothing (nor does one of a
+        // removed node, whose suspicions are deleted with its removal).
+        if node == self.node
+            || node as usize >= self.last.leases.len()
+            || !self.last.state().config.placement.is_member(node)
+        {
             return Ok(());
         }
         // The suspicion lapses with its etcd lease.
@@ -563,6 +584,7 @@ impl ManagerClient for EtcdClient {
                 },
                 on: self.last.state_mod_revision,
                 clears_acks: false,
+                clears_suspicions: 0,
                 events,
             };
             if self.publish(p)? {
