@@ -265,52 +265,6 @@ impl Placement {
         Ok(next.finish())
     }
 
-    /// The primary partition `p` had when the cluster started ([`Placement::new`]):
-    /// `p mod nodes`. The number of partitions never changes, so it needs no record.
-    #[inline]
-    pub fn original_primary(&self, p: u32) -> NodeId {
-        (p % self.nodes as u32) as NodeId
-    }
-
-    /// The placement once every partition whose original primary is a member holding
-    /// an up-to-date copy of it, but is not its primary, has that node as primary
-    /// again: moved to the front, the other replicas in their order after it (the
-    /// current primary first), so the lists keep the same replicas and the same
-    /// syncing copies. `None` if no partition moves.
-    ///
-    /// The original placement, not a balanced one computed for today's members: it is
-    /// what the cluster was measured and loaded with (`hash mod nodes`, TPC-C's
-    /// warehouses by node), it moves only the partitions that failovers moved (a
-    /// fresh balance could move others too), and it needs no state beyond the
-    /// placement, so every manager computes the same answer from the published state.
-    pub fn handed_back(&self) -> Option<HandBack> {
-        let mut next = self.edit();
-        let (mut nodes, mut partitions) = (0u64, 0u32);
-        for p in 0..self.partitions {
-            let o = self.original_primary(p);
-            let list = next.list(p);
-            let Some(i) = list.iter().position(|&(n, _)| n == o) else {
-                continue;
-            };
-            // A syncing copy may miss writes committed before its copy was made: it
-            // never becomes the primary (the same rule as a promotion).
-            if i == 0 || list[i].1 || !self.is_member(o) {
-                continue;
-            }
-            let mut moved = list.clone();
-            let back = moved.remove(i);
-            moved.insert(0, back);
-            next.set_list(p, &moved);
-            nodes |= 1 << o;
-            partitions += 1;
-        }
-        (partitions > 0).then(|| HandBack {
-            placement: next.finish(),
-            nodes,
-            partitions,
-        })
-    }
-
     /// Marks `node`'s copy of partition `p` as up to date. Returns whether it was
     /// syncing.
     pub fn mark_synced(&mut self, p: u32, node: NodeId) -> bool {
@@ -336,17 +290,6 @@ impl Placement {
             syncing: self.syncing.to_vec(),
         }
     }
-}
-
-/// What [`Placement::handed_back`] found to move.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HandBack {
-    /// The placement with the partitions handed back.
-    pub placement: Placement,
-    /// The nodes that are primaries again (bit i = node i).
-    pub nodes: u64,
-    /// How many partitions moved.
-    pub partitions: u32,
 }
 
 /// A placement being changed.

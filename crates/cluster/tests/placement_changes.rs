@@ -1,9 +1,7 @@
 //! Any sequence of failures and rejoins keeps a placement well formed: every listed
 //! replica is a member and listed once, the primary is up to date, a partition has R
 //! replicas whenever R members exist, and an up-to-date copy survives every failure
-//! that leaves one (the change is refused only when none is left); a hand-back keeps
-//! every partition's replicas and syncing copies and moves only up-to-date first
-//! primaries to the front.
+//! that leaves one (the change is refused only when none is left).
 
 use ambidex_cluster::{Placement, PlacementError};
 use proptest::prelude::*;
@@ -13,7 +11,6 @@ enum Change {
     Fail(u16),
     Join(u16),
     Sync(u16),
-    HandBack,
 }
 
 fn change(nodes: u16) -> impl Strategy<Value = Change> {
@@ -21,7 +18,6 @@ fn change(nodes: u16) -> impl Strategy<Value = Change> {
         (0..nodes).prop_map(Change::Fail),
         (0..nodes).prop_map(Change::Join),
         (0..nodes).prop_map(Change::Sync),
-        Just(Change::HandBack),
     ]
 }
 
@@ -85,29 +81,6 @@ proptest! {
                     }
                 }
                 Change::Join(n) if !p.is_member(n) => p = p.with_member(n).unwrap(),
-                Change::HandBack => {
-                    if let Some(b) = p.handed_back() {
-                        let q = b.placement;
-                        let mut moved = 0;
-                        for x in 0..p.partitions() {
-                            let (old, new) = (p.replicas_of(x), q.replicas_of(x));
-                            let synced = |pl: &Placement, l: &[u16]| -> Vec<(u16, bool)> {
-                                let mut v: Vec<_> = l.iter().map(|&n| (n, !up_to_date(pl, x).contains(&n))).collect();
-                                v.sort_unstable();
-                                v
-                            };
-                            prop_assert_eq!(synced(&p, old), synced(&q, new));
-                            if old[0] != new[0] {
-                                moved += 1;
-                                prop_assert_eq!(new[0], q.original_primary(x));
-                                prop_assert!(up_to_date(&p, x).contains(&new[0]));
-                            }
-                        }
-                        prop_assert_eq!(moved, b.partitions);
-                        prop_assert!(q.handed_back().is_none());
-                        p = q;
-                    }
-                }
                 Change::Sync(n) => {
                     for x in 0..p.partitions() {
                         p.mark_synced(x, n);

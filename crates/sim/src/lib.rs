@@ -706,11 +706,6 @@ pub struct RestartEvent {
     pub rejoined_at_ns: Option<u64>,
     /// When every copy was up to date again after the admission.
     pub rereplicated_at_ns: Option<u64>,
-    /// When the manager handed the new incarnation back the partitions it was the
-    /// first primary of (`None`: never, e.g. it holds no copy of them).
-    pub handed_back_at_ns: Option<u64>,
-    /// Partitions it is the primary of in the final configuration.
-    pub primaries_at_end: u32,
     /// Transactions the new incarnation's coordinators committed.
     pub committed: u64,
     /// Other nodes' tables its start-up check verified once it was a member again.
@@ -1154,8 +1149,7 @@ impl Sim {
     }
 
     /// Whether a restart is still to come, or a restarted node is not a member again
-    /// as its new incarnation, or its copies are not all up to date yet, or its
-    /// partitions are yet to be handed back to it.
+    /// as its new incarnation, or its copies are not all up to date yet.
     fn rejoining(&self) -> bool {
         if self.restart_plans.iter().any(|p| !p.done) {
             return true;
@@ -1170,7 +1164,6 @@ impl Sim {
                 c.placement.is_member(r.node) && c.incarnations[r.node as usize] == r.incarnation;
             !back && !self.crashed[r.node as usize]
         }) || c.placement.syncing().next().is_some()
-            || ambidex_cluster::membership::decide::hand_back(&st).is_some()
     }
 
     /// RPCs issued and not yet completed or failed, over every runtime of a node not
@@ -1642,17 +1635,6 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
                 .find(|e| e.what == EventKind::Rereplicated && e.at_ns >= j)
                 .map(|e| e.at_ns)
         });
-        r.handed_back_at_ns = r.rejoined_at_ns.and_then(|j| {
-            events.iter().find_map(|e| match e.what {
-                EventKind::HandedBack { nodes, .. } if nodes & bit != 0 && e.at_ns >= j => {
-                    Some(e.at_ns)
-                }
-                _ => None,
-            })
-        });
-        r.primaries_at_end = (0..placement.partitions())
-            .filter(|&p| placement.replicas_of(p)[0] == r.node)
-            .count() as u32;
         r.committed = sim
             .threads
             .iter()
@@ -1681,15 +1663,6 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
             "copies not up to date at the end: partitions {:?}",
             placement.syncing().collect::<Vec<_>>()
         ));
-    }
-    // The run goes on until a due hand-back is made ([`Sim::rejoining`]).
-    if let Some(b) = placement.handed_back() {
-        if placement.syncing().next().is_none() && sim.cluster.manager.failure().is_none() {
-            failures.push(format!(
-                "a hand-back was due at the end: {} partitions to nodes {:#b}",
-                b.partitions, b.nodes
-            ));
-        }
     }
     let mut history = std::mem::take(&mut *recs.borrow_mut());
     // Transactions whose coordinator died (or was fenced) before it knew their outcome:

@@ -2,12 +2,12 @@
 //! crashes a node in a protocol phase (or two, the second during the recovery from the
 //! first) and restarts each as a new incarnation with a fresh empty database, some
 //! before the manager removed the crashed incarnation, the others 1-4 leases after.
-//! The run goes on until each is a member again with every copy up to date and the
-//! partitions it was the first primary of handed back to it, and a while longer; then
-//! every check passes over the final members, the restarted ones included (their
-//! copies equal their primaries, the history checker accepts, the workload's invariant
-//! holds, no lock is held). 200 seeds per workload, the preset cycling with the seed
-//! over the four of DrTM+H Table 4. TPC-C is not swept here (`docs/recovery.md`).
+//! The run goes on until each is a member again with every copy up to date, and a
+//! while longer; then every check passes over the final members, the restarted ones
+//! included (their copies equal their primaries, the history checker accepts, the
+//! workload's invariant holds, no lock is held). 200 seeds per workload, the preset
+//! cycling with the seed over the four of DrTM+H Table 4; TPC-C is left out (a
+//! rejoined node gets none of its warehouses back).
 
 use ambidex_sim::{defaults, run, InjectedBug, SimReport};
 use ambidex_workloads::{Config, WorkloadKind};
@@ -46,8 +46,6 @@ fn restart_sweep(workload: WorkloadKind, seeds: std::ops::Range<u64>) -> Vec<Sim
         failed.join("\n")
     );
     let (mut early, mut late, mut two) = (0, 0, 0);
-    // Restarted incarnations members at the end, and those a primary again then.
-    let (mut back, mut primary_again) = (0u32, 0u32);
     let mut gap_ms = Vec::new();
     for r in &reports {
         let seed = r.seed;
@@ -84,14 +82,6 @@ fn restart_sweep(workload: WorkloadKind, seeds: std::ops::Range<u64>) -> Vec<Sim
                 x.removed_at_ns.is_some_and(|t| t <= rejoined),
                 "seed {seed}: {x:?}"
             );
-            back += 1;
-            if x.primaries_at_end > 0 {
-                primary_again += 1;
-                let handed = x
-                    .handed_back_at_ns
-                    .unwrap_or_else(|| panic!("seed {seed}: a primary, never handed back: {x:?}"));
-                assert!(synced <= handed, "seed {seed}: handed back unsynced: {x:?}");
-            }
             if x.before_removal {
                 early += 1;
             } else {
@@ -112,8 +102,7 @@ fn restart_sweep(workload: WorkloadKind, seeds: std::ops::Range<u64>) -> Vec<Sim
     eprintln!(
         "{} crash-restart: {} seeds in {:.1} s; restarts before removal {early}, after {late}, \
          seeds with two {two}; restart to every copy synced: median {:.1} ms, max {:.1} ms \
-         (simulated); restarted incarnations committed {committed}; primaries again at the \
-         end {primary_again} of {back}",
+         (simulated); restarted incarnations committed {committed}",
         workload.name(),
         reports.len(),
         t0.elapsed().as_secs_f64(),
@@ -128,12 +117,6 @@ fn restart_sweep(workload: WorkloadKind, seeds: std::ops::Range<u64>) -> Vec<Sim
     assert!(
         committed > 0,
         "no restarted incarnation committed a transaction"
-    );
-    // Three nodes, R = 3: a rejoined node holds a copy of every partition, so it gets
-    // its first primaries back unless a second crash took those copies away again.
-    assert!(
-        primary_again * 10 >= back * 9,
-        "primaries again at the end: {primary_again} of {back} restarted members"
     );
     reports
 }

@@ -833,33 +833,13 @@ impl Tpcc {
         let ix = &self.idx[w.node as usize];
         let k = k_order(wid, d, o_id);
         let token = ix.next_token.fetch_add(1, Ordering::Relaxed) + 1;
-        // Under the lock `refresh` drops warehouses with: one moved away since the
-        // transaction began (a hand-back) gets no entry here.
-        let entered = {
-            let g = ix.serves.lock().unwrap_or_else(|e| e.into_inner());
-            if g.held.binary_search(&wid).is_err() {
-                None
-            } else {
-                Some(ix.new_order.insert_new(k, token))
-            }
-        };
-        if entered != Some(true) {
+        if !ix.new_order.insert_new(k, token) {
             t.abort().await;
-            let why = match entered {
-                None => AbortReason::EpochChanged,
-                Some(_) => AbortReason::LockedAtExecute,
-            };
-            return Outcome::Aborted(why);
+            return Outcome::Aborted(AbortReason::LockedAtExecute);
         }
         match t.commit().await {
             Ok(_) => {
-                // Under the lock `refresh` drops warehouses with: a hand-back may have
-                // moved this one to another node while the commit finished (that node
-                // rebuilt its entries from the rows), and an entry here would be stale.
-                let g = ix.serves.lock().unwrap_or_else(|e| e.into_inner());
-                if g.held.binary_search(&wid).is_ok() {
-                    ix.cust_order.insert(k_cust_order(wid, d, c, o_id), ());
-                }
+                ix.cust_order.insert(k_cust_order(wid, d, c, o_id), ());
                 Outcome::FOUND
             }
             Err(r) => {
@@ -1566,14 +1546,6 @@ impl Workload for Tpcc {
             MIX.iter().position(|&m| x < m).expect("mix sums to 100")
         };
         self.follow(w, local);
-        if local.epoch != w.th.db.cluster().config.epoch() {
-            // Not refreshed to the new epoch yet (its stage is not Run, or another
-            // thread is rebuilding): the old list may hold a warehouse another node
-            // runs now (a hand-back takes warehouses from a live node), whose index
-            // entries would go to the wrong node.
-            w.ctx.yield_now().await;
-            return (ty, Outcome::Aborted(AbortReason::EpochChanged));
-        }
         let Some(wid) = self.home_warehouse(w, rng, local) else {
             // This node runs no warehouse any more (its own moved to the node that
             // took over its partitions): nothing to do but let the others run.

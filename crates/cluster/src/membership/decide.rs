@@ -151,47 +151,10 @@ pub fn admit(state: &ClusterState, joining: &[(NodeId, u64)]) -> Option<Change> 
     ))
 }
 
-/// The next state once rejoined members are primaries again of the partitions they
-/// had at the start ([`crate::Placement::handed_back`]); `None` unless the cluster
-/// runs with every copy up to date and some partition moves. Waiting for every copy
-/// (not only the joiner's) makes one epoch change per rejoin, not one per partition
-/// synced, and stops no copy in progress (a new epoch restarts copies).
-///
-/// No committed write is lost: the new primary's copy is up to date (never a syncing
-/// one), which means COPY gave it every item the primary held and, being a backup
-/// since the start of the epoch of its copy, it received every write committed since
-/// (COMMIT_BACKUP with the RPC log; with log rings, a record it applies when the ring
-/// is truncated). What it has not applied yet is a logged transaction, and at this
-/// change's stage Recover every member replays the log records it holds (its log
-/// replicas and its rings from their heads) to every replica of the new placement, by
-/// version, before any transaction of the new epoch runs; locks of the old epoch are
-/// released. That is the argument a promotion after a failure rests on
-/// (`Placement::without`), with the old primary alive and replaying too.
-pub fn hand_back(state: &ClusterState) -> Option<Change> {
-    let placement = &state.config.placement;
-    if state.stage != Stage::Run || placement.syncing().next().is_some() {
-        return None;
-    }
-    let back = placement.handed_back()?;
-    let config = crate::Configuration {
-        epoch: state.config.epoch + 1,
-        incarnations: state.config.incarnations.clone(),
-        placement: back.placement,
-    };
-    Some(publish(
-        state,
-        config,
-        vec![EventKind::HandedBack {
-            nodes: back.nodes,
-            partitions: back.partitions,
-        }],
-    ))
-}
-
 /// The one change due now, in the order a manager applies them: removals first (a
 /// failure during a reconfiguration starts the next one), then the next stage, then
-/// joins, then hand-backs. `alive`, `acked`: bit i = node i's lease holds, node i
-/// acknowledged the current stage (of the current epoch, as the member's incarnation).
+/// joins. `alive`, `acked`: bit i = node i's lease holds, node i acknowledged the
+/// current stage (of the current epoch, as the member's incarnation).
 pub fn next_change(
     state: &ClusterState,
     alive: u64,
@@ -209,7 +172,7 @@ pub fn next_change(
             events,
         });
     }
-    admit(state, joining).or_else(|| hand_back(state))
+    admit(state, joining)
 }
 
 /// Whether the suspicions of `reporters` (bit i = node i) revoke `node`'s lease: a
@@ -301,145 +264,6 @@ mod tests {
         assert!(!revokes(&s, 4, 0b1_0011));
         assert!(!revokes(&s, 63, u64::MAX));
         assert!(!revokes(&s, 200, u64::MAX));
-    }
-
-    /// Node 2 of 3 (R = 3) removed and back as incarnation 2, at stage Run: every
-    /// partition lists it last, syncing.
-    fn rejoined() -> ClusterState {
-        let s = running(3, 3);
-        let Some(Change::Publish { state, .. }) = next_change(&s, 0b011, 0, &[]) else {
-            panic!("node 2 is removed");
-        };
-        let run = after_acks(&after_acks(&state, 0b011).unwrap(), 0b011).unwrap();
-        let Some(Change::Publish { state, .. }) = next_change(&run, 0b111, 0, &[(2, 2)]) else {
-            panic!("node 2 joins");
-        };
-        after_acks(&after_acks(&state, 0b111).unwrap(), 0b111).unwrap()
-    }
-
-    fn sync_all(s: &mut ClusterState, node: NodeId) {
-        for p in 0..s.config.placement.partitions() {
-            mark_synced(s, node, p);
-        }
-    }
-
-    #[test]
-    fn a_synced_rejoined_node_gets_its_first_primaries_back() {
-        let mut s = rejoined();
-        let start = Configuration::initial(3, 3).unwrap().placement;
-        let before = s.config.placement.clone();
-        assert!((0..before.partitions()).all(|p| before.replicas_of(p)[0] != 2));
-        sync_all(&mut s, 2);
-        let Some(Change::Publish { state, events }) = next_change(&s, 0b111, 0, &[]) else {
-            panic!("a hand-back is due");
-        };
-        let moved = start.partitions() / 3;
-        assert_eq!(
-            events,
-            vec![EventKind::HandedBack {
-                nodes: 0b100,
-                partitions: moved
-            }]
-        );
-        assert_eq!(
-            (
-                state.config.epoch,
-                state.stage,
-                state.config.incarnations[2]
-            ),
-            (s.config.epoch + 1, Stage::Adopt, 2)
-        );
-        let after = &state.config.placement;
-        assert_eq!(after.member_mask(), 0b111);
-        for p in 0..after.partitions() {
-            assert_eq!(
-                after.replicas_of(p)[0],
-                start.replicas_of(p)[0],
-                "partition {p}: its first primary"
-            );
-            // The same copies, none syncing: nothing copied, nothing lost.
-            let mut a = after.replicas_of(p).to_vec();
-            let mut b = before.replicas_of(p).to_vec();
-            a.sort_unstable();
-            b.sort_unstable();
-            assert_eq!(a, b, "partition {p}");
-            assert_eq!(after.syncing_of(p), 0);
-            // The other replicas keep their order, the old primary first.
-            if before.replicas_of(p)[0] != after.replicas_of(p)[0] {
-                assert_eq!(after.replicas_of(p)[1..], before.replicas_of(p)[..2]);
-            }
-        }
-        // Once handed back, through its stages, nothing more is due.
-        let run = after_acks(&after_acks(&state, 0b111).unwrap(), 0b111).unwrap();
-        assert_eq!(next_change(&run, 0b111, 0, &[]), None);
-    }
-
-    #[test]
-    fn no_hand_back_before_every_copy_is_synced() {
-        let mut s = rejoined();
-        assert_eq!(next_change(&s, 0b111, 0, &[]), None);
-        // All but one partition: still nothing, not even the synced ones.
-        for p in 1..s.config.placement.partitions() {
-            mark_synced(&mut s, 2, p);
-        }
-        assert_eq!(next_change(&s, 0b111, 0, &[]), None);
-        assert_eq!(hand_back(&s), None);
-        mark_synced(&mut s, 2, 0);
-        assert!(hand_back(&s).is_some());
-        // Not during another epoch's stages either.
-        let mut adopting = s.clone();
-        adopting.stage = Stage::Recover;
-        assert_eq!(hand_back(&adopting), None);
-    }
-
-    #[test]
-    fn a_removal_or_a_join_comes_before_a_hand_back() {
-        let mut s = rejoined();
-        sync_all(&mut s, 2);
-        // Node 0's lease ran out: it is removed, nothing is handed back.
-        let Some(Change::Publish { state, events }) = next_change(&s, 0b110, 0, &[]) else {
-            panic!("node 0 is removed");
-        };
-        assert_eq!(events[0], EventKind::LeaseExpired { nodes: 0b001 });
-        assert!(!state.config.placement.is_member(0));
-        // Node 1 restarted and asks to join: its old incarnation goes first.
-        let Some(Change::Publish { events, .. }) = next_change(&s, 0b111, 0, &[(1, 2)]) else {
-            panic!("node 1 is removed");
-        };
-        assert_eq!(events[0], EventKind::LeaseExpired { nodes: 0b010 });
-        // Once the removal's epoch runs (two members: no copy to make), node 2 gets
-        // its partitions back, and node 0's stay with the backup promoted.
-        let run = after_acks(&after_acks(&state, 0b110).unwrap(), 0b110).unwrap();
-        let Some(Change::Publish { state, events }) = next_change(&run, 0b110, 0, &[]) else {
-            panic!("the hand-back follows");
-        };
-        assert_eq!(
-            events,
-            vec![EventKind::HandedBack {
-                nodes: 0b100,
-                partitions: 64
-            }]
-        );
-        let pl = &state.config.placement;
-        assert!((0..pl.partitions()).all(|p| pl.replicas_of(p)[0] == [1, 1, 2][p as usize % 3]));
-    }
-
-    #[test]
-    fn nothing_is_handed_back_without_a_rejoined_node() {
-        let s = running(5, 3);
-        assert_eq!(hand_back(&s), None);
-        // A removal promotes backups; the survivors synced: still nothing to give back
-        // (the first primaries that are members are primaries).
-        let Some(Change::Publish { state, .. }) = next_change(&s, 0b01111, 0, &[]) else {
-            panic!("node 4 is removed");
-        };
-        let mut run = after_acks(&after_acks(&state, 0b01111).unwrap(), 0b01111).unwrap();
-        for (p, i) in run.config.placement.syncing().collect::<Vec<_>>() {
-            let n = run.config.placement.replicas_of(p)[i];
-            mark_synced(&mut run, n, p);
-        }
-        assert_eq!(run.config.placement.syncing().count(), 0);
-        assert_eq!(next_change(&run, 0b01111, 0, &[]), None);
     }
 
     #[test]

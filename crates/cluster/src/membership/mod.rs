@@ -23,9 +23,7 @@
 //!
 //! A failure during a reconfiguration starts the next one (epoch + 2) at once. A
 //! restarted node joins as a new incarnation once the cluster runs; the join is a
-//! reconfiguration too (it is made a backup of the partitions short of copies). Once
-//! every copy is up to date, one more reconfiguration hands the partitions it was the
-//! first primary of back to it ([`decide::hand_back`]).
+//! reconfiguration too (it is made a backup of the partitions short of copies).
 
 pub mod decide;
 
@@ -104,9 +102,6 @@ pub enum EventKind {
     Recovered,
     /// Every copy of every partition is up to date again.
     Rereplicated,
-    /// A new configuration (stage Adopt) makes rejoined members (bit i = node i) the
-    /// primaries again of the partitions they had at the start, `partitions` in all.
-    HandedBack { nodes: u64, partitions: u32 },
     /// The cluster cannot go on (a partition lost every copy).
     Failed { why: String },
 }
@@ -507,34 +502,12 @@ mod tests {
         ack_all(&mut m, Stage::Adopt, 29 * MS);
         ack_all(&mut m, Stage::Recover, 29 * MS);
         for p in 0..c.placement.partitions() {
-            assert!(!m.tick(40 * MS), "no hand-back before every copy is synced");
             m.synced(2, 5, p, 40 * MS);
         }
         assert!(matches!(
             m.events().last().unwrap().what,
             EventKind::Rereplicated
         ));
-        // Then node 2 is the primary again of the partitions it had at the start.
-        for n in 0..3 {
-            m.renew(n, m.state().config.incarnations[n as usize], 41 * MS)
-                .unwrap();
-        }
-        assert!(m.tick(42 * MS));
-        let s = m.state();
-        assert_eq!((s.config.epoch, s.stage), (4, Stage::Adopt));
-        assert_eq!(
-            m.events().last().unwrap().what,
-            EventKind::HandedBack {
-                nodes: 0b100,
-                partitions: 64
-            }
-        );
-        let first = Configuration::initial(3, 3).unwrap().placement;
-        let pl = &s.config.placement;
-        assert!((0..pl.partitions()).all(|p| pl.replicas_of(p)[0] == first.replicas_of(p)[0]));
-        ack_all(&mut m, Stage::Adopt, 43 * MS);
-        ack_all(&mut m, Stage::Recover, 43 * MS);
-        assert!(!m.tick(44 * MS), "nothing more to hand back");
     }
 
     #[test]
