@@ -1613,6 +1613,16 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     // one, and had every copy up to date again; the new one must be a member with every
     // copy in sync at the end.
     let events = sim.cluster.manager.events();
+    // The manager's stage timeout keeps a real cluster going; here every member that
+    // is alive acknowledges promptly, so one that timed out is a bug the timeout hid.
+    for e in &events {
+        if let EventKind::StageTimedOut { nodes } = e.what {
+            failures.push(format!(
+                "members {nodes:#b} held epoch {}'s stage past the manager's timeout",
+                e.epoch
+            ));
+        }
+    }
     for r in sim.restarts.iter_mut() {
         let bit = 1u64 << r.node;
         r.removed_at_ns = events.iter().find_map(|e| match e.what {

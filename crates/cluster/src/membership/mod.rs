@@ -102,6 +102,10 @@ pub enum EventKind {
     Recovered,
     /// Every copy of every partition is up to date again.
     Rereplicated,
+    /// Members (bit i = node i) that did not acknowledge a stage within
+    /// [`STAGE_TIMEOUT_MIN_NS`] (or 100 leases): their leases are revoked, and they are
+    /// removed as expired.
+    StageTimedOut { nodes: u64 },
     /// The cluster cannot go on (a partition lost every copy).
     Failed { why: String },
 }
@@ -126,6 +130,8 @@ pub struct Membership {
     failed: Option<String>,
     /// Since when the change due would stop the cluster (see [`FATAL_GRACE_MIN_NS`]).
     failing_since: Option<u64>,
+    /// The (epoch, stage) the cluster is in and since when (see [`STAGE_TIMEOUT_MIN_NS`]).
+    stage_since: (u32, Stage, u64),
     events: Vec<Event>,
 }
 
@@ -138,6 +144,12 @@ pub struct Membership {
 /// leases. Nodes stop serving on their own clocks when their leases run out, so the
 /// wait is safe; it only delays the failure of a cluster that really lost them.
 pub const FATAL_GRACE_MIN_NS: u64 = 500_000_000;
+
+/// A member that renews its lease but does not acknowledge a stage for this long (or
+/// 100 leases if longer) would hold the whole cluster in that stage: its lease is
+/// revoked and it is removed. Seen on a loaded host: a reconfiguration stuck in stage
+/// Adopt from the middle of a run to its end. Stages take milliseconds.
+pub const STAGE_TIMEOUT_MIN_NS: u64 = 1_000_000_000;
 
 /// How long a suspicion counts.
 pub const SUSPICION_TTL_NS: u64 = 5_000_000_000;
@@ -162,6 +174,7 @@ impl Membership {
             joining: Vec::new(),
             failed: None,
             failing_since: None,
+            stage_since: (0, Stage::Run, now),
             events: Vec::new(),
         }
     }
@@ -295,6 +308,7 @@ impl Membership {
         if self.failed.is_some() {
             return false;
         }
+        self.revoke_stuck(now);
         let alive = (0..self.expiry.len())
             .filter(|&n| now <= self.expiry[n])
             .fold(0u64, |m, n| m | (1 << n));
@@ -319,6 +333,31 @@ impl Membership {
                 true
             }
         }
+    }
+
+    /// Revokes the members that hold the current stage past its timeout (see
+    /// [`STAGE_TIMEOUT_MIN_NS`]): their leases end now, so the next change removes them.
+    fn revoke_stuck(&mut self, now: u64) {
+        let at = (self.state.config.epoch, self.state.stage);
+        if (self.stage_since.0, self.stage_since.1) != at {
+            self.stage_since = (at.0, at.1, now);
+            return;
+        }
+        let timeout = STAGE_TIMEOUT_MIN_NS.max(self.lease_ns.saturating_mul(100));
+        if at.1 == Stage::Run || now.saturating_sub(self.stage_since.2) < timeout {
+            return;
+        }
+        let stuck = self.members() & !self.acked & !self.revoked;
+        if stuck == 0 {
+            return;
+        }
+        self.revoked |= stuck;
+        for n in 0..self.expiry.len() {
+            if stuck >> n & 1 == 1 {
+                self.expiry[n] = 0;
+            }
+        }
+        self.push_event(now, EventKind::StageTimedOut { nodes: stuck });
     }
 
     /// Installs a state decided by [`decide`], with what follows from it here.
@@ -552,6 +591,42 @@ mod tests {
             m.renew(0, 1, 26 * MS + FATAL_GRACE_MIN_NS),
             Err(Refusal::Failed(_))
         ));
+    }
+
+    #[test]
+    fn a_member_that_never_acknowledges_a_stage_is_removed_after_the_timeout() {
+        let mut m = three();
+        for n in 0..3 {
+            m.renew(n, 1, 10 * MS).unwrap();
+        }
+        // Node 2 dies: epoch 2 at Adopt; node 1 renews on but never acknowledges.
+        m.renew(0, 1, 25 * MS).unwrap();
+        m.renew(1, 1, 25 * MS).unwrap();
+        assert!(m.tick(31 * MS));
+        assert_eq!((m.state().config.epoch, m.state().stage), (2, Stage::Adopt));
+        m.ack(0, 1, 2, Stage::Adopt, 32 * MS);
+        let timeout = STAGE_TIMEOUT_MIN_NS.max(100 * 20 * MS);
+        let mut t = 32 * MS;
+        while t < 31 * MS + timeout {
+            for n in 0..2 {
+                m.renew(n, 1, t).unwrap();
+            }
+            m.tick(t);
+            t += 5 * MS;
+        }
+        assert_eq!(m.state().config.epoch, 2, "held in Adopt until the timeout");
+        m.renew(0, 1, t).unwrap();
+        m.tick(t);
+        m.renew(0, 1, t + MS).unwrap();
+        m.tick(t + MS);
+        let s = m.state();
+        assert_eq!(s.config.epoch, 3, "{:?}", m.events());
+        assert_eq!(s.config.placement.member_mask(), 0b001);
+        assert!(m
+            .events()
+            .iter()
+            .any(|e| e.what == EventKind::StageTimedOut { nodes: 0b010 }));
+        assert!(m.renew(1, 1, t + 2 * MS).is_err());
     }
 
     #[test]
