@@ -4,6 +4,8 @@
 //! report keeps the in-process shape, that a node killed mid-run is reported (not
 //! hidden) without hanging, and that bad input to `ambidex node` is a clear error.
 
+mod common;
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -374,15 +376,8 @@ fn a_node_killed_mid_run_is_reported_and_nothing_hangs() {
         let line = rx
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
             .unwrap_or_else(|_| panic!("launcher never got running: {lines:?}"));
-        if let Some(list) = line.split("node=pid: ").nth(1) {
-            pids = list
-                .trim_end_matches(')')
-                .split_whitespace()
-                .map(|kv| {
-                    let (n, p) = kv.split_once('=').unwrap();
-                    (n.parse().unwrap(), p.parse().unwrap())
-                })
-                .collect();
+        if let Some(p) = common::node_pids(&line) {
+            pids = p;
         }
         let running = line.contains("running");
         lines.push(line);

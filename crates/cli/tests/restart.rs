@@ -182,12 +182,8 @@ fn a_node_killed_from_outside_is_restarted_and_a_live_one_is_not() {
         let line = rx
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
             .unwrap_or_else(|_| panic!("the launcher never got running: {lines:?}"));
-        if let Some(list) = line.split("node=pid: ").nth(1) {
-            victim = list
-                .trim_end_matches(')')
-                .split_whitespace()
-                .find_map(|kv| kv.strip_prefix("1="))
-                .map(|p| p.parse::<i32>().unwrap());
+        if let Some(pids) = common::node_pids(&line) {
+            victim = pids.iter().find(|&&(n, _)| n == 1).map(|&(_, p)| p);
         }
         let running = line.contains("running");
         lines.push(line);

@@ -125,3 +125,17 @@ pub fn check_restart(ok: bool, r: &Value, stderr: &str, node: u64, not_before_ms
         r["recovery"]
     );
 }
+
+/// The node pids of the launcher's line "ambidex: started 3 shm node processes
+/// (node=pid: 0=11 1=12 2=13)", or `None` for another line.
+#[allow(dead_code)]
+pub fn node_pids(line: &str) -> Option<Vec<(u16, i32)>> {
+    let list = line.split("node=pid: ").nth(1)?;
+    list.trim_end_matches(')')
+        .split_whitespace()
+        .map(|kv| {
+            let (n, p) = kv.split_once('=')?;
+            Some((n.parse().ok()?, p.parse().ok()?))
+        })
+        .collect()
+}
