@@ -867,7 +867,7 @@ impl Sim {
             || self.long_partition.is_some_and(|(_, _, until)| now < until)
             || (self.faults.long_partition.1 > 0.0 && self.long_partition.is_none())
             || self.epoch_stage().1 != Stage::Run
-            || self.rejoining()
+            || self.restoring()
     }
 
     /// The phases a coordinator of node `n` is in now.
@@ -1149,15 +1149,13 @@ impl Sim {
     }
 
     /// Whether a restart is still to come, or a restarted node is not a member again
-    /// as its new incarnation, or its copies are not all up to date yet.
-    fn rejoining(&self) -> bool {
+    /// as its new incarnation, or some copy is not up to date yet (a rejoined node's,
+    /// or one re-replicated after a crash).
+    fn restoring(&self) -> bool {
         if self.restart_plans.iter().any(|p| !p.done) {
             return true;
         }
         let st = self.cluster.manager.state();
-        if self.restarts.is_empty() {
-            return st.config.placement.syncing().next().is_some();
-        }
         let c = &st.config;
         self.restarts.iter().any(|r| {
             let back =

@@ -77,6 +77,16 @@ pub struct ItemLock {
     pub owner: LockOwner,
 }
 
+/// What [`Table::release_if`] found at an item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Release {
+    /// Not held by a transaction (any more).
+    Free,
+    /// Held by a transaction the caller keeps.
+    Kept,
+    Released,
+}
+
 /// A MICA-style hash table inside one registered region (see [`crate::layout`]).
 pub struct Table {
     mem: RegionMemory,
@@ -472,27 +482,10 @@ impl Table {
     pub fn release_locks_where(&self, mut dead: impl FnMut(LockOwner) -> bool) -> usize {
         let l = &self.desc.layout;
         let used = self.next_item.load(Ordering::Acquire).min(l.capacity);
-        let mut released = 0;
-        for r in 1..=used {
-            let Some(off) = l.item_off(r) else { continue };
-            let h = self.hdr(off).load(Ordering::Acquire);
-            let Some(owner) = Header::unpack(h).owner else {
-                continue;
-            };
-            // The store's own short locks belong to a thread of this node, alive.
-            if owner != LockOwner::STORE
-                && dead(owner)
-                && self
-                    .hdr(off)
-                    .compare_exchange(h, Header::unlocked(h), Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-            {
-                // The chunk versions still hold the locked version (an abort never
-                // wrote data), so the item reads as it was.
-                released += 1;
-            }
-        }
-        released
+        (1..=used)
+            .filter_map(|r| l.item_off(r))
+            .filter(|&off| self.release_if(off, &mut dead) == Release::Released)
+            .count()
     }
 
     /// [`Table::release_locks_where`] over the locks this node's CPU took (the lock
@@ -500,28 +493,42 @@ impl Table {
     /// no node locks by one-sided CAS. Returns the locks released.
     pub fn release_cpu_locks_where(&self, mut dead: impl FnMut(LockOwner) -> bool) -> usize {
         let mut released = 0;
-        self.journal.drain_where(|off| {
-            let h = self.hdr(off).load(Ordering::Acquire);
-            let Some(owner) = Header::unpack(h).owner else {
-                return false;
-            };
-            if owner == LockOwner::STORE {
-                return false;
-            }
-            if !dead(owner) {
-                return true;
-            }
-            // A failed CAS: its holder released it (and may hold it again, noted anew).
-            if self
-                .hdr(off)
-                .compare_exchange(h, Header::unlocked(h), Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                released += 1;
-            }
-            false
-        });
+        self.journal
+            .drain_where(|off| match self.release_if(off, &mut dead) {
+                Release::Kept => true,
+                Release::Released => {
+                    released += 1;
+                    false
+                }
+                Release::Free => false,
+            });
         released
+    }
+
+    /// Releases the item at `off` if a transaction `dead` selects holds it (the
+    /// store's own short locks belong to a live thread of this node). The release is a
+    /// compare-and-swap from the word read, so a lock released meanwhile by its holder
+    /// is left alone; the chunk versions still hold the locked version (an abort never
+    /// wrote data), so the item reads as it was.
+    fn release_if(&self, off: u64, dead: &mut impl FnMut(LockOwner) -> bool) -> Release {
+        let h = self.hdr(off).load(Ordering::Acquire);
+        match Header::unpack(h).owner {
+            Some(o) if o != LockOwner::STORE && !dead(o) => Release::Kept,
+            Some(o) if o != LockOwner::STORE => {
+                let cas = self.hdr(off).compare_exchange(
+                    h,
+                    Header::unlocked(h),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                if cas.is_ok() {
+                    Release::Released
+                } else {
+                    Release::Free
+                }
+            }
+            _ => Release::Free,
+        }
     }
 
     /// Entries in the lock journal (an upper bound on the locks the CPU took that are
