@@ -1,7 +1,9 @@
 //! Runtime settings, the credit formula and errors.
 
 use crate::runtime::OneSidedError;
-use ambidex_transport::{ring, ClusterConfig, EndpointAddr, NodeId, ThreadId, TransportError};
+use ambidex_transport::{
+    ring, AccessError, ClusterConfig, EndpointAddr, NodeId, ThreadId, TransportError,
+};
 use std::fmt;
 use std::time::Duration;
 
@@ -292,6 +294,21 @@ impl fmt::Display for RpcError {
             }
             RpcError::NotMember(n) => write!(f, "node {n} is not a member of the configuration"),
         }
+    }
+}
+
+impl RpcError {
+    /// Whether a change of epoch failed the request or operation (it says nothing about
+    /// its target: the same one may succeed in the new epoch).
+    pub fn is_epoch_change(&self) -> bool {
+        matches!(
+            self,
+            RpcError::EpochChanged
+                | RpcError::OneSided(OneSidedError::Access {
+                    error: AccessError::EpochChanged,
+                    ..
+                })
+        )
     }
 }
 

@@ -12,6 +12,7 @@
 
 use crate::log_ring::{LogRegion, LogRingConfig};
 use ambidex_cluster::{ConfigCell, Configuration, NodeState, Placement};
+use ambidex_rpc::RpcError;
 use ambidex_store::layout::MAGIC;
 use ambidex_store::{
     Catalog, Header, LocationCache, LockOwner, LogRegionDesc, Table, TableConfig, TableDesc,
@@ -84,6 +85,10 @@ pub(crate) fn split_meta(buf: &[u8]) -> (u64, &[u8]) {
 /// Bytes of the superblock the start-up check reads (MAGIC, table id, layout length,
 /// capacity).
 pub const SUPERBLOCK: usize = 32;
+/// How long the start-up check READs a superblock again after changes of epoch failed
+/// it (the runtime's clock): a bound for a node that never catches up.
+const EPOCH_RETRY_NS: u64 = 10_000_000_000;
+
 /// Scratch bytes per coroutine for one-sided READs: one batch's READs (a TPC-C
 /// NewOrder's items and buckets take about 12 KiB); a batch that needs more queues the
 /// rest in the next round trip.
@@ -403,19 +408,8 @@ impl NodeDb {
         let gone = |n: NodeId| !self.config().with(|c| c.placement.is_member(n));
         // One READ per batch: a batch's READs share this coroutine's scratch slice.
         for d in &descs {
-            let read = async {
-                let h = ctx
-                    .queue_read(d.region.at(0), SUPERBLOCK as u32, true)
-                    .map_err(|e| e.to_string())?;
-                ctx.flush().await.map_err(|e| e.to_string())?;
-                ctx.read_result(h, |b| {
-                    let w = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap());
-                    [w(0), w(1), w(2)]
-                })
-                .map_err(|e| e.to_string())
-            };
-            let words = match read.await {
-                Ok(w) => w,
+            let words = match self.read_superblock(ctx, d.region.at(0)).await {
+                Ok(w) => [w[0], w[1], w[2]],
                 Err(_) if gone(d.region.node) => continue,
                 Err(e) => return Err(self.check_error(d, &e)),
             };
@@ -457,24 +451,43 @@ impl NodeDb {
         Ok(verified)
     }
 
-    /// READs the 4 words at `at` (one signaled READ, flushed alone).
+    /// READs the 4 words at `at` (one signaled READ, flushed alone), again after a
+    /// change of epoch failed it: a node joining or leaving while the check runs moves
+    /// every member to a new epoch, and a READ of the old one is fenced at its target
+    /// (or failed here) without saying anything about the table. Retried for at most
+    /// [`EPOCH_RETRY_NS`] of the runtime's clock.
     async fn read_superblock(
         &self,
         ctx: &ambidex_rpc::Ctx,
         at: ambidex_transport::RemoteAddr,
     ) -> Result<[u64; 4], String> {
-        let h = ctx
-            .queue_read(at, SUPERBLOCK as u32, true)
-            .map_err(|e| e.to_string())?;
-        ctx.flush().await.map_err(|e| e.to_string())?;
-        ctx.read_result(h, |b| {
+        let start = ctx.now_ns();
+        loop {
+            match Self::read_superblock_once(ctx, at).await {
+                Err(e)
+                    if e.is_epoch_change()
+                        && ctx.now_ns().saturating_sub(start) < EPOCH_RETRY_NS =>
+                {
+                    ctx.yield_now().await
+                }
+                r => return r.map_err(|e| e.to_string()),
+            }
+        }
+    }
+
+    async fn read_superblock_once(
+        ctx: &ambidex_rpc::Ctx,
+        at: ambidex_transport::RemoteAddr,
+    ) -> Result<[u64; 4], RpcError> {
+        let h = ctx.queue_read(at, SUPERBLOCK as u32, true)?;
+        ctx.flush().await?;
+        Ok(ctx.read_result(h, |b| {
             std::array::from_fn(|i| {
                 b.get(8 * i..8 * i + 8)
                     .and_then(|w| w.try_into().ok())
                     .map_or(0, u64::from_le_bytes)
             })
-        })
-        .map_err(|e| e.to_string())
+        })?)
     }
 
     fn log_check_error(&self, what: &str, why: &str) -> String {
