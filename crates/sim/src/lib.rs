@@ -1160,7 +1160,12 @@ impl Sim {
         self.restarts.iter().any(|r| {
             let back =
                 c.placement.is_member(r.node) && c.incarnations[r.node as usize] == r.incarnation;
-            !back && !self.crashed[r.node as usize]
+            let node = r.node as usize;
+            // Back, and its start-up check (which waits for stage Run at the node)
+            // has an outcome: a run ended before it would report a check it never
+            // made.
+            let checked = self.dbs[node].verification().is_some();
+            !(back && checked) && !self.crashed[node]
         }) || c.placement.syncing().next().is_some()
     }
 
