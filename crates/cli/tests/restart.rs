@@ -11,11 +11,9 @@
 
 mod common;
 
-use common::{check_restart, committed_after, kinds, EXE};
+use common::{check_restart, committed_after, kinds, Launched};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One cluster of node processes at a time (see survival.rs).
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -142,67 +140,29 @@ fn a_commit_phase_kill_is_survived_tatp_over_shm() {
 #[test]
 fn a_node_killed_from_outside_is_restarted_and_a_live_one_is_not() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut child = Command::new(EXE)
-        .args([
-            "bench",
-            "smallbank",
-            "--transport",
-            "shm",
-            "--scale",
-            "0.05",
-        ])
-        .args(["--warmup", "0.3", "--duration", "2.5"])
-        .args(["--restart", "1@1.2", "--restart", "2@0.4"])
-        .args(["--json", "--no-progress"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    // The report comes on stdout at the end; read it on a thread of its own.
-    let mut stdout = child.stdout.take().unwrap();
-    let report = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        std::io::Read::read_to_end(&mut stdout, &mut v).map(|_| v)
-    });
-    // "ambidex: started 3 shm node processes (node=pid: 0=11 1=12 2=13)", then
-    // "... running".
-    let mut lines = Vec::new();
-    let mut victim = None;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .unwrap_or_else(|_| panic!("the launcher never got running: {lines:?}"));
-        if let Some(pids) = common::node_pids(&line) {
-            victim = pids.iter().find(|&&(n, _)| n == 1).map(|&(_, p)| p);
-        }
-        let running = line.contains("running");
-        lines.push(line);
-        if running {
-            break;
-        }
-    }
-    let victim = victim.unwrap_or_else(|| panic!("no pid of node 1: {lines:?}"));
+    let mut run = Launched::start(&[
+        "bench",
+        "smallbank",
+        "--transport",
+        "shm",
+        "--scale",
+        "0.05",
+        "--warmup",
+        "0.3",
+        "--duration",
+        "2.5",
+        "--restart",
+        "1@1.2",
+        "--restart",
+        "2@0.4",
+    ]);
+    let pids = run.until_running();
+    let victim = pids.iter().find(|&&(n, _)| n == 1).map(|&(_, p)| p);
+    let victim = victim.unwrap_or_else(|| panic!("no pid of node 1: {pids:?}"));
     std::thread::sleep(Duration::from_millis(500));
     // SAFETY: kill(2) of the node process the launcher reported as node 1's.
     assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0);
-    let status = child.wait().unwrap();
-    let out = report.join().unwrap().unwrap();
-    while let Ok(l) = rx.recv_timeout(Duration::from_secs(2)) {
-        lines.push(l);
-    }
-    let stderr = lines.join("\n");
-    let r: Value = serde_json::from_slice(&out)
-        .unwrap_or_else(|e| panic!("no JSON report ({e}, {status}):\n{stderr}"));
+    let (ok, r, stderr) = run.finish();
     eprintln!(
         "killed from outside: failures {} restarts {} not done {} recovery {}",
         r["failures"], r["restarts"], r["restarts_not_done"], r["recovery"]
@@ -213,7 +173,7 @@ fn a_node_killed_from_outside_is_restarted_and_a_live_one_is_not() {
     assert_eq!(f["node"], 1, "{stderr}");
     assert_eq!(f["pid"], victim, "{stderr}");
     assert!(f["how"].as_str().unwrap().contains("SIGKILL"), "{f}");
-    check_restart(status.success(), &r, &stderr, 1, 1200.0);
+    check_restart(ok, &r, &stderr, 1, 1200.0);
     // Node 2 was alive at 0.4 s: a note, not a restart, not a failed run.
     let nd = r["restarts_not_done"].as_array().unwrap();
     assert_eq!(nd.len(), 1, "{stderr}");

@@ -139,3 +139,84 @@ pub fn node_pids(line: &str) -> Option<Vec<(u16, i32)>> {
         })
         .collect()
 }
+
+/// A launcher started with its output piped: stderr lines arrive on `lines` as they are
+/// printed (to act on the node pids while the run goes on), the stdout report at the end.
+pub struct Launched {
+    pub child: std::process::Child,
+    pub lines: std::sync::mpsc::Receiver<String>,
+    report: std::thread::JoinHandle<std::io::Result<Vec<u8>>>,
+    /// The stderr lines read so far.
+    pub seen: Vec<String>,
+}
+
+impl Launched {
+    /// Starts `ambidex ARGS --json --no-progress`.
+    pub fn start(args: &[&str]) -> Launched {
+        use std::io::{BufRead, BufReader};
+        use std::process::Stdio;
+        let mut child = Command::new(EXE)
+            .args(args)
+            .args(["--json", "--no-progress"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run ambidex");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        // The report comes on stdout at the end; read on a thread of its own.
+        let mut stdout = child.stdout.take().unwrap();
+        let report = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            std::io::Read::read_to_end(&mut stdout, &mut v).map(|_| v)
+        });
+        Launched {
+            child,
+            lines,
+            report,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads stderr until a line satisfies `f` (within 60 s), returning it.
+    pub fn until(&mut self, what: &str, f: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+                .unwrap_or_else(|_| panic!("never saw {what}: {:?}", self.seen));
+            self.seen.push(line.clone());
+            if f(&line) {
+                return line;
+            }
+        }
+    }
+
+    /// Waits for "... running", returning the node pids the launcher printed first.
+    pub fn until_running(&mut self) -> Vec<(u16, i32)> {
+        let line = self.until("the node pids", |l| node_pids(l).is_some());
+        self.until("the run start", |l| l.contains("running"));
+        node_pids(&line).unwrap()
+    }
+
+    /// Waits for the exit: (exit success, report, every stderr line).
+    pub fn finish(mut self) -> (bool, Value, String) {
+        let status = self.child.wait().unwrap();
+        let out = self.report.join().unwrap().unwrap();
+        while let Ok(l) = self.lines.recv_timeout(std::time::Duration::from_secs(2)) {
+            self.seen.push(l);
+        }
+        let stderr = self.seen.join("\n");
+        let r: Value = serde_json::from_slice(&out)
+            .unwrap_or_else(|e| panic!("no JSON report ({e}, {status}):\n{stderr}"));
+        (status.success(), r, stderr)
+    }
+}
