@@ -1165,7 +1165,8 @@ impl Sim {
             // has an outcome: a run ended before it would report a check it never
             // made.
             let checked = self.dbs[node].verification().is_some();
-            !(back && checked) && !self.crashed[node]
+            let settled = self.crashed[node] || (back && checked);
+            !settled
         }) || c.placement.syncing().next().is_some()
     }
 
@@ -1757,6 +1758,11 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
             "{} transaction(s) committed with some commit RPC unanswered (recovery would have to finish them)",
             txn_layer.committed_incomplete
         ));
+    }
+    for db in &dbs {
+        if let Err(e) = db.room_check() {
+            failures.push(format!("node {}: {e}", db.node));
+        }
     }
     let workload_check = match wl.check(&dbs) {
         Ok(v) => v,

@@ -97,6 +97,9 @@ pub struct Table {
     free_items: Mutex<Vec<u32>>,
     next_overflow: AtomicU32,
     count: AtomicUsize,
+    /// Versioned applies refused because the table had no room (see
+    /// [`Table::full_refusals`]).
+    full_refusals: AtomicU64,
     /// The items this node's CPU locked for transactions (for recovery).
     journal: LockJournal,
 }
@@ -162,6 +165,7 @@ impl Table {
             free_items: Mutex::new(Vec::new()),
             next_overflow: AtomicU32::new(0),
             count: AtomicUsize::new(0),
+            full_refusals: AtomicU64::new(0),
             journal: LockJournal::default(),
         })
     }
@@ -227,6 +231,15 @@ impl Table {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Versioned applies ([`Table::apply_versioned`]: a backup's, a copy's or a
+    /// recovery's write of committed data) refused so far because the table had no
+    /// room: data a node was asked to store and could not, which a run must report
+    /// rather than lose quietly. (A transaction's insert refused at its primary is an
+    /// abort, not counted here.)
+    pub fn full_refusals(&self) -> u64 {
+        self.full_refusals.load(Ordering::Relaxed)
     }
 
     /// Overflow buckets linked so far.
@@ -698,6 +711,10 @@ impl Table {
                     Ok(_) => return Ok(true),
                     // Inserted meanwhile by another thread: compare with it.
                     Err(StoreError::Exists) => continue,
+                    Err(StoreError::Full) => {
+                        self.full_refusals.fetch_add(1, Ordering::Relaxed);
+                        return Err(StoreError::Full);
+                    }
                     Err(e) => return Err(e),
                 },
                 Err(e) => return Err(e),

@@ -180,6 +180,11 @@ fn full_table_reports_full_and_stays_consistent() {
     }
     assert_eq!(ok.len(), 20);
     assert_eq!(full, 20);
+    // A transaction's insert refused is the caller's abort, not counted; a versioned
+    // apply (committed data at a backup) refused is.
+    assert_eq!(t.full_refusals(), 0);
+    assert_eq!(t.apply_versioned(500, &[5; 8], 3), Err(StoreError::Full));
+    assert_eq!(t.full_refusals(), 1, "a refused apply is counted");
     let mut out = [0u8; 8];
     for &k in &ok {
         assert!(t.get(k, &mut out).is_some());

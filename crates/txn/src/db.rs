@@ -586,6 +586,34 @@ impl NodeDb {
 
     /// Every key this node stores in `table` with its transaction version and value,
     /// tombstones included (for replica-consistency checks).
+    /// An error naming every table of this node that refused committed data for want
+    /// of room (a backup's, a copy's or a recovery's write: [`Table::full_refusals`]),
+    /// so a run that met one is not a sound run. (The caller names the node.)
+    pub fn room_check(&self) -> Result<(), String> {
+        let full: Vec<String> = self
+            .tables
+            .iter()
+            .flatten()
+            .filter(|(_, t)| t.full_refusals() > 0)
+            .map(|(spec, t)| {
+                format!(
+                    "table {} ({} items of room) refused {} committed writes",
+                    spec.name,
+                    t.capacity(),
+                    t.full_refusals()
+                )
+            })
+            .collect();
+        if full.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "out of room: {} (raise the tables' capacity_per_node)",
+                full.join("; ")
+            ))
+        }
+    }
+
     pub fn dump(&self, table: u32) -> Vec<(u64, u64, Vec<u8>)> {
         let Some((_, t)) = self.table(table) else {
             return Vec::new();

@@ -127,6 +127,13 @@ fn copies_reach_only_syncing_copies_in_stage_run() {
         Some(&(Status::Full as u8)),
         "the table fills"
     );
+    // And the node's room check, which every run's final check passes through, names it.
+    let e = db
+        .room_check()
+        .expect_err("a full table passed the room check");
+    assert!(e.contains("out of room: table"), "{e}");
+    assert!(e.contains("refused"), "{e}");
+    assert!(c.dbs[(target + 1) % c.dbs.len()].room_check().is_ok());
     // Done: accepted for the syncing partition (the agent reports it).
     CopyDoneReq::encode(&[p], &mut done);
     resp.clear();

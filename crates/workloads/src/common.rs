@@ -258,19 +258,20 @@ pub fn worker_seed(seed: u64, node: u16, thread: u16, coroutine: usize) -> u64 {
     x
 }
 
-/// Keys (and primaries and backups) a node may have to store if `total` keys are spread
-/// by hash, planned for one failure: after a node is lost, its copies are re-replicated
-/// to the survivors, so each stores `total · min(R, nodes − 1) / (nodes − 1)` (with no
-/// member to spare, R = nodes, that is the same `total` as before); plus slack for the
-/// hash's unevenness. Without it a survivor's table fills during re-replication, and
-/// writes to its new copies fail (their primaries then keep their locks for recovery).
+/// Keys (primaries and backups) a node may have to store if `total` keys are spread by
+/// hash, planned for the most failures the data survives: R − 1 nodes lost one after
+/// another, each time re-replicated to the survivors, leaves `nodes − R + 1` members
+/// holding R copies of everything (at least R members: with fewer, copies are not
+/// made), so each stores `total · R / max(R, nodes − R + 1)`; plus slack for the hash's
+/// unevenness. Planned for one failure only, a survivor's table filled at the second
+/// (5 nodes, R = 3: 3/4 of the keys planned, all of them needed), writes to its new
+/// copies failed, and their primaries kept those writes' locks for ever.
+/// Regions are mapped lazily, so the room planned and not used costs address space,
+/// not memory.
 pub fn per_node_capacity(total: u64, p: &Placement) -> usize {
     let (r, n) = (p.replication() as f64, p.nodes() as f64);
-    let share = if n > 1.0 {
-        total as f64 * r.min(n - 1.0) / (n - 1.0)
-    } else {
-        total as f64
-    };
+    let members_left = (n - r + 1.0).max(r).min(n);
+    let share = total as f64 * r / members_left;
     (share * 1.1 + 1024.0) as usize
 }
 
@@ -278,6 +279,35 @@ pub fn per_node_capacity(total: u64, p: &Placement) -> usize {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+
+    /// The room planned per node holds every copy a node is given after R − 1 nodes
+    /// are lost one after another and re-replicated (the placement's own choices). With
+    /// the old plan (one failure), 5 nodes of R = 3 overflowed at the second.
+    #[test]
+    fn the_planned_room_holds_the_copies_after_r_minus_one_failures() {
+        let total = 200_000u64;
+        for (nodes, r) in [(3u16, 3u16), (4, 3), (5, 3), (6, 3), (8, 3), (5, 2), (7, 2)] {
+            let mut p = Placement::new(nodes, r).unwrap();
+            let cap = per_node_capacity(total, &p);
+            for gone in 0..(r - 1) {
+                p = p.without(1 << gone).unwrap();
+                for part in 0..p.partitions() {
+                    for n in p.replicas_of(part).to_vec() {
+                        p.mark_synced(part, n);
+                    }
+                }
+                for n in (0..nodes).filter(|&n| p.is_member(n)) {
+                    let held = (0..total).filter(|&k| p.stores(n, 1, k)).count();
+                    assert!(
+                        held <= cap,
+                        "{nodes} nodes, R = {r}, after {} failures: node {n} holds {held} \
+                         keys, room for {cap}",
+                        gone + 1
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn nurand_stays_in_bounds_and_is_skewed() {

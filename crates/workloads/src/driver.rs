@@ -504,7 +504,10 @@ fn run_once<W: Workload>(
         .map_err(|_| "timer thread panicked".to_string())?;
     let res = res?;
     let tally = std::mem::replace(&mut *total.lock().unwrap(), Tally::new(types));
-    let check = wl.check(dbs);
+    let check = dbs
+        .iter()
+        .try_for_each(|d| d.room_check().map_err(|e| format!("node {}: {e}", d.node)))
+        .and_then(|()| wl.check(dbs));
     let verified = dbs
         .iter()
         .map(|d| d.remote_tables_verified().map(|n| n as u64))

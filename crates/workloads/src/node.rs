@@ -94,7 +94,10 @@ pub fn load_node(cfg: &Config, transport: SharedNode) -> Result<LoadedNode, Stri
                 make_worker: Box::new(move |total, phase| {
                     make_worker(w1.clone(), total, phase, seed)
                 }),
-                check: Box::new(move |db| (w2.check_node(db), replica_digests(&*w2, db))),
+                check: Box::new(move |db| {
+                    let check = db.room_check().and_then(|()| w2.check_node(db));
+                    (check, replica_digests(&*w2, db))
+                }),
                 incarnation: 1,
                 timeline_offset: 0,
             })
@@ -177,7 +180,10 @@ pub fn rejoin_node(
                 make_worker: Box::new(move |total, phase| {
                     make_worker(w1.clone(), total, phase, seed)
                 }),
-                check: Box::new(move |db| (w2.check_node(db), replica_digests(&*w2, db))),
+                check: Box::new(move |db| {
+                    let check = db.room_check().and_then(|()| w2.check_node(db));
+                    (check, replica_digests(&*w2, db))
+                }),
                 incarnation: self.incarnation,
                 timeline_offset: (self.run_ms.max(0.0) / 10.0) as usize,
             })
