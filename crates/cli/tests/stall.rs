@@ -3,8 +3,9 @@
 //! test stops node 3 (SIGSTOP) for 150 ms, as an overloaded host deschedules a process.
 //! Its lease runs out, the manager removes it, and the three members left must hold
 //! every copy between them. Checked: exit 0, both removals in the manager's events,
-//! every account present at a primary, replicas equal to their primaries, and no table
-//! out of room (the nodes' checks fail otherwise).
+//! every account present at a primary, replicas equal to their primaries, no table
+//! out of room (the nodes' checks fail otherwise), and the removed node's workers ended
+//! at their first `fenced` abort.
 //!
 //! Before the tables were sized for R − 1 failures (they were for one), the survivors'
 //! tables filled during the second re-replication: backups refused committed writes,
@@ -80,4 +81,13 @@ fn a_live_node_stalled_past_its_lease_after_a_kill_is_removed_and_nothing_is_los
         "{check}"
     );
     assert!(r["committed"].as_u64().unwrap() > 0);
+    // The removed node's workers ended at their first `fenced` abort (one each), rather
+    // than abort at once for the rest of the run.
+    let fenced = r["aborts_by_reason"]["fenced"].as_u64().unwrap_or(0);
+    let workers = r["coroutines"].as_u64().unwrap() * r["threads_per_node"].as_u64().unwrap();
+    assert!(
+        fenced <= workers,
+        "{fenced} fenced aborts, {workers} workers a node"
+    );
+    assert_eq!(r["stuck_workers"], 0);
 }

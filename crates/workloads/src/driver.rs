@@ -24,7 +24,7 @@ use ambidex_rpc::RpcStats;
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
 use ambidex_txn::runner::{self, RunSpec, Worker, WorkerCtx};
 use ambidex_txn::stats::LocationCacheStats;
-use ambidex_txn::{NodeDb, Placement, Policy, TxnConfig, TxnStats};
+use ambidex_txn::{AbortReason, NodeDb, Placement, Policy, TxnConfig, TxnStats};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -418,7 +418,14 @@ pub(crate) fn make_worker<W: Workload>(
                 if matches!(outcome, Outcome::Committed { .. }) {
                     tally.count_commit(t0.elapsed());
                 }
+                // A node removed while alive (its lease ran out) is fenced for good: its
+                // workers end, rather than abort at once for the rest of the run and
+                // take the cores from the members.
+                let fenced = matches!(outcome, Outcome::Aborted(AbortReason::Fenced));
                 if phase.load(Ordering::Relaxed) != MEASURE {
+                    if fenced {
+                        break;
+                    }
                     continue;
                 }
                 let t = &mut tally.per_type[ty];
@@ -437,6 +444,9 @@ pub(crate) fn make_worker<W: Workload>(
                         t.aborted += 1;
                         *tally.aborts.entry(r.name().to_string()).or_insert(0) += 1;
                     }
+                }
+                if fenced {
+                    break;
                 }
             }
             wl.finish_worker(local);
