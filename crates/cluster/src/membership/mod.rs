@@ -132,6 +132,8 @@ pub struct Membership {
     failing_since: Option<u64>,
     /// The (epoch, stage) the cluster is in and since when (see [`STAGE_TIMEOUT_MIN_NS`]).
     stage_since: (u32, Stage, u64),
+    /// When [`Membership::tick`] last ran (see [`STALL_NS_OF_LEASE`]).
+    last_tick: u64,
     events: Vec<Event>,
 }
 
@@ -150,6 +152,15 @@ pub const FATAL_GRACE_MIN_NS: u64 = 500_000_000;
 /// revoked and it is removed. Seen on a loaded host: a reconfiguration stuck in stage
 /// Adopt from the middle of a run to its end. Stages take milliseconds.
 pub const STAGE_TIMEOUT_MIN_NS: u64 = 1_000_000_000;
+
+/// A gap between two ticks longer than the lease over this divisor is a stall of the
+/// manager itself (its host did not run it: a stopped or starved process), not of the
+/// members: it heard no renewal meanwhile, so the leases that ran out then say nothing
+/// about them, and each member gets a lease from the tick after the stall to be heard
+/// (its renewals wait in the channel). Seen: a launcher stopped for 100–200 ms removed
+/// live members at its first tick, before reading their queued renewals. A member
+/// that really failed is removed one lease later; never before its own lease ran out.
+pub const STALL_NS_OF_LEASE: u64 = 2;
 
 /// How long a suspicion counts.
 pub const SUSPICION_TTL_NS: u64 = 5_000_000_000;
@@ -175,6 +186,7 @@ impl Membership {
             failed: None,
             failing_since: None,
             stage_since: (0, Stage::Run, now),
+            last_tick: now,
             events: Vec::new(),
         }
     }
@@ -308,6 +320,7 @@ impl Membership {
         if self.failed.is_some() {
             return false;
         }
+        self.forgive_own_stall(now);
         self.revoke_stuck(now);
         let alive = (0..self.expiry.len())
             .filter(|&n| now <= self.expiry[n])
@@ -333,6 +346,22 @@ impl Membership {
                 true
             }
         }
+    }
+
+    /// After a stall of this manager (see [`STALL_NS_OF_LEASE`]), gives every member not
+    /// revoked a lease from `now`.
+    fn forgive_own_stall(&mut self, now: u64) {
+        let gap = now.saturating_sub(self.last_tick);
+        self.last_tick = now;
+        if gap <= self.lease_ns / STALL_NS_OF_LEASE {
+            return;
+        }
+        let keep = self.members() & !self.revoked;
+        for n in (0..self.expiry.len()).filter(|&n| keep >> n & 1 == 1) {
+            self.expiry[n] = self.expiry[n].max(now + self.lease_ns);
+        }
+        // The stage timeout counts the manager's time too: not the stall.
+        self.stage_since.2 = self.stage_since.2.saturating_add(gap);
     }
 
     /// Revokes the members that hold the current stage past its timeout (see
@@ -423,6 +452,20 @@ mod tests {
         Membership::new(Configuration::initial(3, 3).unwrap(), 20 * MS, 0)
     }
 
+    /// Ticks every millisecond from the last tick to `t` (a manager that runs all
+    /// along, as the embedded one's ticker does), returning whether any tick changed the
+    /// state. A single `tick` far ahead is a stall of the manager (see
+    /// [`STALL_NS_OF_LEASE`]).
+    fn tick_to(m: &mut Membership, t: u64) -> bool {
+        let mut changed = false;
+        let mut now = m.last_tick;
+        while now + MS < t {
+            now += MS;
+            changed |= m.tick(now);
+        }
+        changed | m.tick(t)
+    }
+
     fn ack_all(m: &mut Membership, stage: Stage, now: u64) {
         let c = m.state().config.clone();
         for n in c.placement.members() {
@@ -483,8 +526,8 @@ mod tests {
         // Removed only once the lease granted runs out.
         m.renew(0, 1, 15 * MS).unwrap();
         m.renew(1, 1, 15 * MS).unwrap();
-        assert!(!m.tick(20 * MS));
-        assert!(m.tick(22 * MS));
+        assert!(!tick_to(&mut m, 20 * MS));
+        assert!(tick_to(&mut m, 22 * MS));
         assert!(!m.state().config.placement.is_member(2));
     }
 
@@ -494,14 +537,14 @@ mod tests {
         for n in 0..4 {
             m.renew(n, 1, 10 * MS).unwrap();
         }
-        assert!(m.tick(21 * MS));
+        assert!(tick_to(&mut m, 21 * MS));
         assert_eq!(m.state().config.epoch, 2);
         m.ack(0, 1, 2, Stage::Adopt, 22 * MS);
         // Node 3 dies before acknowledging.
         for n in 0..3 {
             m.renew(n, 1, 25 * MS).unwrap();
         }
-        assert!(m.tick(31 * MS));
+        assert!(tick_to(&mut m, 31 * MS));
         let s = m.state();
         assert_eq!((s.config.epoch, s.stage), (3, Stage::Adopt));
         assert_eq!(
@@ -515,14 +558,17 @@ mod tests {
         let mut m = three();
         m.renew(0, 1, 10 * MS).unwrap();
         m.renew(1, 1, 10 * MS).unwrap();
-        assert!(m.tick(25 * MS));
+        assert!(tick_to(&mut m, 25 * MS));
         m.join(2, 5).unwrap();
-        assert!(!m.tick(26 * MS), "not while the removal is being recovered");
+        assert!(
+            !tick_to(&mut m, 26 * MS),
+            "not while the removal is being recovered"
+        );
         ack_all(&mut m, Stage::Adopt, 26 * MS);
         ack_all(&mut m, Stage::Recover, 27 * MS);
         m.renew(0, 1, 27 * MS).unwrap();
         m.renew(1, 1, 27 * MS).unwrap();
-        assert!(m.tick(28 * MS));
+        assert!(tick_to(&mut m, 28 * MS));
         let c = m.state().config.clone();
         assert_eq!((c.epoch, c.incarnations[2]), (3, 5));
         assert!(c.placement.is_member(2));
@@ -554,13 +600,13 @@ mod tests {
         let mut m = three();
         m.extend_first_leases(1_000 * MS);
         // Nobody renewed by 30 ms: still members (the grace).
-        assert!(!m.tick(30 * MS));
+        assert!(!tick_to(&mut m, 30 * MS));
         // Nodes 0 and 1 renew; node 2 never does.
         m.renew(0, 1, 40 * MS).unwrap();
         m.renew(1, 1, 40 * MS).unwrap();
         // Their leases run from the grant (20 ms), not to the grace's end.
         m.renew(0, 1, 55 * MS).unwrap();
-        assert!(m.tick(70 * MS), "node 1's lease ran out at 60 ms");
+        assert!(tick_to(&mut m, 70 * MS), "node 1's lease ran out at 60 ms");
         assert!(!m.state().config.placement.is_member(1));
         assert!(
             m.state().config.placement.is_member(2),
@@ -574,14 +620,15 @@ mod tests {
         m.renew(0, 1, 10 * MS).unwrap();
         m.renew(1, 1, 10 * MS).unwrap();
         // Not at once: renewals may just be late.
-        assert!(!m.tick(25 * MS));
+        assert!(!tick_to(&mut m, 25 * MS));
         assert!(m.failure().is_none());
-        // Nodes 0 and 1 renew on; node 2 (the only copy of some partitions) does not.
-        let end = 25 * MS + FATAL_GRACE_MIN_NS;
+        // Nodes 0 and 1 renew on; node 2 (the only copy of some partitions) does not:
+        // its lease runs out at 20 ms, and the failure waits the grace from 21 ms.
+        let end = 21 * MS + FATAL_GRACE_MIN_NS;
         m.renew(0, 1, end - 5 * MS).unwrap();
         m.renew(1, 1, end - 5 * MS).unwrap();
-        assert!(!m.tick(end - 1));
-        assert!(m.tick(end));
+        assert!(!tick_to(&mut m, end - 1));
+        assert!(tick_to(&mut m, end));
         let why = m
             .failure()
             .expect("a partition with one copy was lost")
@@ -602,7 +649,7 @@ mod tests {
         // Node 2 dies: epoch 2 at Adopt; node 1 renews on but never acknowledges.
         m.renew(0, 1, 25 * MS).unwrap();
         m.renew(1, 1, 25 * MS).unwrap();
-        assert!(m.tick(31 * MS));
+        assert!(tick_to(&mut m, 31 * MS));
         assert_eq!((m.state().config.epoch, m.state().stage), (2, Stage::Adopt));
         m.ack(0, 1, 2, Stage::Adopt, 32 * MS);
         let timeout = STAGE_TIMEOUT_MIN_NS.max(100 * 20 * MS);
@@ -611,14 +658,14 @@ mod tests {
             for n in 0..2 {
                 m.renew(n, 1, t).unwrap();
             }
-            m.tick(t);
+            tick_to(&mut m, t);
             t += 5 * MS;
         }
         assert_eq!(m.state().config.epoch, 2, "held in Adopt until the timeout");
         m.renew(0, 1, t).unwrap();
-        m.tick(t);
+        tick_to(&mut m, t);
         m.renew(0, 1, t + MS).unwrap();
-        m.tick(t + MS);
+        tick_to(&mut m, t + MS);
         let s = m.state();
         assert_eq!(s.config.epoch, 3, "{:?}", m.events());
         assert_eq!(s.config.placement.member_mask(), 0b001);
@@ -629,22 +676,58 @@ mod tests {
         assert!(m.renew(1, 1, t + 2 * MS).is_err());
     }
 
+    /// The manager's host stops it for 190 ms; when it runs again it has read node 0's
+    /// queued renewal but not yet the others'. It removes nobody: every member gets a
+    /// lease from the stall's end to be heard. Node 2, which really is silent, is
+    /// removed one lease later. (Without the stall rule the first tick removed the live
+    /// nodes 1 and 2.)
+    #[test]
+    fn a_stall_of_the_manager_removes_no_member_it_did_not_hear() {
+        let mut m = three();
+        for t in (1..=10).map(|i| i * MS) {
+            for n in 0..3 {
+                m.renew(n, 1, t).unwrap();
+            }
+            assert!(!m.tick(t));
+        }
+        m.renew(0, 1, 200 * MS).unwrap();
+        assert!(!m.tick(200 * MS), "{:?}", m.events());
+        assert_eq!(m.state().config.placement.member_mask(), 0b111);
+        let mut t = 201 * MS;
+        while t < 220 * MS {
+            m.renew(0, 1, t).unwrap();
+            m.renew(1, 1, t).unwrap();
+            assert!(!m.tick(t), "at {t}: {:?}", m.events());
+            t += MS;
+        }
+        m.renew(0, 1, 221 * MS).unwrap();
+        m.renew(1, 1, 221 * MS).unwrap();
+        assert!(tick_to(&mut m, 222 * MS));
+        assert_eq!(m.state().config.placement.member_mask(), 0b011);
+    }
+
+    /// Every lease out at once with the manager running all along (its ticks came, the
+    /// renewals did not: the channel, not the manager, was starved): nothing is decided
+    /// for the grace, and the late renewals revive the leases.
     #[test]
     fn leases_that_all_run_out_at_once_are_revived_by_late_renewals() {
         let mut m = three();
         for n in 0..3 {
             m.renew(n, 1, 10 * MS).unwrap();
         }
-        // Every lease runs out (the manager's host starved, say): nothing is decided yet.
-        assert!(!m.tick(100 * MS));
+        // Every lease runs out: nothing is decided yet.
+        assert!(!tick_to(&mut m, 100 * MS));
         assert!(m.failure().is_none());
         assert_eq!(m.state().config.epoch, 1);
         // The renewals come in late, and the cluster runs on in the same configuration.
         for n in 0..3 {
             m.renew(n, 1, 150 * MS).unwrap();
         }
-        assert!(!m.tick(151 * MS));
-        assert!(!m.tick(151 * MS + FATAL_GRACE_MIN_NS));
+        assert!(!tick_to(&mut m, 151 * MS));
+        for n in 0..3 {
+            m.renew(n, 1, 151 * MS + FATAL_GRACE_MIN_NS).unwrap();
+        }
+        assert!(!tick_to(&mut m, 151 * MS + FATAL_GRACE_MIN_NS));
         assert!(m.failure().is_none());
         assert_eq!(m.state().config.placement.member_mask(), 0b111);
     }
