@@ -91,3 +91,62 @@ fn a_live_node_stalled_past_its_lease_after_a_kill_is_removed_and_nothing_is_los
     );
     assert_eq!(r["stuck_workers"], 0);
 }
+
+/// The launcher, which hosts the embedded manager, is stopped for 150 ms right after a
+/// kill (its host starved it). When it runs again it has heard no renewal for 7
+/// leases: it must not take that for the members' silence, and the members must not
+/// give up on it. Checked: exit 0, only the killed node removed, no `failed` event, and
+/// the checks pass. Before the stall rule and the agents' patience, such runs removed
+/// live members or failed the cluster ("no member is left"), or ended stuck in stage
+/// Adopt (members had fenced themselves when a call to the stopped manager timed out).
+#[test]
+fn a_stalled_manager_removes_no_live_member() {
+    let mut run = Launched::start(&[
+        "bench",
+        "smallbank",
+        "--transport",
+        "shm",
+        "--scale",
+        "0.05",
+        "--lease-ms",
+        "20",
+        "--warmup",
+        "0.3",
+        "--duration",
+        "2",
+        "--kill",
+        "2@0.6",
+    ]);
+    run.until_running();
+    run.until("node 2's death", |l| {
+        l.contains("node 2") && l.contains("killed by signal")
+    });
+    std::thread::sleep(Duration::from_millis(5));
+    let launcher = run.child.id() as i32;
+    // SAFETY: kill(2) of the launcher this test started.
+    assert_eq!(unsafe { libc::kill(launcher, libc::SIGSTOP) }, 0);
+    std::thread::sleep(Duration::from_millis(150));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(launcher, libc::SIGCONT) }, 0);
+    let (ok, r, stderr) = run.finish();
+    let events = &r["manager_events"];
+    eprintln!("events {events}");
+    let removed: Vec<u64> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["what"]["reconfigured"]["removed"].as_u64())
+        .collect();
+    assert_eq!(
+        removed,
+        vec![1 << 2],
+        "only node 2 removed: {events}\n{stderr}"
+    );
+    assert!(
+        !events.to_string().contains("failed"),
+        "no failure: {events}"
+    );
+    assert!(ok, "exit 0: {}\n{stderr}", r["check"]);
+    let check = &r["check"];
+    assert!(check.get("violation").is_none(), "{check}");
+}

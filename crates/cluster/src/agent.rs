@@ -5,8 +5,9 @@
 //!
 //! The node's threads do their part through [`NodeState`]: each moves to a new epoch
 //! when it sees one ([`NodeState::adopted`]) and recovers its share at stage Recover
-//! ([`NodeState::recovered`]). A node whose lease ran out (or whom the manager refused)
-//! is *fenced*: it must stop serving at once ([`NodeState::fenced`]).
+//! ([`NodeState::recovered`]). A node whose lease ran out stops serving until a renewal
+//! is granted ([`NodeState::serving`]); one whom the manager refused (removed, revoked,
+//! a stale incarnation) is *fenced* for good ([`NodeState::fenced`]).
 
 use crate::config::{ConfigCell, Configuration};
 use crate::lease::{LeaseKeeper, FIRST_GRANT_WITHIN_NS};
@@ -110,7 +111,9 @@ impl NodeState {
         !self.fenced.load(Ordering::Relaxed) && now < self.lease_until.load(Ordering::Acquire)
     }
 
-    /// Whether this node must stop serving (its lease ran out or was refused).
+    /// Whether this node stopped for good: the manager refused it (removed, revoked, a
+    /// stale incarnation), or it was never granted a lease. (A lease that merely ran
+    /// out stops it serving until the next grant: [`NodeState::serving`].)
     #[inline]
     pub fn fenced(&self) -> bool {
         self.fenced.load(Ordering::Relaxed)
@@ -459,11 +462,15 @@ impl AgentCore {
         }
         let now = clock();
         let first_within = self.keeper.lease_ns().max(FIRST_GRANT_WITHIN_NS);
-        if !self.keeper.valid(now)
-            && (self.keeper.valid_until() > 0 || now > self.started + first_within)
-        {
+        // A lease that ran out stops the node serving (its threads read `lease_until`)
+        // but does not fence it: the manager may not have removed it (the manager's own
+        // host stalled, say, and heard nobody), and then the next renewal granted lets it
+        // serve again in whatever configuration the manager holds; if it did remove it,
+        // that renewal is refused, and the refusal fences it. Only a lease never granted
+        // at all within the start-up window is fatal.
+        if self.keeper.valid_until() == 0 && now > self.started + first_within {
             return Err(ManagerError::Unreachable(
-                "the lease ran out (or was never granted) before it was renewed".into(),
+                "no lease was granted within the start-up window".into(),
             ));
         }
         // Wait for a change at most until the next renewal (and briefly while the
@@ -532,8 +539,13 @@ impl AgentCore {
         };
         let at = (epoch, state.stage());
         if ready && self.acked != Some(at) {
-            client.ack(at.0, at.1)?;
-            self.acked = Some(at);
+            match client.ack(at.0, at.1) {
+                Ok(()) => self.acked = Some(at),
+                Err(ManagerError::Refused(r)) => return Err(ManagerError::Refused(r)),
+                // Unreachable for now (a late answer is dropped): acknowledged again
+                // next round; the manager counts an acknowledgement once.
+                Err(_) => {}
+            }
         }
         Ok(())
     }
