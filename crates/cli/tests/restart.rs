@@ -140,22 +140,17 @@ fn a_commit_phase_kill_is_survived_tatp_over_shm() {
 #[test]
 fn a_node_killed_from_outside_is_restarted_and_a_live_one_is_not() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut run = Launched::start(&[
-        "bench",
+    let mut run = Launched::bench_shm(
         "smallbank",
-        "--transport",
-        "shm",
-        "--scale",
-        "0.05",
-        "--warmup",
-        "0.3",
-        "--duration",
-        "2.5",
-        "--restart",
-        "1@1.2",
-        "--restart",
-        "2@0.4",
-    ]);
+        &[
+            "--duration",
+            "2.5",
+            "--restart",
+            "1@1.2",
+            "--restart",
+            "2@0.4",
+        ],
+    );
     let pids = run.until_running();
     let victim = pids.iter().find(|&&(n, _)| n == 1).map(|&(_, p)| p);
     let victim = victim.unwrap_or_else(|| panic!("no pid of node 1: {pids:?}"));

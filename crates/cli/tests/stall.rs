@@ -17,26 +17,25 @@ mod common;
 use common::Launched;
 use std::time::Duration;
 
+/// One cluster of node processes at a time (see survival.rs).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn a_live_node_stalled_past_its_lease_after_a_kill_is_removed_and_nothing_is_lost() {
-    let mut run = Launched::start(&[
-        "bench",
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut run = Launched::bench_shm(
         "smallbank",
-        "--transport",
-        "shm",
-        "--nodes",
-        "5",
-        "--scale",
-        "0.05",
-        "--lease-ms",
-        "20",
-        "--warmup",
-        "0.3",
-        "--duration",
-        "2.5",
-        "--kill",
-        "2@0.6",
-    ]);
+        &[
+            "--nodes",
+            "5",
+            "--lease-ms",
+            "20",
+            "--duration",
+            "2.5",
+            "--kill",
+            "2@0.6",
+        ],
+    );
     let pids = run.until_running();
     let stalled = pids
         .iter()
@@ -101,22 +100,11 @@ fn a_live_node_stalled_past_its_lease_after_a_kill_is_removed_and_nothing_is_los
 /// Adopt (members had fenced themselves when a call to the stopped manager timed out).
 #[test]
 fn a_stalled_manager_removes_no_live_member() {
-    let mut run = Launched::start(&[
-        "bench",
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut run = Launched::bench_shm(
         "smallbank",
-        "--transport",
-        "shm",
-        "--scale",
-        "0.05",
-        "--lease-ms",
-        "20",
-        "--warmup",
-        "0.3",
-        "--duration",
-        "2",
-        "--kill",
-        "2@0.6",
-    ]);
+        &["--lease-ms", "20", "--duration", "2", "--kill", "2@0.6"],
+    );
     run.until_running();
     run.until("node 2's death", |l| {
         l.contains("node 2") && l.contains("killed by signal")

@@ -151,6 +151,15 @@ pub struct Launched {
 }
 
 impl Launched {
+    /// Starts `ambidex bench WORKLOAD --transport shm --scale 0.05 --warmup 0.3 ARGS
+    /// --json --no-progress`.
+    pub fn bench_shm(workload: &str, args: &[&str]) -> Launched {
+        let mut all = vec!["bench", workload, "--transport", "shm", "--scale", "0.05"];
+        all.extend(["--warmup", "0.3"]);
+        all.extend(args);
+        Launched::start(&all)
+    }
+
     /// Starts `ambidex ARGS --json --no-progress`.
     pub fn start(args: &[&str]) -> Launched {
         use std::io::{BufRead, BufReader};
