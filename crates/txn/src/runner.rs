@@ -804,7 +804,7 @@ fn spawn_node_until(
                     give_up_rest();
                     return;
                 }
-                let r = finish_thread(&mut rt, &th);
+                let r = finish_thread(&mut rt, &th, || recovery.background_tasks());
                 crew.results.lock().unwrap().push(r);
                 // After the finish: a copy stopped by the run's end counted itself.
                 crew.recovery
@@ -939,11 +939,17 @@ where
 pub type ThreadResult = (TxnStats, RpcStats, CounterSnapshot, usize);
 
 /// The end of a node thread whose workers are done: serves 20 ms more so that the last
-/// responses and retransmissions land, flushes its history, and reports.
-pub fn finish_thread(rt: &mut Runtime, th: &TxnThread) -> ThreadResult {
+/// responses and retransmissions land, flushes its history, and reports. `background`
+/// counts the thread's own recovery and copy coroutines still running, which are not
+/// counted as stuck workers.
+pub fn finish_thread(
+    rt: &mut Runtime,
+    th: &TxnThread,
+    background: impl Fn() -> usize,
+) -> ThreadResult {
     let until = Instant::now() + Duration::from_millis(20);
     rt.run_until(|_| Instant::now() >= until);
-    let stuck = rt.live_tasks();
+    let stuck = rt.live_tasks().saturating_sub(background());
     if let Some(mut h) = th.take_history() {
         h.flush();
     }

@@ -47,6 +47,9 @@ pub struct ThreadRecovery {
     copies_checked: u32,
     /// Ends a copy that is still running (the run's end).
     stop_copy: Rc<Cell<bool>>,
+    /// Its recovery and copy coroutines still running (see
+    /// [`ThreadRecovery::background_tasks`]).
+    background: Rc<Cell<usize>>,
     /// The members and their incarnations when this thread last adopted (nodes that
     /// come back in a new incarnation have their cached locations dropped).
     members: u64,
@@ -79,6 +82,7 @@ impl ThreadRecovery {
             replaying: Rc::new(Cell::new(false)),
             copies_checked: done,
             stop_copy: Rc::new(Cell::new(false)),
+            background: Rc::new(Cell::new(0)),
             stats: Rc::new(RefCell::new(RecoveryStats::default())),
         }
     }
@@ -127,6 +131,13 @@ impl ThreadRecovery {
         self.stop_copy.set(true);
     }
 
+    /// This thread's recovery and copy coroutines still running: not the workload's
+    /// (a copy told to stop may still wait for its last request's answer, up to the
+    /// RPC give-up time, when the run ends).
+    pub fn background_tasks(&self) -> usize {
+        self.background.get()
+    }
+
     /// Adopts the runtime's new epoch, or starts this thread's recovery or copies.
     pub fn step(&mut self, rt: &mut Runtime, th: &Rc<TxnThread>) {
         let e = rt.epoch();
@@ -158,7 +169,9 @@ impl ThreadRecovery {
             th.node,
             rt.addr().thread
         );
+        let running = Running::start(&self.background);
         rt.spawn(move |ctx| async move {
+            let _running = running;
             ctx.bind_epoch(e);
             let config = th.config();
             let rings = ctx.addr().thread == 0;
@@ -225,12 +238,30 @@ impl ThreadRecovery {
         }
         let (th, stats, stop) = (th.clone(), self.stats.clone(), self.stop_copy.clone());
         let rate = th.cfg.rereplication_bytes_per_s;
+        let running = Running::start(&self.background);
         rt.spawn(move |ctx| async move {
+            let _running = running;
             ctx.bind_epoch(e);
             let mut s = RecoveryStats::default();
             let r = rereplicate::copy(&ctx, &th, e, &work, rate, &stop, &mut s).await;
             s.copies_unfinished += r.is_err() as u64;
             stats.borrow_mut().merge(&s);
         });
+    }
+}
+
+/// Counts a background coroutine of a [`ThreadRecovery`] while it lives.
+struct Running(Rc<Cell<usize>>);
+
+impl Running {
+    fn start(count: &Rc<Cell<usize>>) -> Running {
+        count.set(count.get() + 1);
+        Running(count.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.set(self.0.get().saturating_sub(1));
     }
 }
