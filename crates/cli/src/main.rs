@@ -98,6 +98,9 @@ enum BenchCommand {
     /// The object store O(r, w) of FaSST §6.1 (`--r`, `--w`).
     #[command(name = "object-store")]
     ObjectStore(bench::workload::Args),
+    /// FaSST's stress test: groups of keys read, set or deleted whole; checks that
+    /// every committed read and the final state see each group whole or absent.
+    Stress(bench::workload::Args),
 }
 
 fn main() -> ExitCode {
@@ -112,6 +115,7 @@ fn main() -> ExitCode {
             BenchCommand::Tpcc(a) => workload(Some("tpcc"), &a),
             BenchCommand::TpccNo(a) => workload(Some("tpcc-no"), &a),
             BenchCommand::ObjectStore(a) => workload(Some("object-store"), &a),
+            BenchCommand::Stress(a) => workload(Some("stress"), &a),
             BenchCommand::Store(args) => bench::store::run(&args).map(|r| {
                 if args.json {
                     println!(

@@ -56,7 +56,7 @@ use ambidex_workloads::driver::run_spec;
 use ambidex_workloads::load::{build_nodes, LoadOptions};
 use ambidex_workloads::report::policy_flags;
 use ambidex_workloads::{
-    objstore, smallbank, tatp, tpcc, Config, OneSidedCounts, PolicyReport, WorkloadKind,
+    objstore, smallbank, stress, tatp, tpcc, Config, OneSidedCounts, PolicyReport, WorkloadKind,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -319,6 +319,9 @@ pub fn sim_scale(w: WorkloadKind) -> f64 {
         WorkloadKind::ObjectStore => 0.00002,
         // 100 subscribers per node.
         WorkloadKind::Tatp => 0.0001,
+        // 16 groups of 4 keys, the minimum: few enough that reads, sets and deletes of
+        // one group really race.
+        WorkloadKind::Stress => 0.00001,
         // 50 accounts per thread; the hot set is 4% of them.
         WorkloadKind::SmallBank => 0.0005,
         // One warehouse per thread; customers and items are set below the loader's
@@ -468,6 +471,7 @@ pub fn run(cfg: &Config) -> Result<SimReport, String> {
             run_with(cfg, Arc::new(wl))
         }
         WorkloadKind::Tatp => run_with(cfg, Arc::new(tatp::Tatp::new(placement, scale))),
+        WorkloadKind::Stress => run_with(cfg, Arc::new(stress::Stress::new(placement, scale))),
         WorkloadKind::SmallBank => run_with(
             cfg,
             Arc::new(smallbank::SmallBank::new(placement, threads, scale)),

@@ -142,6 +142,43 @@ fn object_store_ci_seeds_pass_under_chaos() {
     faults_were_injected(&r);
 }
 
+/// FaSST's stress workload: groups of keys read, set or deleted whole, under chaos and
+/// crashes with the preset cycling; its invariant (a committed read sees a group whole
+/// or absent, and so does the final state) holds on every seed. Planted, a protocol
+/// without validation is caught by the invariant itself, not only by the history
+/// checker.
+#[test]
+fn stress_ci_seeds_pass_and_catch_a_protocol_without_validation() {
+    let presets = ambidex_txn::policy::PRESETS;
+    for faults in ["chaos", "crash"] {
+        let mut reads = 0;
+        for s in 0..CI_SEEDS {
+            let mode = presets[s as usize % presets.len()];
+            let r = run(&spec_mode(WorkloadKind::Stress, mode, s, faults)).expect("a valid spec");
+            assert!(r.passed(), "{}", r.failure_report());
+            reads += r.workload_check["committed_reads"].as_u64().unwrap_or(0);
+        }
+        assert!(reads > 0, "{faults}: no committed read was checked");
+    }
+    let bugged = |seed| {
+        with(spec(WorkloadKind::Stress, seed, "reorder"), |c| {
+            c.sim.steps = 8_000;
+            c.txn.inject_bug = Some(InjectedBug::SkipValidation);
+        })
+    };
+    let caught = (0..20).find_map(|s| {
+        let r = run(&bugged(s)).unwrap();
+        r.failures
+            .iter()
+            .any(|f| f.contains("neither whole nor absent"))
+            .then_some(r.seed)
+    });
+    assert!(
+        caught.is_some(),
+        "no seed's stress invariant caught a protocol without validation"
+    );
+}
+
 /// The transactions' one-sided operations met the profile's faults: lost and
 /// retransmitted, executed twice, and every kind of operation of the preset was used.
 fn onesided_faults_hit_transactions(mode: &str, reports: &[SimReport]) {

@@ -19,7 +19,7 @@ use crate::config::{Config, WorkloadKind};
 use crate::load::build_and_load;
 use crate::report::{OneSidedCounts, PolicyReport};
 use crate::transports::InProcess;
-use crate::{objstore, smallbank, tatp, tpcc};
+use crate::{objstore, smallbank, stress, tatp, tpcc};
 use ambidex_rpc::RpcStats;
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
 use ambidex_txn::runner::{self, RunSpec, Worker, WorkerCtx};
@@ -244,6 +244,10 @@ pub fn dispatch<R>(cfg: &Config, v: impl WorkloadVisitor<R>) -> Result<R, String
         }
         WorkloadKind::Tatp => v.visit(
             Arc::new(tatp::Tatp::new(placement.clone(), scale)),
+            placement,
+        ),
+        WorkloadKind::Stress => v.visit(
+            Arc::new(stress::Stress::new(placement.clone(), scale)),
             placement,
         ),
         WorkloadKind::SmallBank => v.visit(

@@ -40,6 +40,7 @@ pub mod objstore;
 pub mod plot;
 pub mod report;
 pub mod smallbank;
+pub mod stress;
 pub mod survival;
 pub mod tatp;
 pub mod tpcc;

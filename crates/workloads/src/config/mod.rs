@@ -367,6 +367,8 @@ pub enum WorkloadKind {
     Tpcc,
     /// DrTM+H's TPC-C variant: NewOrder only, always distributed.
     TpccNo,
+    /// FaSST's `stress` correctness workload: groups of keys read, set or deleted whole.
+    Stress,
 }
 
 impl WorkloadKind {
@@ -377,6 +379,7 @@ impl WorkloadKind {
             WorkloadKind::SmallBank => "smallbank",
             WorkloadKind::Tpcc => "tpcc",
             WorkloadKind::TpccNo => "tpcc-no",
+            WorkloadKind::Stress => "stress",
         }
     }
 
@@ -398,6 +401,7 @@ impl WorkloadKind {
             WorkloadKind::Tatp => 0.05,
             WorkloadKind::SmallBank => 1.0,
             WorkloadKind::Tpcc | WorkloadKind::TpccNo => 0.1,
+            WorkloadKind::Stress => 0.1,
         }
     }
 }
@@ -411,6 +415,7 @@ impl std::str::FromStr for WorkloadKind {
             "smallbank" => WorkloadKind::SmallBank,
             "tpcc" => WorkloadKind::Tpcc,
             "tpcc-no" => WorkloadKind::TpccNo,
+            "stress" => WorkloadKind::Stress,
             _ => {
                 return Err(ConfigError::UnknownName {
                     what: "workload",
