@@ -1162,9 +1162,8 @@ impl Sim {
         let st = self.cluster.manager.state();
         let c = &st.config;
         self.restarts.iter().any(|r| {
-            let back =
-                c.placement.is_member(r.node) && c.incarnations[r.node as usize] == r.incarnation;
             let node = r.node as usize;
+            let back = c.placement.is_member(r.node) && c.incarnations[node] == r.incarnation;
             // Back, and its start-up check (which waits for stage Run at the node)
             // has an outcome: a run ended before it would report a check it never
             // made.

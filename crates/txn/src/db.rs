@@ -584,8 +584,6 @@ impl NodeDb {
         self.table(table)?.1.header(key)
     }
 
-    /// Every key this node stores in `table` with its transaction version and value,
-    /// tombstones included (for replica-consistency checks).
     /// An error naming every table of this node that refused committed data for want
     /// of room (a backup's, a copy's or a recovery's write: [`Table::full_refusals`]),
     /// so a run that met one is not a sound run. (The caller names the node.)
@@ -614,6 +612,8 @@ impl NodeDb {
         }
     }
 
+    /// Every key this node stores in `table` with its transaction version and value,
+    /// tombstones included (for replica-consistency checks).
     pub fn dump(&self, table: u32) -> Vec<(u64, u64, Vec<u8>)> {
         let Some((_, t)) = self.table(table) else {
             return Vec::new();

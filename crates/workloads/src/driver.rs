@@ -422,34 +422,29 @@ pub(crate) fn make_worker<W: Workload>(
                 if matches!(outcome, Outcome::Committed { .. }) {
                     tally.count_commit(t0.elapsed());
                 }
+                if phase.load(Ordering::Relaxed) == MEASURE {
+                    let t = &mut tally.per_type[ty];
+                    match outcome {
+                        Outcome::Committed { found } => {
+                            t.committed += 1;
+                            if found {
+                                t.found += 1;
+                            } else {
+                                t.not_found += 1;
+                            }
+                            let ns = w.ctx.now_ns().saturating_sub(start).max(1);
+                            let _ = tally.hist.record(ns);
+                        }
+                        Outcome::Aborted(r) => {
+                            t.aborted += 1;
+                            *tally.aborts.entry(r.name().to_string()).or_insert(0) += 1;
+                        }
+                    }
+                }
                 // A node removed while alive (its lease ran out) is fenced for good: its
                 // workers end, rather than abort at once for the rest of the run and
                 // take the cores from the members.
-                let fenced = matches!(outcome, Outcome::Aborted(AbortReason::Fenced));
-                if phase.load(Ordering::Relaxed) != MEASURE {
-                    if fenced {
-                        break;
-                    }
-                    continue;
-                }
-                let t = &mut tally.per_type[ty];
-                match outcome {
-                    Outcome::Committed { found } => {
-                        t.committed += 1;
-                        if found {
-                            t.found += 1;
-                        } else {
-                            t.not_found += 1;
-                        }
-                        let ns = w.ctx.now_ns().saturating_sub(start).max(1);
-                        let _ = tally.hist.record(ns);
-                    }
-                    Outcome::Aborted(r) => {
-                        t.aborted += 1;
-                        *tally.aborts.entry(r.name().to_string()).or_insert(0) += 1;
-                    }
-                }
-                if fenced {
+                if matches!(outcome, Outcome::Aborted(AbortReason::Fenced)) {
                     break;
                 }
             }

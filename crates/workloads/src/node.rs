@@ -32,6 +32,15 @@ type MakeWorker = Box<dyn Fn(Arc<Mutex<Tally>>, Arc<AtomicU8>) -> Worker + Send>
 type Check =
     Box<dyn Fn(&Arc<NodeDb>) -> (Result<serde_json::Value, String>, Vec<ReplicaDigest>) + Send>;
 
+/// A node's final check: its tables had room for everything they were given, then the
+/// workload's own share of the check; and its copies' digests.
+fn node_check<W: Workload>(wl: Arc<W>) -> Check {
+    Box::new(move |db| {
+        let check = db.room_check().and_then(|()| wl.check_node(db));
+        (check, replica_digests(&*wl, db))
+    })
+}
+
 /// A node whose database is loaded (its tables in regions of its transport), waiting
 /// for the cluster's catalog ([`LoadedNode::set_catalog`]) and then the start.
 pub struct LoadedNode {
@@ -94,10 +103,7 @@ pub fn load_node(cfg: &Config, transport: SharedNode) -> Result<LoadedNode, Stri
                 make_worker: Box::new(move |total, phase| {
                     make_worker(w1.clone(), total, phase, seed)
                 }),
-                check: Box::new(move |db| {
-                    let check = db.room_check().and_then(|()| w2.check_node(db));
-                    (check, replica_digests(&*w2, db))
-                }),
+                check: node_check(w2),
                 incarnation: 1,
                 timeline_offset: 0,
             })
@@ -180,10 +186,7 @@ pub fn rejoin_node(
                 make_worker: Box::new(move |total, phase| {
                     make_worker(w1.clone(), total, phase, seed)
                 }),
-                check: Box::new(move |db| {
-                    let check = db.room_check().and_then(|()| w2.check_node(db));
-                    (check, replica_digests(&*w2, db))
-                }),
+                check: node_check(w2),
                 incarnation: self.incarnation,
                 timeline_offset: (self.run_ms.max(0.0) / 10.0) as usize,
             })

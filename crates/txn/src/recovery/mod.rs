@@ -14,7 +14,7 @@
 //! written: a failed LOG or ring WRITE is sent again until it lands or the
 //! configuration changes, and then the transaction is committed by this recovery
 //! (`phases::log`, `Txn::commit`). Node threads run it through [`thread`] when their
-//! node has a manager (in-process runs with `RunSpec::manager`; node processes not yet).
+//! node has a manager (in-process runs with `RunSpec::manager`, and node processes).
 //!
 //! - [`records`]: the writes of every record a node holds: its threads' log replicas
 //!   (`Log::Rpc` records and every coordinator's own) and its log rings (`Log::Write`).
