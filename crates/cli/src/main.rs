@@ -6,6 +6,7 @@ mod config_args;
 mod manager_host;
 mod node;
 mod sim;
+mod study;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -45,6 +46,11 @@ enum Command {
     /// Deterministic simulation: the whole cluster in one thread over a simulated network,
     /// from a seed, with faults; every run's history and state are checked.
     Sim(sim::Args),
+    /// Reproduce a paper's evaluation on this machine: every figure's points, the
+    /// paper's claims checked against them, JSON, Markdown tables and SVGs
+    /// (docs/study/README.md).
+    #[command(subcommand)]
+    Study(study::Command),
     /// Run one node of a cluster described by a configuration file (docs/cluster.md), driven
     /// by JSON commands on stdin; `bench --transport shm|udp` starts one per node.
     Node {
@@ -148,6 +154,7 @@ fn main() -> ExitCode {
             }),
         },
         Command::Sim(a) => sim::run(&a),
+        Command::Study(c) => study::run(&c),
         Command::Node {
             config,
             node,

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct LatencyUs {
     pub p50: f64,
+    pub p90: f64,
     pub p99: f64,
     pub p999: f64,
     pub mean: f64,
@@ -587,6 +588,7 @@ pub fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) ->
     } else {
         LatencyUs {
             p50: us(h.value_at_quantile(0.5)),
+            p90: us(h.value_at_quantile(0.9)),
             p99: us(h.value_at_quantile(0.99)),
             p999: us(h.value_at_quantile(0.999)),
             mean: h.mean() / 1000.0,

@@ -1,0 +1,142 @@
+//! Runs a study's points. A configuration that several figures share (the `drtm-h`
+//! preset is in most of them) is measured once per coroutine count; with `repeat` > 1
+//! the whole list is run that many times in turn (A, B, C, A, B, C, ...), so the
+//! machine's slow spells fall on every configuration alike, and each point is the run
+//! with the median throughput.
+
+use super::figure::Point;
+use super::Plan;
+use ambidex_workloads::{sweep_coroutines, Config};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// A run that failed (its point is missing; the claims that need it are undecided).
+#[derive(Clone, Debug, Serialize)]
+pub struct Failure {
+    pub series: Vec<String>,
+    pub coroutines: usize,
+    pub error: String,
+}
+
+/// Every figure's points (by figure id), and the runs that failed.
+pub struct Measured {
+    pub points: BTreeMap<String, Vec<Point>>,
+    pub failures: Vec<Failure>,
+    pub runs: usize,
+    pub seconds: f64,
+}
+
+/// One distinct run: a configuration at a coroutine count, and where its point goes.
+struct Job {
+    cfg: Config,
+    coroutines: usize,
+    /// (figure id, series label) of every figure that shows it.
+    uses: Vec<(String, String)>,
+}
+
+/// The distinct runs of a plan, in figure order.
+fn jobs(plan: &Plan) -> Result<Vec<Job>, String> {
+    let mut jobs: Vec<Job> = Vec::new();
+    let mut index: BTreeMap<(String, usize), usize> = BTreeMap::new();
+    for f in &plan.figures {
+        for s in &f.series {
+            let key = serde_json::to_string(&s.cfg).map_err(|e| e.to_string())?;
+            for &c in &f.coroutines {
+                let use_ = (f.id.clone(), s.label.clone());
+                match index.get(&(key.clone(), c)) {
+                    Some(&i) => jobs[i].uses.push(use_),
+                    None => {
+                        index.insert((key.clone(), c), jobs.len());
+                        jobs.push(Job {
+                            cfg: s.cfg.clone(),
+                            coroutines: c,
+                            uses: vec![use_],
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(jobs)
+}
+
+/// Runs every job `plan.repeat` times and keeps each one's median run.
+pub fn measure(plan: &Plan) -> Result<Measured, String> {
+    let jobs = jobs(plan)?;
+    let total = jobs.len() * plan.repeat;
+    let per_run = jobs
+        .first()
+        .map(|j| j.cfg.run.warmup_s + j.cfg.run.duration_s + 0.5)
+        .unwrap_or(0.0);
+    eprintln!(
+        "study {}: {} figures, {} distinct runs x {} = {total} runs (about {:.0} s)",
+        plan.name,
+        plan.figures.len(),
+        jobs.len(),
+        plan.repeat,
+        total as f64 * per_run
+    );
+    let bar = indicatif::ProgressBar::new(total as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .map_err(|e| e.to_string())?,
+    );
+    let t0 = Instant::now();
+    let mut runs: Vec<Vec<Point>> = vec![Vec::new(); jobs.len()];
+    let mut errors: Vec<Option<String>> = vec![None; jobs.len()];
+    for round in 0..plan.repeat {
+        for (i, job) in jobs.iter().enumerate() {
+            let (fig, label) = &job.uses[0];
+            bar.set_message(format!("{fig} {label} x{} ({})", job.coroutines, round + 1));
+            if errors[i].is_none() {
+                match sweep_coroutines(&job.cfg, &[job.coroutines]) {
+                    Ok((_, reports)) => match reports.first() {
+                        Some(r) => runs[i].push(Point::from_report(label, r)),
+                        None => errors[i] = Some("the run returned no report".into()),
+                    },
+                    Err(e) => errors[i] = Some(e),
+                }
+            }
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    let mut points: BTreeMap<String, Vec<Point>> = BTreeMap::new();
+    let mut failures = Vec::new();
+    for (i, job) in jobs.iter().enumerate() {
+        if let Some(e) = &errors[i] {
+            failures.push(Failure {
+                series: job
+                    .uses
+                    .iter()
+                    .map(|u| format!("{} {}", u.0, u.1))
+                    .collect(),
+                coroutines: job.coroutines,
+                error: e.clone(),
+            });
+            continue;
+        }
+        let Some(median) = median_run(&runs[i]) else {
+            continue;
+        };
+        for (fig, label) in &job.uses {
+            let mut p = median.clone();
+            p.series = label.clone();
+            points.entry(fig.clone()).or_default().push(p);
+        }
+    }
+    Ok(Measured {
+        points,
+        failures,
+        runs: total,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// The run with the median throughput (the lower middle of an even count).
+fn median_run(runs: &[Point]) -> Option<&Point> {
+    let mut v: Vec<&Point> = runs.iter().collect();
+    v.sort_by(|a, b| a.committed_per_s.total_cmp(&b.committed_per_s));
+    v.get((v.len().max(1) - 1) / 2).copied()
+}
