@@ -35,7 +35,6 @@ pub fn figures(
             c.run.workload = WorkloadKind::ObjectStore;
             c.run.r = r;
             c.run.w = w;
-            c.run.scale = None;
         })
     };
     let scaling = |w: WorkloadKind| -> Vec<Series> {
@@ -44,7 +43,6 @@ pub fn figures(
             .map(|&(n, t)| {
                 with(base, &shape_label(n, t), |c| {
                     c.run.workload = w;
-                    c.run.scale = None;
                     c.cluster.nodes = n;
                     c.cluster.threads = t;
                 })
@@ -106,7 +104,6 @@ pub fn figures(
             shape: Shape::Curve,
             series: vec![with(base, "TATP", |c| {
                 c.run.workload = WorkloadKind::Tatp;
-                c.run.scale = None;
             })],
             coroutines: sweep.to_vec(),
             claims: vec![Claim {

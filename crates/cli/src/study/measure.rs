@@ -35,13 +35,24 @@ struct Job {
     uses: Vec<(String, String)>,
 }
 
+/// What makes two runs the same: the configuration, its transaction section by the
+/// policy it resolves to (a preset and the same choices spelled as overrides are one).
+fn job_key(cfg: &Config) -> Result<String, String> {
+    let policy = cfg.policy().map_err(|e| e.to_string())?;
+    let mut c = cfg.clone();
+    c.txn.mode = ambidex_workloads::config::policy_phases(&policy);
+    (c.txn.execute, c.txn.lock, c.txn.validate) = (None, None, None);
+    (c.txn.log, c.txn.commit, c.txn.passive_ack) = (None, None, None);
+    serde_json::to_string(&c).map_err(|e| e.to_string())
+}
+
 /// The distinct runs of a plan, in figure order.
 fn jobs(plan: &Plan) -> Result<Vec<Job>, String> {
     let mut jobs: Vec<Job> = Vec::new();
     let mut index: BTreeMap<(String, usize), usize> = BTreeMap::new();
     for f in &plan.figures {
         for s in &f.series {
-            let key = serde_json::to_string(&s.cfg).map_err(|e| e.to_string())?;
+            let key = job_key(&s.cfg)?;
             for &c in &f.coroutines {
                 let use_ = (f.id.clone(), s.label.clone());
                 match index.get(&(key.clone(), c)) {
