@@ -43,6 +43,18 @@ pub struct ConfigArgs {
     /// per workload, see docs/workloads.md, or the simulator's tiny one).
     #[arg(long)]
     pub scale: Option<f64>,
+    /// TPC-C: warehouses per node, dealt out evenly to its threads [default: 24, as
+    /// DrTM+H's 384 warehouses on 16 machines; 1 per thread in the simulator].
+    #[arg(long, value_name = "N")]
+    pub warehouses: Option<u64>,
+    /// TPC-C NewOrder: fetch its independent records in parallel (on, DrTM+H §6.1) or
+    /// one remote record per round trip (off, DrTM+H §5's phase study) [default: on].
+    #[arg(long, value_name = "ON_OFF", value_parser = clap::builder::BoolishValueParser::new())]
+    pub outstanding_requests: Option<bool>,
+    /// Try a transaction aborted by a conflict or a transient failure again from the
+    /// same inputs (on, as the papers' drivers do), or draw a new one (off) [default: on].
+    #[arg(long, value_name = "ON_OFF", value_parser = clap::builder::BoolishValueParser::new())]
+    pub retry_aborts: Option<bool>,
     /// The transaction-policy preset (DrTM+H Table 4): fasst (every phase by RPC), farm,
     /// drtm-r or drtm-h [default: fasst]. The per-phase flags below override its choices.
     #[arg(long, value_name = "PRESET")]
@@ -104,6 +116,11 @@ impl ConfigArgs {
         if self.scale.is_some() {
             c.run.scale = self.scale;
         }
+        if self.warehouses.is_some() {
+            c.run.warehouses_per_node = self.warehouses;
+        }
+        set(&mut c.run.outstanding_requests, self.outstanding_requests);
+        set(&mut c.run.retry_aborts, self.retry_aborts);
         set(&mut c.txn.mode, self.mode.clone());
         // A flag replaces the file's key for its phase; both override the preset.
         if self.execute.is_some() {

@@ -195,6 +195,8 @@ fn tpcc_over_shm_node_processes_keeps_consistency() {
         "tpcc",
         "--transport",
         "shm",
+        "--warehouses",
+        "1",
         "--replication",
         "3",
         "--duration",

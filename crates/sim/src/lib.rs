@@ -477,13 +477,17 @@ pub fn run(cfg: &Config) -> Result<SimReport, String> {
             Arc::new(smallbank::SmallBank::new(placement, threads, scale)),
         ),
         WorkloadKind::Tpcc | WorkloadKind::TpccNo => {
+            // One warehouse per thread unless the configuration says otherwise: few
+            // enough that a few hundred transactions really conflict.
             let mut p = tpcc::TpccParams::new(
                 placement,
                 threads,
+                cfg.run.warehouses_per_node.unwrap_or(threads as u64),
                 scale,
                 cfg.run.workload == WorkloadKind::TpccNo,
                 0.0,
             );
+            p.outstanding_requests = cfg.run.outstanding_requests;
             if cfg.run.scale.is_none() {
                 // Smaller than the loader's own minimums: a simulation runs a few hundred
                 // transactions, and loading is most of a seed's time.

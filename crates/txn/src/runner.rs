@@ -31,6 +31,9 @@ pub struct WorkerCtx {
     pub node: NodeId,
     pub thread: ThreadId,
     pub coroutine: usize,
+    /// The thread's worker coroutines (`RunSpec::coroutines`): `coroutine` is one of
+    /// `0..coroutines`.
+    pub coroutines: usize,
     /// Set when the run's duration is over; workers finish their transaction and return.
     pub stop: Arc<AtomicBool>,
 }
@@ -872,7 +875,8 @@ where
     // passed; if it failed they start with `stop` set (they return at once, and the run
     // reports the error).
     let gated = db.catalog().is_some();
-    for c in 0..spec.coroutines {
+    let coroutines = spec.coroutines;
+    for c in 0..coroutines {
         let (th, worker, stop, db) = (th.clone(), worker.clone(), stop.clone(), db.clone());
         let done = done.clone();
         th.worker_started();
@@ -891,6 +895,7 @@ where
                 node: addr.node,
                 thread: addr.thread,
                 coroutine: c,
+                coroutines,
                 stop,
             })
             .await;

@@ -70,6 +70,33 @@ impl AbortReason {
         AbortReason::Fenced,
     ];
 
+    /// True if trying the same transaction again can commit it: a conflict with
+    /// another transaction, or a failure the cluster gets over by itself (a timeout, a
+    /// full log ring, a reconfiguration). False for the application's own abort, a
+    /// missing or existing key, a full table, a malformed answer, a misconfigured
+    /// cluster and a fenced node: the same attempt would end the same way.
+    pub fn is_transient(self) -> bool {
+        match self {
+            AbortReason::LockedAtExecute
+            | AbortReason::LockedAtLock
+            | AbortReason::LockedAtValidate
+            | AbortReason::VersionChanged
+            | AbortReason::Timeout
+            | AbortReason::LogFull
+            | AbortReason::EpochChanged
+            | AbortReason::NodeFailed => true,
+            AbortReason::MissingKey
+            | AbortReason::InsertExists
+            | AbortReason::TableFull
+            | AbortReason::BadResponse
+            | AbortReason::User
+            | AbortReason::NoRemoteTable
+            | AbortReason::LogRecordTooLarge
+            | AbortReason::LogRingUnknown
+            | AbortReason::Fenced => false,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             AbortReason::LockedAtExecute => "locked_at_execute",

@@ -319,6 +319,8 @@ fn combine<W: Workload>(
         for (a, b) in tally.per_type.iter_mut().zip(&r.per_type) {
             a.committed = a.committed.saturating_add(b.committed);
             a.aborted = a.aborted.saturating_add(b.aborted);
+            a.retries = a.retries.saturating_add(b.retries);
+            a.gave_up = a.gave_up.saturating_add(b.gave_up);
             a.found = a.found.saturating_add(b.found);
             a.not_found = a.not_found.saturating_add(b.not_found);
         }
@@ -409,7 +411,14 @@ fn plausible(r: &NodeReport) -> Result<(), String> {
         }
     };
     for t in &r.per_type {
-        for v in [t.committed, t.aborted, t.found, t.not_found] {
+        for v in [
+            t.committed,
+            t.aborted,
+            t.retries,
+            t.gave_up,
+            t.found,
+            t.not_found,
+        ] {
             big("a transaction count", v)?;
         }
     }

@@ -27,7 +27,7 @@ use ambidex_txn::stats::LocationCacheStats;
 use ambidex_txn::{AbortReason, NodeDb, Placement, Policy, TxnConfig, TxnStats};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -48,7 +48,16 @@ pub struct LatencyUs {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct TypeReport {
     pub committed: u64,
+    /// Aborted attempts (each attempt of a transaction tried again counts).
     pub aborted: u64,
+    /// Attempts that tried an aborted transaction again (`run.retry_aborts`).
+    #[serde(default)]
+    pub retries: u64,
+    /// Aborted attempts after which the transaction was not tried again: the
+    /// application's own aborts, reasons a retry cannot help, the last of
+    /// [`MAX_ATTEMPTS`], or the run's end.
+    #[serde(default)]
+    pub gave_up: u64,
     /// Committed transactions that found their row(s) (TATP; others: all committed).
     pub found: u64,
     pub not_found: u64,
@@ -82,8 +91,16 @@ pub struct BenchReport {
     /// Process CPU time (all node threads) in the measured window.
     pub cpu_seconds: f64,
     pub committed_per_cpu_s: f64,
+    /// Aborted attempts (a transaction tried again counts each aborted attempt).
     pub aborted: u64,
-    /// aborted / (committed + aborted).
+    /// Attempts: committed + aborted.
+    pub attempts: u64,
+    /// Attempts that tried an aborted transaction again (`run.retry_aborts`).
+    pub retries: u64,
+    /// Transactions whose last attempt aborted: not tried again (the application's
+    /// own aborts, reasons a retry cannot help, the last of `MAX_ATTEMPTS`, the end).
+    pub gave_up: u64,
+    /// aborted / (committed + aborted): of every attempt, the share that aborted.
     pub abort_rate: f64,
     pub aborts_by_reason: BTreeMap<String, u64>,
     /// Aborts other than the application's own (`user`: SmallBank's insufficient funds,
@@ -188,6 +205,16 @@ pub fn run_bench(cfg: &Config) -> Result<BenchReport, String> {
     Ok(out.pop().expect("one run"))
 }
 
+/// Runs workload `wl` (built on `cfg`'s placement) on the in-process cluster `cfg`
+/// describes, as [`run_bench`] runs the built-in ones; `cfg.run.workload` only names the
+/// report's workload kind.
+pub fn run_workload<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<BenchReport, String> {
+    cfg.validate()?;
+    let mut out = Vec::new();
+    run_all(wl, cfg.placement()?, cfg, &[cfg.coroutines()], &mut out)?;
+    Ok(out.pop().expect("one run"))
+}
+
 /// Loads once and runs once per coroutine count (FaSST Figure 10's throughput-latency
 /// curve). Each run starts from the state the previous one left.
 pub fn sweep_coroutines(
@@ -256,13 +283,15 @@ pub fn dispatch<R>(cfg: &Config, v: impl WorkloadVisitor<R>) -> Result<R, String
             placement,
         ),
         WorkloadKind::Tpcc | WorkloadKind::TpccNo => {
-            let p = tpcc::TpccParams::new(
+            let mut p = tpcc::TpccParams::new(
                 placement.clone(),
                 threads,
+                cfg.warehouses_per_node(),
                 scale,
                 cfg.run.workload == WorkloadKind::TpccNo,
                 cfg.run.warmup_s + cfg.run.duration_s,
             );
+            p.outstanding_requests = cfg.run.outstanding_requests;
             v.visit(Arc::new(tpcc::Tpcc::new(p)), placement)
         }
     }
@@ -321,6 +350,8 @@ impl Tally {
         for (a, b) in self.per_type.iter_mut().zip(&o.per_type) {
             a.committed += b.committed;
             a.aborted += b.aborted;
+            a.retries += b.retries;
+            a.gave_up += b.gave_up;
             a.found += b.found;
             a.not_found += b.not_found;
         }
@@ -395,14 +426,30 @@ fn run_all<W: Workload>(
     Ok(())
 }
 
+/// Attempts of one transaction at most, with `run.retry_aborts`: the first and 99
+/// retries. A transaction that keeps meeting a lock that is not released (one held for
+/// a failed coordinator until recovery decides it) is given up then, not tried for ever.
+pub const MAX_ATTEMPTS: u32 = 100;
+
+/// How long a transaction waits before its `attempt`-th retry: uniform in the upper half
+/// of a window that doubles from 16 µs to 4 ms (randomized so that two transactions that
+/// met do not meet again at their retries).
+fn backoff_ns(attempt: u32, jitter: &mut SmallRng) -> u64 {
+    let window = (16_000u64 << attempt.min(8)).min(4_000_000);
+    jitter.gen_range(window / 2..=window)
+}
+
 /// The worker coroutine every (node, thread, coroutine) runs: transactions from the mix
-/// until the phase is [`STOP`] (or the runner says stop), counting those that finish in
-/// the [`MEASURE`] phase into a tally merged into `total` at the end.
+/// until the phase is [`STOP`] (or the runner says stop), counting the attempts that
+/// finish in the [`MEASURE`] phase into a tally merged into `total` at the end. With
+/// `retries` a transaction aborted for a transient reason
+/// ([`AbortReason::is_transient`]) is tried again, up to [`MAX_ATTEMPTS`].
 pub(crate) fn make_worker<W: Workload>(
     wl: Arc<W>,
     total: Arc<Mutex<Tally>>,
     phase: Arc<AtomicU8>,
     seed: u64,
+    retries: bool,
 ) -> Worker {
     let types = wl.txn_types().len();
     // The timeline's zero: every coroutine of this node counts from the same instant.
@@ -411,42 +458,77 @@ pub(crate) fn make_worker<W: Workload>(
         let (wl, total, phase) = (wl.clone(), total.clone(), phase.clone());
         Box::pin(async move {
             let mut rng = SmallRng::seed_from_u64(worker_seed(seed, w.node, w.thread, w.coroutine));
+            let mut jitter =
+                SmallRng::seed_from_u64(!worker_seed(seed, w.node, w.thread, w.coroutine));
             let mut local = W::Local::default();
             let mut tally = Tally::new(types);
             crate::lost::start_worker(&w, t0);
-            loop {
+            'txns: loop {
                 if phase.load(Ordering::Relaxed) == STOP || w.stop.load(Ordering::Relaxed) {
                     break;
                 }
+                // A transaction is tried until it commits or ends for good, from the
+                // same inputs each time: its draws come from `rng`, which each retry
+                // rewinds to where the first attempt began (as DrTM+H's and FaSST's
+                // drivers reset their seed). Its latency runs from the first attempt.
                 let start = w.ctx.now_ns();
-                let (ty, outcome) = wl.run_one(&w, &mut rng, &mut local).await;
-                if matches!(outcome, Outcome::Committed { .. }) {
-                    tally.count_commit(t0.elapsed());
-                }
-                if phase.load(Ordering::Relaxed) == MEASURE {
-                    let t = &mut tally.per_type[ty];
-                    match outcome {
-                        Outcome::Committed { found } => {
-                            t.committed += 1;
-                            if found {
-                                t.found += 1;
-                            } else {
-                                t.not_found += 1;
-                            }
-                            let ns = w.ctx.now_ns().saturating_sub(start).max(1);
-                            let _ = tally.hist.record(ns);
-                        }
+                let rewind = rng.clone();
+                let mut attempt = 0u32;
+                loop {
+                    let (ty, outcome) = wl.run_one(&w, &mut rng, &mut local).await;
+                    if matches!(outcome, Outcome::Committed { .. }) {
+                        tally.count_commit(t0.elapsed());
+                    }
+                    let measured = phase.load(Ordering::Relaxed) == MEASURE;
+                    let retry = match outcome {
                         Outcome::Aborted(r) => {
-                            t.aborted += 1;
-                            *tally.aborts.entry(r.name().to_string()).or_insert(0) += 1;
+                            retries
+                                && r.is_transient()
+                                && attempt + 1 < MAX_ATTEMPTS
+                                && phase.load(Ordering::Relaxed) != STOP
+                                && !w.stop.load(Ordering::Relaxed)
+                        }
+                        Outcome::Committed { .. } => false,
+                    };
+                    if measured {
+                        let t = &mut tally.per_type[ty];
+                        t.retries += u64::from(attempt > 0);
+                        match outcome {
+                            Outcome::Committed { found } => {
+                                t.committed += 1;
+                                if found {
+                                    t.found += 1;
+                                } else {
+                                    t.not_found += 1;
+                                }
+                                let ns = w.ctx.now_ns().saturating_sub(start).max(1);
+                                let _ = tally.hist.record(ns);
+                            }
+                            Outcome::Aborted(r) => {
+                                t.aborted += 1;
+                                t.gave_up += u64::from(!retry);
+                                *tally.aborts.entry(r.name().to_string()).or_insert(0) += 1;
+                            }
                         }
                     }
-                }
-                // A node removed while alive (its lease ran out) is fenced for good: its
-                // workers end, rather than abort at once for the rest of the run and
-                // take the cores from the members.
-                if matches!(outcome, Outcome::Aborted(AbortReason::Fenced)) {
-                    break;
+                    // A node removed while alive (its lease ran out) is fenced for good:
+                    // its workers end, rather than abort at once for the rest of the run
+                    // and take the cores from the members.
+                    if matches!(outcome, Outcome::Aborted(AbortReason::Fenced)) {
+                        break 'txns;
+                    }
+                    if !retry {
+                        break;
+                    }
+                    attempt += 1;
+                    rng = rewind.clone();
+                    // Let the transaction it met finish first: a retry at once meets the
+                    // same lock while its holder commits (hundreds of µs here), and
+                    // spins through its attempts.
+                    let until = w.ctx.now_ns() + backoff_ns(attempt, &mut jitter);
+                    while w.ctx.now_ns() < until {
+                        w.ctx.pause().await;
+                    }
                 }
             }
             wl.finish_worker(local);
@@ -467,7 +549,13 @@ fn run_once<W: Workload>(
     let types = wl.txn_types().len();
     let total = Arc::new(Mutex::new(Tally::new(types)));
     let phase = Arc::new(AtomicU8::new(WARMUP));
-    let worker = make_worker(wl.clone(), total.clone(), phase.clone(), seed);
+    let worker = make_worker(
+        wl.clone(),
+        total.clone(),
+        phase.clone(),
+        seed,
+        cfg.run.retry_aborts,
+    );
     let warmup = Duration::from_secs_f64(cfg.run.warmup_s.max(0.0));
     let duration = Duration::from_secs_f64(cfg.run.duration_s.max(0.001));
     // The timer thread that moves the run through its phases and samples CPU time.
@@ -581,6 +669,8 @@ pub fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) ->
     } = p;
     let committed: u64 = tally.per_type.iter().map(|t| t.committed).sum();
     let aborted: u64 = tally.per_type.iter().map(|t| t.aborted).sum();
+    let retries: u64 = tally.per_type.iter().map(|t| t.retries).sum();
+    let gave_up: u64 = tally.per_type.iter().map(|t| t.gave_up).sum();
     let h = &tally.hist;
     let us = |ns: u64| ns as f64 / 1000.0;
     let latency_us = if h.is_empty() {
@@ -640,6 +730,9 @@ pub fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) ->
         cpu_seconds: cpu,
         committed_per_cpu_s: committed as f64 / cpu.max(1e-9),
         aborted,
+        attempts: committed + aborted,
+        retries,
+        gave_up,
         abort_rate: if committed + aborted == 0 {
             0.0
         } else {

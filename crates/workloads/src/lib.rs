@@ -24,7 +24,7 @@
 //!
 //! Paper-scale settings (`--scale 1`): object store 1,000,000 keys per thread; TATP
 //! 1,000,000 subscribers per node; SmallBank 100,000 accounts per thread; TPC-C one
-//! warehouse per thread with spec-size tables. The default scales
+//! warehouse's spec-size tables, 24 warehouses per node. The default scales
 //! ([`WorkloadKind::quick_scale`]) keep a 3-node run on a 2-core machine to a few seconds
 //! of loading.
 
@@ -49,6 +49,8 @@ pub mod transports;
 pub use combine::{combine_node_reports, NodeReport};
 pub use common::{Outcome, Workload};
 pub use config::{Config, ConfigError, ObjStoreParams, Transport, WorkloadKind};
-pub use driver::{run_bench, sweep_coroutines, BenchReport, LatencyUs, SweepPoint, TypeReport};
+pub use driver::{
+    run_bench, run_workload, sweep_coroutines, BenchReport, LatencyUs, SweepPoint, TypeReport,
+};
 pub use load::build_and_load;
 pub use report::{OneSidedCounts, PolicyReport};

@@ -90,6 +90,7 @@ pub fn load_node(cfg: &Config, transport: SharedNode) -> Result<LoadedNode, Stri
             )?;
             let load_seconds = t0.elapsed().as_secs_f64();
             let seed = cfg.run.seed;
+            let retries = cfg.run.retry_aborts;
             let (w1, w2) = (wl.clone(), wl.clone());
             Ok(LoadedNode {
                 node: self.node,
@@ -101,7 +102,7 @@ pub fn load_node(cfg: &Config, transport: SharedNode) -> Result<LoadedNode, Stri
                 db,
                 load_seconds,
                 make_worker: Box::new(move |total, phase| {
-                    make_worker(w1.clone(), total, phase, seed)
+                    make_worker(w1.clone(), total, phase, seed, retries)
                 }),
                 check: node_check(w2),
                 incarnation: 1,
@@ -168,6 +169,7 @@ pub fn rejoin_node(
             db.set_incarnation(self.incarnation);
             // Not the first incarnation's transactions again.
             let seed = cfg.run.seed ^ self.incarnation.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let retries = cfg.run.retry_aborts;
             let (w1, w2) = (wl.clone(), wl.clone());
             Ok(LoadedNode {
                 node: self.node,
@@ -184,7 +186,7 @@ pub fn rejoin_node(
                 db,
                 load_seconds: t0.elapsed().as_secs_f64(),
                 make_worker: Box::new(move |total, phase| {
-                    make_worker(w1.clone(), total, phase, seed)
+                    make_worker(w1.clone(), total, phase, seed, retries)
                 }),
                 check: node_check(w2),
                 incarnation: self.incarnation,

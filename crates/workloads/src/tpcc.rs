@@ -2,13 +2,27 @@
 //! (NewOrder 45%, Payment 43%, OrderStatus 4%, Delivery 4%, StockLevel 4%), and `tpcc-no`,
 //! DrTM+H's variant: NewOrder only, every transaction distributed.
 //!
-//! **Partitioning.** One warehouse per worker thread at scale ≥ 1 (as DrTM; `scale`
-//! warehouses per thread above 1). Warehouse w belongs to one thread of one node, its
-//! *home*; that thread's coroutines run every transaction whose home warehouse is w, so
-//! all warehouse-partitioned rows of w are placed on w's home node. `Placement` has no
-//! partition-key hook, so keys carry a salt byte chosen to make the hash land on the home
-//! ([`crate::common::homed_key`]); remote accesses (1% of NewOrder items, 15% of Payment
-//! customers) are real remote transactions.
+//! **Partitioning.** `warehouses_per_node` warehouses per node (default 24, DrTM+H's 384
+//! warehouses on 16 machines), dealt out evenly to its threads. Warehouse w belongs to
+//! one thread of one node, its *home*; that thread's coroutines run every transaction
+//! whose home warehouse is w, so all warehouse-partitioned rows of w are placed on w's
+//! home node. `Placement` has no partition-key hook, so keys carry a salt byte chosen to
+//! make the hash land on the home ([`crate::common::homed_key`]); remote accesses (1% of
+//! NewOrder items, 15% of Payment customers) are real remote transactions.
+//!
+//! **Terminals.** Every worker coroutine is a terminal with constant home warehouses
+//! (spec §2.4.1.1; DrTM runs one worker per warehouse): coroutine k of C runs its
+//! thread's warehouses k, k + C, ... (`Tpcc::terminal_warehouse`). With at least as
+//! many warehouses as coroutines no two coroutines of a thread share a warehouse, so
+//! conflicts come from the benchmark (remote customers and stock), not from coroutines
+//! of one thread racing for one warehouse's D_NEXT_O_ID and YTD rows (75% of attempts
+//! aborted that way with one warehouse per thread and 8 coroutines).
+//!
+//! **Outstanding requests.** NewOrder adds every record it needs to the transaction
+//! before it uses any value and fetches them with one `execute` (DrTM+H §6.1: the
+//! records are independent, so it speculates past values not fetched yet);
+//! `outstanding_requests = false` fetches each remote stock row in its own round trip
+//! before looking at the next line, as DrTM+H's phase study (§5) ran it.
 //!
 //! **Ordered indexes.** The transaction layer has no range scans, so the two scans the
 //! mix needs run on the home node's `ambidex_store::OrderedIndex` (owner-local): NEW_ORDER
@@ -68,13 +82,14 @@
 //!   As a serializable transaction of ~400 reads it aborted almost always beside
 //!   NewOrder's stock updates.
 //! - Delivery runs all ten districts in one transaction and skips districts without new
-//!   orders; aborted transactions are not retried (the worker draws a new one).
+//!   orders.
 //! - HISTORY has no primary key in the spec; rows get ids unique per warehouse and node.
 //! - Scale below 1 shrinks ITEM, customers per district and initial orders by the factor
 //!   (tests and quick runs); 1.0 is the spec population (100,000 items, 3,000 customers
 //!   and 3,000 orders per district, the last 900 of them new orders).
-//! - `tpcc-no`: NewOrder only; if no item drew a remote supply warehouse, one random
-//!   item is made remote, so every transaction is distributed (needs ≥ 2 warehouses).
+//! - `tpcc-no`: NewOrder only; if no item drew a supply warehouse homed on another node,
+//!   one random item is supplied by a warehouse of another node, so every transaction
+//!   is distributed (needs ≥ 2 nodes).
 //!
 //! Consistency conditions 1–4 of the spec (§3.3.2) are checked after a run on the
 //! primaries' data, plus agreement of both ordered indexes with the tables.
@@ -223,6 +238,14 @@ pub fn last_name(n: u64) -> [u8; 16] {
     out
 }
 
+/// Warehouses per node by default: DrTM+H's 384 warehouses on 16 machines (§5).
+pub const DEFAULT_WAREHOUSES_PER_NODE: u64 = 24;
+
+/// New orders one thread commits per second at most, for the room the tables keep for
+/// the orders of a run (this machine commits a few thousand per thread; rows a run does
+/// not insert cost only address space).
+const ORDERS_PER_THREAD_SECOND: f64 = 20_000.0;
+
 /// Population and run parameters.
 #[derive(Clone, Debug)]
 pub struct TpccParams {
@@ -235,27 +258,31 @@ pub struct TpccParams {
     /// Initial orders per district (= customers); the last 30% are new orders.
     pub initial_orders: u64,
     pub only_new_order: bool,
+    /// NewOrder fetches its independent records in parallel (DrTM+H §6.1); false: one
+    /// remote record per round trip.
+    pub outstanding_requests: bool,
     /// New orders per warehouse the tables must have room for during the run.
     pub order_headroom: u64,
     pub seed: u64,
 }
 
 impl TpccParams {
-    /// `seconds` (warmup + measured) sizes the room for orders inserted during the run.
+    /// `warehouses_per_node` are dealt out evenly to the node's threads (rounded down to
+    /// a multiple of them, at least one each); `scale` (at most 1, the spec's) shrinks
+    /// every warehouse's items, customers and orders; `seconds` (warmup + measured)
+    /// sizes the room for orders inserted during the run.
     pub fn new(
         placement: Placement,
         threads: u16,
+        warehouses_per_node: u64,
         scale: f64,
         only_new_order: bool,
         seconds: f64,
     ) -> TpccParams {
-        let whpt = if scale >= 1.0 {
-            scale.round() as u64
-        } else {
-            1
-        };
+        let whpt = (warehouses_per_node / threads.max(1) as u64).max(1);
         let f = scale.min(1.0);
         let customers = ((SPEC_CUSTOMERS as f64 * f) as u64).max(30);
+        let per_warehouse_s = ORDERS_PER_THREAD_SECOND / whpt as f64;
         TpccParams {
             warehouses: whpt * placement.nodes() as u64 * threads as u64,
             placement,
@@ -265,8 +292,8 @@ impl TpccParams {
             customers,
             initial_orders: customers,
             only_new_order,
-            // Generous: well above what this implementation commits per warehouse.
-            order_headroom: ((seconds.max(1.0) * 10_000.0) as u64).max(20_000),
+            outstanding_requests: true,
+            order_headroom: ((seconds.max(1.0) * per_warehouse_s) as u64).max(2_000),
             seed: 0x7cc,
         }
     }
@@ -439,7 +466,7 @@ impl Tpcc {
         let g = w.node as u64 * self.p.threads as u64 + w.thread as u64;
         let whpt = self.p.warehouses_per_thread;
         match (&local.extra, local.lost_home) {
-            (None, false) => Some(g * whpt + 1 + rng.gen_range(0..whpt)),
+            (None, false) => Some(g * whpt + 1 + Self::terminal_warehouse(w, whpt, rng)),
             (None, true) => None,
             (Some(extra), false) => {
                 let i = rng.gen_range(0..whpt + extra.len() as u64);
@@ -451,6 +478,22 @@ impl Tpcc {
             }
             (Some(extra), true) => Some(extra[rng.gen_range(0..extra.len())]),
         }
+    }
+
+    /// The index among its thread's `whpt` warehouses of a worker coroutine's next home
+    /// warehouse. Every coroutine is a terminal with constant home warehouses (spec
+    /// §2.4.1.1; DrTM runs one worker per warehouse): coroutine k of C runs the thread's
+    /// warehouses k, k + C, k + 2C, ..., so with at least as many warehouses as
+    /// coroutines no two coroutines of a thread share one, and the conflicts are the
+    /// benchmark's own (remote customers and stock); with fewer, coroutine k runs
+    /// warehouse k mod `whpt` with the others that map to it.
+    fn terminal_warehouse(w: &WorkerCtx, whpt: u64, rng: &mut SmallRng) -> u64 {
+        let (c, k) = (w.coroutines.max(1) as u64, w.coroutine as u64);
+        if whpt < c {
+            return k % whpt;
+        }
+        let mine = (whpt - k).div_ceil(c);
+        k + c * rng.gen_range(0..mine)
     }
 
     /// Brings `local` to the node's current configuration (one atomic load when it is
@@ -668,6 +711,18 @@ impl Tpcc {
         }
     }
 
+    /// A warehouse homed on a node other than `node`, uniformly.
+    fn other_node_warehouse(&self, node: u16, rng: &mut SmallRng) -> u64 {
+        let per_node = self.p.warehouses_per_thread * self.p.threads as u64;
+        let o = rng.gen_range(0..self.p.warehouses - per_node);
+        let first_of_node = node as u64 * per_node;
+        if o >= first_of_node {
+            o + per_node + 1
+        } else {
+            o + 1
+        }
+    }
+
     fn customer_id(&self, rng: &mut SmallRng) -> u64 {
         nurand(rng, 1023, 1, self.p.customers, C_ID)
     }
@@ -705,12 +760,16 @@ impl Tpcc {
             };
             lines[l] = (i, supply, urand(rng, 1, 10));
         }
+        // tpcc-no: every transaction distributed, so at least one supply warehouse is
+        // homed on another node (with several warehouses per node, a remote warehouse
+        // may well be on this one).
+        let home = self.home_of(wid);
         if self.p.only_new_order
-            && self.p.warehouses > 1
-            && lines[..ol_cnt].iter().all(|l| l.1 == wid)
+            && self.p.placement.nodes() > 1
+            && lines[..ol_cnt].iter().all(|l| self.home_of(l.1) == home)
         {
             let l = rng.gen_range(0..ol_cnt);
-            lines[l].1 = self.other_warehouse(wid, rng);
+            lines[l].1 = self.other_node_warehouse(home, rng);
         }
         if rollback {
             lines[ol_cnt - 1].0 = self.p.items + 1; // an unused item id
@@ -737,7 +796,17 @@ impl Tpcc {
                     WriteKind::Update,
                 );
             }
+            // Without outstanding requests a remote stock row is fetched before the
+            // next line is looked at: one round trip per remote record, as a
+            // transaction that does not speculate past values it has not read yet.
+            if !self.p.outstanding_requests && self.home_of(supply) != home {
+                if let Err(r) = t.execute().await {
+                    return Outcome::Aborted(r);
+                }
+            }
         }
+        // With outstanding requests (DrTM+H §6.1) every record the order needs is
+        // fetched here at once: they are independent, so none waits for another.
         if let Err(r) = t.execute().await {
             return Outcome::Aborted(r);
         }
@@ -1672,7 +1741,7 @@ mod tests {
     /// TPC-C loaded on 3 nodes × 1 thread, R = 3 (warehouse n + 1 at node n).
     fn loaded() -> (Tpcc, Vec<Arc<NodeDb>>) {
         let p = Placement::new(3, 3).unwrap();
-        let t = Tpcc::new(TpccParams::new(p.clone(), 1, 0.02, false, 1.0));
+        let t = Tpcc::new(TpccParams::new(p.clone(), 1, 1, 0.02, false, 1.0));
         let nodes = LocalFabric::new(ClusterConfig::new(3, 1)).unwrap().nodes();
         let dbs = build_and_load(&t, p, &nodes, 5, false).unwrap();
         (t, dbs)
@@ -1691,7 +1760,7 @@ mod tests {
     #[test]
     fn a_failed_nodes_warehouses_go_to_the_node_promoted_for_all_its_partitions() {
         let p = Placement::new(3, 3).unwrap();
-        let t = Tpcc::new(TpccParams::new(p.clone(), 1, 0.02, false, 1.0));
+        let t = Tpcc::new(TpccParams::new(p.clone(), 1, 1, 0.02, false, 1.0));
         for n in 0..3 {
             assert_eq!(t.served_by(&p, n), vec![n as u64 + 1]);
         }

@@ -109,7 +109,7 @@ fn smallbank_balance_is_unchecked_without_a_dead_nodes_part() {
 #[test]
 fn tpcc_per_node_checks_combine_to_the_cluster_check() {
     let p = Placement::new(3, 2).unwrap();
-    let t = Tpcc::new(TpccParams::new(p.clone(), 1, 0.02, false, 1.0));
+    let t = Tpcc::new(TpccParams::new(p.clone(), 1, 1, 0.02, false, 1.0));
     let dbs = build_and_load(&t, p.clone(), &local_nodes(&p), 5, false).unwrap();
     let whole = t.check(&dbs).unwrap();
     assert_eq!(combined(&t, &dbs).unwrap(), whole);

@@ -138,6 +138,8 @@ fn tatp_found_rates_match_the_expected_rates() {
 fn tpcc_consistency_holds_after_a_run() {
     let mut c = cfg(WorkloadKind::Tpcc, 0.01, 1.5);
     c.run.coroutines = Some(6);
+    // One warehouse per node, shared by its coroutines: conflicts on every table.
+    c.run.warehouses_per_node = Some(1);
     let r = run_bench(&c).unwrap();
     assert_eq!(r.consistency_ok, Some(true), "{}", r.check);
     assert_eq!(r.stuck_workers, 0);

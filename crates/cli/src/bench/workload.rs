@@ -446,8 +446,12 @@ pub fn print(a: &Args, o: &Outcome) {
 }
 
 fn print_one(a: &Args, r: &BenchReport) {
+    let warehouses = match r.check["warehouses"].as_u64() {
+        Some(w) => format!(", {w} warehouses"),
+        None => String::new(),
+    };
     println!(
-        "ambidex {}: {} transport, {} nodes x {} threads x {} coroutines, R={}, scale {}",
+        "ambidex {}: {} transport, {} nodes x {} threads x {} coroutines, R={}, scale {}{warehouses}",
         r.workload, r.transport, r.nodes, r.threads_per_node, r.coroutines, r.replication, r.scale
     );
     println!("  {}", policy_line(&r.policy));
@@ -465,10 +469,17 @@ fn print_one(a: &Args, r: &BenchReport) {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     println!(
-        "  aborted {} ({:.2}%; conflicts {:.2}%): {}",
+        "  attempts {}: committed {}, aborted {} ({:.2}%; conflicts {:.2}%), retried {}, given up {}",
+        r.attempts,
+        r.committed,
         r.aborted,
         r.abort_rate * 100.0,
         r.conflict_abort_rate * 100.0,
+        r.retries,
+        r.gave_up
+    );
+    println!(
+        "  aborts by reason: {}",
         if reasons.is_empty() {
             "-".to_string()
         } else {

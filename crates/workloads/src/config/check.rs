@@ -5,7 +5,7 @@
 use super::error::invalid;
 use super::{
     ClusterSection, Config, ConfigError, FaultSection, InjectedBug, ManagerKind, RpcSection,
-    Transport, TxnSection,
+    Transport, TxnSection, WorkloadKind,
 };
 use ambidex_rpc::RuntimeConfig;
 use ambidex_transport::fault::FaultConfig;
@@ -168,6 +168,22 @@ impl Config {
         if let Some(s) = r.scale {
             if !(s > 0.0 && s <= 1000.0) {
                 return invalid("run.scale", format!("must be in (0, 1000], not {s}"));
+            }
+        }
+        let tpcc = matches!(r.workload, WorkloadKind::Tpcc | WorkloadKind::TpccNo);
+        if tpcc && r.scale.is_some_and(|s| s > 1.0) {
+            return invalid(
+                "run.scale",
+                "TPC-C's scale is each warehouse's population, at most 1 (the spec's); \
+                 more warehouses: run.warehouses_per_node (--warehouses)",
+            );
+        }
+        if let Some(n) = r.warehouses_per_node {
+            if !(1..=100_000).contains(&n) {
+                return invalid(
+                    "run.warehouses_per_node",
+                    format!("must be 1..=100000, not {n}"),
+                );
             }
         }
         if r.r == 0 || r.w > r.r {

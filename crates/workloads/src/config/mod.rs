@@ -384,8 +384,8 @@ impl WorkloadKind {
     }
 
     /// Worker coroutines per thread when none are given: FaSST's ~20, enough to hide the
-    /// network latency (FaSST §4.1); 8 for TPC-C, whose transactions are long and contend
-    /// on few warehouses at the quick scale.
+    /// network latency (FaSST §4.1); 8 for TPC-C, whose transactions are long (DrTM+H
+    /// finds a small number, e.g. 8, enough to hide RDMA's latency, §3.2).
     pub fn default_coroutines(self) -> usize {
         match self {
             WorkloadKind::Tpcc | WorkloadKind::TpccNo => 8,
@@ -455,7 +455,7 @@ pub struct RunSection {
     /// Multiplier of the paper-scale population (default: [`WorkloadKind::quick_scale`],
     /// or the simulator's tiny one). 1.0 is: object store 1,000,000 keys per thread;
     /// TATP 1,000,000 subscribers per node; SmallBank 100,000 accounts per thread; TPC-C
-    /// 1 warehouse per thread with spec-size tables.
+    /// spec-size tables per warehouse (at most 1; its size is `warehouses_per_node`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scale: Option<f64>,
     pub seed: u64,
@@ -464,6 +464,20 @@ pub struct RunSection {
     pub w: usize,
     /// Object store: allow several keys of a transaction on one primary.
     pub same_node: bool,
+    /// TPC-C: warehouses per node (default [`DEFAULT_WAREHOUSES_PER_NODE`], DrTM+H's
+    /// 384 warehouses on 16 machines), dealt out evenly to its threads (rounded down to
+    /// a multiple of the threads, at least one per thread).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warehouses_per_node: Option<u64>,
+    /// TPC-C NewOrder: fetch its independent records (stock rows of every supply
+    /// warehouse, items) in parallel, speculating past values not yet used (DrTM+H
+    /// §6.1, outstanding requests); off: one record per round trip, in the order the
+    /// transaction uses them (DrTM+H §5's phase study).
+    pub outstanding_requests: bool,
+    /// Try a transaction aborted for a transient reason (a conflict, a timeout, a
+    /// reconfiguration) again from the same inputs, as the papers' drivers do, up to
+    /// `MAX_ATTEMPTS` times; off: every worker draws a new transaction after an abort.
+    pub retry_aborts: bool,
     /// Record every transaction to this JSON-lines file (docs/history-format.md). A
     /// node process writes it with `{node}` replaced by its id, or `.nodeI` appended.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -486,6 +500,9 @@ impl Default for RunSection {
             r: 4,
             w: 2,
             same_node: false,
+            warehouses_per_node: None,
+            outstanding_requests: true,
+            retry_aborts: true,
             history: None,
             progress: false,
         }
@@ -548,6 +565,13 @@ impl Config {
         self.run
             .scale
             .unwrap_or_else(|| self.run.workload.quick_scale())
+    }
+
+    /// TPC-C's warehouses per node (`run.warehouses_per_node`, default DrTM+H's 24).
+    pub fn warehouses_per_node(&self) -> u64 {
+        self.run
+            .warehouses_per_node
+            .unwrap_or(crate::tpcc::DEFAULT_WAREHOUSES_PER_NODE)
     }
 
     pub fn objstore(&self) -> ObjStoreParams {
