@@ -107,6 +107,10 @@ enum BenchCommand {
     /// FaSST's stress test: groups of keys read, set or deleted whole; checks that
     /// every committed read and the final state see each group whole or absent.
     Stress(bench::workload::Args),
+    /// TPC-E's customer-position transaction (DrTM+H §5.5): a distributed read-only
+    /// transaction over a customer's accounts, holdings and their securities' last
+    /// trades, with 1% market feeds; checks LAST_TRADE's volume and snapshots.
+    Tpce(bench::workload::Args),
 }
 
 fn main() -> ExitCode {
@@ -122,6 +126,7 @@ fn main() -> ExitCode {
             BenchCommand::TpccNo(a) => workload(Some("tpcc-no"), &a),
             BenchCommand::ObjectStore(a) => workload(Some("object-store"), &a),
             BenchCommand::Stress(a) => workload(Some("stress"), &a),
+            BenchCommand::Tpce(a) => workload(Some("tpce"), &a),
             BenchCommand::Store(args) => bench::store::run(&args).map(|r| {
                 if args.json {
                     println!(

@@ -15,7 +15,7 @@ use std::time::Instant;
 pub struct Args {
     #[command(flatten)]
     pub cfg: ConfigArgs,
-    /// smallbank, tatp, tpcc, tpcc-no, object-store or stress [default: smallbank].
+    /// smallbank, tatp, tpcc, tpcc-no, object-store, stress or tpce [default: smallbank].
     #[arg(long)]
     pub workload: Option<WorkloadKind>,
     /// The seed of one run (the config's `run.seed`, 0 by default, if neither --seed nor

@@ -50,7 +50,7 @@ fn run(mode: &str, workload: &str, transport: &[&str]) -> Value {
     assert!(r["committed"].as_u64().unwrap() > 20, "{what}: {r}");
     assert_eq!(r["stuck_workers"], 0, "{what}");
     match workload {
-        "smallbank" => assert_eq!(r["invariant_ok"], true, "{what}: {}", r["check"]),
+        "smallbank" | "tpce" => assert_eq!(r["invariant_ok"], true, "{what}: {}", r["check"]),
         "tpcc" | "tpcc-no" => assert_eq!(r["consistency_ok"], true, "{what}: {}", r["check"]),
         _ => {}
     }
@@ -130,4 +130,16 @@ fn drtm_r_over_udp_processes() {
 #[test]
 fn drtm_h_over_udp_processes() {
     every_workload("drtm-h", &["--transport", "udp"]);
+}
+
+/// TPC-E's customer position over shm node processes under DrTM+H: each node checks its
+/// own rows and its workers' counts (`check_node`), the launcher combines them
+/// (`check_combine`), and the volume and feed-snapshot invariants hold.
+#[test]
+fn tpce_over_shm_processes_under_drtm_h() {
+    let r = run("drtm-h", "tpce", &["--transport", "shm"]);
+    let c = &r["check"];
+    assert!(c["committed_positions"].as_i64().unwrap() > 0, "{c}");
+    assert_eq!(c["volume"], c["expected_volume"], "{c}");
+    assert_eq!(c["torn"], 0, "{c}");
 }

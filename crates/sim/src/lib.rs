@@ -56,7 +56,8 @@ use ambidex_workloads::driver::run_spec;
 use ambidex_workloads::load::{build_nodes, LoadOptions};
 use ambidex_workloads::report::policy_flags;
 use ambidex_workloads::{
-    objstore, smallbank, stress, tatp, tpcc, Config, OneSidedCounts, PolicyReport, WorkloadKind,
+    objstore, smallbank, stress, tatp, tpcc, tpce, Config, OneSidedCounts, PolicyReport,
+    WorkloadKind,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -322,6 +323,10 @@ pub fn sim_scale(w: WorkloadKind) -> f64 {
         // 16 groups of 4 keys, the minimum: few enough that reads, sets and deletes of
         // one group really race.
         WorkloadKind::Stress => 0.00001,
+        // 50 customers per node (about 4,500 holdings in all) and 103 securities: a
+        // customer position reads about 27 of them and a market feed updates 10, so
+        // feeds in flight meet most customer positions.
+        WorkloadKind::Tpce => 0.01,
         // 50 accounts per thread; the hot set is 4% of them.
         WorkloadKind::SmallBank => 0.0005,
         // One warehouse per thread; customers and items are set below the loader's
@@ -329,6 +334,10 @@ pub fn sim_scale(w: WorkloadKind) -> f64 {
         WorkloadKind::Tpcc | WorkloadKind::TpccNo => 0.001,
     }
 }
+
+/// Market feeds in percent of a simulation's TPC-E transactions (the benchmark's 1%
+/// would give a seed's few hundred transactions a few feeds to conflict with).
+pub const SIM_TPCE_FEED_PERCENT: u32 = 5;
 
 /// New orders per warehouse the TPC-C tables make room for in a simulation.
 pub const SIM_TPCC_ORDER_HEADROOM: u64 = 1_000;
@@ -472,6 +481,12 @@ pub fn run(cfg: &Config) -> Result<SimReport, String> {
         }
         WorkloadKind::Tatp => run_with(cfg, Arc::new(tatp::Tatp::new(placement, scale))),
         WorkloadKind::Stress => run_with(cfg, Arc::new(stress::Stress::new(placement, scale))),
+        WorkloadKind::Tpce => run_with(
+            cfg,
+            Arc::new(
+                tpce::Tpce::new(placement, threads, scale).with_feed_percent(SIM_TPCE_FEED_PERCENT),
+            ),
+        ),
         WorkloadKind::SmallBank => run_with(
             cfg,
             Arc::new(smallbank::SmallBank::new(placement, threads, scale)),

@@ -179,6 +179,66 @@ fn stress_ci_seeds_pass_and_catch_a_protocol_without_validation() {
     );
 }
 
+/// TPC-E's customer position (DrTM+H §5.5) with the simulator's 5% market feeds:
+/// 200 chaos seeds with the preset cycling, crash seeds (50 under FaSST, 8 each under
+/// FaRM and DrTM+R: theirs take ~0.6 s each, the survivors timing out one-sided
+/// operations for a simulated second or two; DrTM+H's are the ignored test below); the
+/// workload's invariants (LAST_TRADE volume, every feed seen whole, every row found)
+/// hold on every seed, and a protocol without validation is caught by the invariant
+/// itself: a committed customer position saw a market feed half applied.
+#[test]
+fn tpce_ci_seeds_pass_and_catch_a_protocol_without_validation() {
+    let presets = ambidex_txn::policy::PRESETS;
+    let mut positions = 0;
+    for s in 0..CI_SEEDS {
+        let mode = presets[s as usize % presets.len()];
+        let r = run(&spec_mode(WorkloadKind::Tpce, mode, s, "chaos")).expect("a valid spec");
+        assert!(r.passed(), "{}", r.failure_report());
+        positions += r.workload_check["committed_positions"]
+            .as_u64()
+            .unwrap_or(0);
+    }
+    assert!(positions > 0, "no committed customer position was checked");
+    crash_sweep(WorkloadKind::Tpce, "fasst", &(0..50).collect::<Vec<_>>());
+    for mode in ["farm", "drtm-r"] {
+        for r in sweep_seeds(WorkloadKind::Tpce, mode, "crash", 0..8) {
+            assert!(
+                !r.crashes.is_empty() && r.cluster.epoch > 1,
+                "{mode} seed {}",
+                r.seed
+            );
+        }
+    }
+    let bugged = |seed| {
+        with(spec(WorkloadKind::Tpce, seed, "reorder"), |c| {
+            c.sim.steps = 8_000;
+            c.txn.inject_bug = Some(InjectedBug::SkipValidation);
+        })
+    };
+    let caught = (0..20).find_map(|s| {
+        let r = run(&bugged(s)).unwrap();
+        r.failures
+            .iter()
+            .find(|f| f.contains("saw a market feed half applied"))
+            .map(|f| (r.seed, f.clone()))
+    });
+    let (seed, failure) =
+        caught.expect("no seed's TPC-E invariant caught a protocol without validation");
+    eprintln!("tpce: a protocol without validation caught by seed {seed}: {failure}");
+}
+
+/// TPC-E crash seeds under DrTM+H: some never quiesce (seed 0 of 0..40 and three more
+/// there). A survivor's passive-ACK installation job (one-sided commit) stays in
+/// commit_primary for ever after the crash, and its thread's workers wait for it.
+/// Not seen with SmallBank, TATP, the object store or stress (200 seeds each), nor
+/// with `--passive-ack off` or `--commit rpc`. Reproduce: `ambidex sim --workload tpce
+/// --seed 0 --faults crash --mode drtm-h`.
+#[test]
+#[ignore = "a known transaction-layer bug: a passive-ACK install stuck after a crash"]
+fn tpce_crash_seeds_pass_under_drtm_h() {
+    crash_sweep(WorkloadKind::Tpce, "drtm-h", &(0..40).collect::<Vec<_>>());
+}
+
 /// The transactions' one-sided operations met the profile's faults: lost and
 /// retransmitted, executed twice, and every kind of operation of the preset was used.
 fn onesided_faults_hit_transactions(mode: &str, reports: &[SimReport]) {
@@ -247,6 +307,7 @@ fn every_profile_passes_a_few_seeds_of_every_workload() {
         WorkloadKind::Tpcc,
         WorkloadKind::TpccNo,
         WorkloadKind::ObjectStore,
+        WorkloadKind::Tpce,
     ] {
         for p in PROFILES {
             sweep(w, p, 1000..1004);

@@ -19,7 +19,7 @@ use crate::config::{Config, WorkloadKind};
 use crate::load::build_and_load;
 use crate::report::{OneSidedCounts, PolicyReport};
 use crate::transports::InProcess;
-use crate::{objstore, smallbank, stress, tatp, tpcc};
+use crate::{objstore, smallbank, stress, tatp, tpcc, tpce};
 use ambidex_rpc::RpcStats;
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
 use ambidex_txn::runner::{self, RunSpec, Worker, WorkerCtx};
@@ -280,6 +280,10 @@ pub fn dispatch<R>(cfg: &Config, v: impl WorkloadVisitor<R>) -> Result<R, String
         ),
         WorkloadKind::SmallBank => v.visit(
             Arc::new(smallbank::SmallBank::new(placement.clone(), threads, scale)),
+            placement,
+        ),
+        WorkloadKind::Tpce => v.visit(
+            Arc::new(tpce::Tpce::new(placement.clone(), threads, scale)),
             placement,
         ),
         WorkloadKind::Tpcc | WorkloadKind::TpccNo => {

@@ -1,6 +1,6 @@
 //! # ambidex-workloads: the papers' benchmarks
 //!
-//! The four workloads of `WORKLOADS.md` on the transaction layer (`ambidex-txn`), their
+//! The workloads of `WORKLOADS.md` on the transaction layer (`ambidex-txn`), their
 //! parallel loaders and invariant checks, and the driver behind `ambidex bench WORKLOAD`:
 //!
 //! - [`objstore`]: FaSST's object store O(r, w) (§6.1).
@@ -9,6 +9,9 @@
 //!   (FaSST §6.3, DrTM+H §5); exact money invariant.
 //! - [`tpcc`]: TPC-C's five-transaction mix and DrTM+H's `tpcc-no`; consistency
 //!   conditions 1–4.
+//! - [`stress`]: FaSST's stress test (groups of keys read, set or deleted whole).
+//! - [`tpce`]: TPC-E's customer position, a distributed read-only transaction, with 1%
+//!   market feeds (DrTM+H §5.5); LAST_TRADE's volume and feed-snapshot invariants.
 //! - [`config`]: [`Config`], the one configuration of every path (in-process, node
 //!   processes, simulator); [`transports`] opens a configured cluster's nodes.
 //! - [`driver`]: [`Config`] → [`run_bench`] → [`BenchReport`]; [`sweep_coroutines`]
@@ -24,9 +27,9 @@
 //!
 //! Paper-scale settings (`--scale 1`): object store 1,000,000 keys per thread; TATP
 //! 1,000,000 subscribers per node; SmallBank 100,000 accounts per thread; TPC-C one
-//! warehouse's spec-size tables, 24 warehouses per node. The default scales
-//! ([`WorkloadKind::quick_scale`]) keep a 3-node run on a 2-core machine to a few seconds
-//! of loading.
+//! warehouse's spec-size tables, 24 warehouses per node; TPC-E 5,000 customers per node.
+//! The default scales ([`WorkloadKind::quick_scale`]) keep a 3-node run on a 2-core
+//! machine to a few seconds of loading.
 
 pub mod combine;
 pub mod common;
@@ -44,6 +47,7 @@ pub mod stress;
 pub mod survival;
 pub mod tatp;
 pub mod tpcc;
+pub mod tpce;
 pub mod transports;
 
 pub use combine::{combine_node_reports, NodeReport};

@@ -164,6 +164,38 @@ fn tpcc_new_order_only_is_consistent() {
     assert!(r.per_type["new_order"].committed > 100);
 }
 
+/// TPC-E's customer position with 1% market feeds, under FaSST's preset and DrTM+H's
+/// (one-sided reads and validation, passive ACK): LAST_TRADE's volume equals the
+/// initial one plus the committed feeds' trades, no committed customer position saw a
+/// feed half applied or missed a row, and the recorded history is serializable. At
+/// 103 securities the feeds really conflict with the customer positions.
+#[test]
+fn tpce_invariants_hold_under_fasst_and_drtm_h() {
+    for mode in ["fasst", "drtm-h"] {
+        let history =
+            std::env::temp_dir().join(format!("ambidex-tpce-{mode}-{}.jsonl", std::process::id()));
+        let mut c = cfg(WorkloadKind::Tpce, 0.01, 0.6);
+        c.cluster.threads = 2;
+        c.txn.mode = mode.into();
+        c.run.history = Some(history.display().to_string());
+        let r = run_bench(&c).unwrap();
+        assert_eq!(r.invariant_ok, Some(true), "{mode}: {}", r.check);
+        let report = ambidex_history::check_file(&history).unwrap();
+        let _ = std::fs::remove_file(&history);
+        assert!(report.valid, "{mode}: {}", report.summary());
+        assert_eq!(r.stuck_workers, 0);
+        let (cp, mf) = (&r.per_type["customer_position"], &r.per_type["market_feed"]);
+        assert!(cp.committed > 100, "{mode}: {:?}", r.per_type);
+        assert!(mf.committed > 0, "{mode}: {:?}", r.per_type);
+        assert_eq!((cp.not_found, cp.found_rate), (0, 1.0), "{mode}");
+        assert!(r.check["committed_feeds"].as_u64().unwrap() > 0);
+        assert!(r.check["committed_positions"].as_u64().unwrap() >= cp.committed);
+        // Customer positions are read-only commits; feeds conflict with them.
+        assert!(r.txn_layer.read_only_committed >= cp.committed, "{mode}");
+        assert!(r.aborted > 0, "{mode}: no conflict at 103 securities");
+    }
+}
+
 #[test]
 fn object_store_runs_and_sweeps() {
     let mut base = cfg(WorkloadKind::ObjectStore, 0.01, 0.4);

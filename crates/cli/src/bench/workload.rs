@@ -490,6 +490,7 @@ fn print_one(a: &Args, r: &BenchReport) {
         let what = match r.workload.as_str() {
             "smallbank" => "total balance",
             "stress" => "every group whole or absent",
+            "tpce" => "LAST_TRADE volume, every feed seen whole",
             _ => "the workload's check",
         };
         println!(

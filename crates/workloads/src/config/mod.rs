@@ -369,6 +369,8 @@ pub enum WorkloadKind {
     TpccNo,
     /// FaSST's `stress` correctness workload: groups of keys read, set or deleted whole.
     Stress,
+    /// TPC-E's customer-position read-only transaction with 1% market feeds (DrTM+H §5.5).
+    Tpce,
 }
 
 impl WorkloadKind {
@@ -380,6 +382,7 @@ impl WorkloadKind {
             WorkloadKind::Tpcc => "tpcc",
             WorkloadKind::TpccNo => "tpcc-no",
             WorkloadKind::Stress => "stress",
+            WorkloadKind::Tpce => "tpce",
         }
     }
 
@@ -402,6 +405,8 @@ impl WorkloadKind {
             WorkloadKind::SmallBank => 1.0,
             WorkloadKind::Tpcc | WorkloadKind::TpccNo => 0.1,
             WorkloadKind::Stress => 0.1,
+            // TPC-E's smallest database, 5,000 customers per node: under a second.
+            WorkloadKind::Tpce => 1.0,
         }
     }
 }
@@ -416,11 +421,12 @@ impl std::str::FromStr for WorkloadKind {
             "tpcc" => WorkloadKind::Tpcc,
             "tpcc-no" => WorkloadKind::TpccNo,
             "stress" => WorkloadKind::Stress,
+            "tpce" => WorkloadKind::Tpce,
             _ => {
                 return Err(ConfigError::UnknownName {
                     what: "workload",
                     name: s.to_string(),
-                    known: "object-store, tatp, smallbank, tpcc, tpcc-no",
+                    known: "object-store, tatp, smallbank, tpcc, tpcc-no, stress, tpce",
                 })
             }
         })
