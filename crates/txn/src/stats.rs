@@ -153,7 +153,7 @@ impl Phase {
         Phase::CommitPrimary,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Phase::Execute => "execute",
             Phase::Lock => "lock",

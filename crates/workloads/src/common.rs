@@ -141,6 +141,44 @@ pub fn part_i64(part: &serde_json::Value, node: usize, name: &str) -> Result<i64
         .ok_or_else(|| format!("node {node}'s check lacks the integer {name:?}"))
 }
 
+/// Whether a node's partial check comes from a restarted incarnation (`"incarnation"` 2
+/// or more, node processes): it loaded nothing and counted only its new incarnation's
+/// work, so its rows count but its initial totals do not.
+pub fn restarted_part(part: &serde_json::Value) -> bool {
+    part.get("incarnation")
+        .and_then(serde_json::Value::as_u64)
+        .is_some_and(|i| i > 1)
+}
+
+/// The initial total `name` (`what`, in an error) every loaded node's part reports
+/// (restarted ones aside); an error if two loaded nodes disagree (another seed or scale).
+pub fn loaded_initial(parts: &[serde_json::Value], name: &str, what: &str) -> Result<i64, String> {
+    let first = parts.iter().position(|p| !restarted_part(p)).unwrap_or(0);
+    let initial = part_i64(&parts[first], first, name)?;
+    for (n, p) in parts.iter().enumerate() {
+        if !restarted_part(p) && part_i64(p, n, name)? != initial {
+            return Err(format!(
+                "node {n} loaded a different {what} than node {first} (another seed or scale?)"
+            ));
+        }
+    }
+    Ok(initial)
+}
+
+/// The nodes of `0..nodes` with no part from a loaded (not restarted) incarnation: they
+/// died, or restarted, and what their workers committed is not in the parts.
+pub fn unreported_nodes(parts: &[serde_json::Value], nodes: u16) -> Result<Vec<u16>, String> {
+    let reported: Vec<i64> = parts
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| !restarted_part(p))
+        .map(|(n, p)| part_i64(p, n, "node"))
+        .collect::<Result<_, _>>()?;
+    Ok((0..nodes)
+        .filter(|n| !reported.contains(&(*n as i64)))
+        .collect())
+}
+
 /// Every live row of `table` at its primary: (key, value), sorted by key. Reads the
 /// quiescent store directly (for invariant checks after a run).
 pub fn primary_rows(dbs: &[Arc<NodeDb>], table: u32) -> Vec<(u64, Vec<u8>)> {

@@ -16,7 +16,8 @@
 //!   Amalgamate and SendPayment move money.
 
 use crate::common::{
-    get_i64, part_i64, per_node_capacity, primary_rows, Loader, Outcome, Workload,
+    get_i64, loaded_initial, part_i64, per_node_capacity, primary_rows, unreported_nodes, Loader,
+    Outcome, Workload,
 };
 use crate::lost::Txn;
 use ambidex_txn::runner::WorkerCtx;
@@ -322,24 +323,13 @@ impl Workload for SmallBank {
         if parts.is_empty() {
             return Err("no node checked its accounts".into());
         }
-        // A node restarted during the run (`"incarnation"` 2 or more, node processes)
-        // loaded nothing and counted only its new incarnation's deltas: its rows count,
-        // its initial total does not, and the balance is unchecked as after a death.
-        let restarted = |p: &serde_json::Value| {
-            p.get("incarnation")
-                .and_then(serde_json::Value::as_u64)
-                .is_some_and(|i| i > 1)
-        };
-        let first = parts.iter().position(|p| !restarted(p)).unwrap_or(0);
-        let initial = part_i64(&parts[first], first, "initial_cents")?;
+        // A node restarted during the run loaded nothing and counted only its new
+        // incarnation's deltas: its rows count, its initial total does not, and the
+        // balance is unchecked as after a death.
+        let initial = loaded_initial(parts, "initial_cents", "initial total")?;
         let (mut total, mut delta) = (0i64, 0i64);
         let mut rows = [0i64; 2];
         for (n, p) in parts.iter().enumerate() {
-            if !restarted(p) && part_i64(p, n, "initial_cents")? != initial {
-                return Err(format!(
-                    "node {n} loaded a different initial total than node 0 (another seed or scale?)"
-                ));
-            }
             total = total.saturating_add(part_i64(p, n, "primary_cents")?);
             delta = delta.saturating_add(part_i64(p, n, "committed_delta_cents")?);
             rows[0] += part_i64(p, n, "savings_rows")?;
@@ -358,15 +348,7 @@ impl Workload for SmallBank {
         // part: the deposits and withdrawals its workers committed died with it, so the
         // total cannot be checked. The accounts (all rows at the surviving primaries)
         // and the replicas still are; `balance_checked` says the rest was not.
-        let reported: Vec<i64> = parts
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| !restarted(p))
-            .map(|(n, p)| part_i64(p, n, "node"))
-            .collect::<Result<_, _>>()?;
-        let missing: Vec<u16> = (0..self.placement.nodes())
-            .filter(|n| !reported.contains(&(*n as i64)))
-            .collect();
+        let missing = unreported_nodes(parts, self.placement.nodes())?;
         if !missing.is_empty() {
             return Ok(serde_json::json!({
                 "total_cents": total,

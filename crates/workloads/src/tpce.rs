@@ -80,8 +80,8 @@
 //!   each table has its loaded number of rows.
 
 use crate::common::{
-    add_i64, get_i64, get_u32, homed_key, part_i64, per_node_capacity, primary_rows, put_i64,
-    put_u32, rand_str, urand, Loader, Outcome, Workload,
+    add_i64, get_i64, get_u32, homed_key, loaded_initial, part_i64, per_node_capacity,
+    primary_rows, put_i64, put_u32, rand_str, unreported_nodes, urand, Loader, Outcome, Workload,
 };
 use crate::lost::Txn;
 use ambidex_txn::runner::WorkerCtx;
@@ -769,26 +769,15 @@ impl Workload for Tpce {
         if parts.is_empty() {
             return Err("no node checked its rows".into());
         }
-        // As SmallBank: a restarted node (incarnation 2 or more) loaded nothing and
-        // counted only its new incarnation's feeds; its rows count, its initial volume
-        // does not, and the volume is unchecked as after a death.
-        let restarted = |p: &serde_json::Value| {
-            p.get("incarnation")
-                .and_then(serde_json::Value::as_u64)
-                .is_some_and(|i| i > 1)
-        };
-        let first = parts.iter().position(|p| !restarted(p)).unwrap_or(0);
-        let initial = part_i64(&parts[first], first, "initial_volume")?;
+        // As SmallBank: a restarted node loaded nothing and counted only its new
+        // incarnation's feeds; its rows count, its initial volume does not, and the
+        // volume is unchecked as after a death.
+        let initial = loaded_initial(parts, "initial_volume", "initial volume")?;
         let (mut volume, mut delta, mut feeds, mut positions) = (0i64, 0i64, 0i64, 0i64);
         let (mut torn, mut not_found) = (0i64, 0i64);
         let mut rows = [0i64; 4];
         let (mut seq, mut needed) = (HashMap::new(), HashMap::<u64, u32>::new());
         for (n, p) in parts.iter().enumerate() {
-            if !restarted(p) && part_i64(p, n, "initial_volume")? != initial {
-                return Err(format!(
-                    "node {n} loaded a different initial volume than node 0 (another seed or scale?)"
-                ));
-            }
             volume = volume.saturating_add(part_i64(p, n, "primary_volume")?);
             delta = delta.saturating_add(part_i64(p, n, "committed_volume_delta")?);
             feeds = feeds.saturating_add(part_i64(p, n, "committed_feeds")?);
@@ -842,15 +831,7 @@ impl Workload for Tpce {
         }
         torn_final(&seq, &needed)?;
         let expected = initial.saturating_add(delta);
-        let reported: Vec<i64> = parts
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| !restarted(p))
-            .map(|(n, p)| part_i64(p, n, "node"))
-            .collect::<Result<_, _>>()?;
-        let missing: Vec<u16> = (0..self.placement.nodes())
-            .filter(|n| !reported.contains(&(*n as i64)))
-            .collect();
+        let missing = unreported_nodes(parts, self.placement.nodes())?;
         if !missing.is_empty() {
             return Ok(serde_json::json!({
                 "volume": volume,

@@ -67,6 +67,17 @@ pub struct FigureSpec {
     pub claims: Vec<Claim>,
 }
 
+/// The protocol's phases in order, as reports name them (`phase_means_us`).
+pub const PHASES: [&str; ambidex_txn::Phase::COUNT] = {
+    let mut names = [""; ambidex_txn::Phase::COUNT];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = ambidex_txn::Phase::ALL[i].name();
+        i += 1;
+    }
+    names
+};
+
 /// One measured point.
 #[derive(Clone, Debug, Serialize)]
 pub struct Point {

@@ -9,6 +9,7 @@ use super::Plan;
 use ambidex_workloads::{sweep_coroutines, Config};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::io::IsTerminal;
 use std::time::Instant;
 
 /// A run that failed (its point is missing; the claims that need it are undecided).
@@ -81,7 +82,7 @@ pub fn measure(plan: &Plan) -> Result<Measured, String> {
         .map(|j| j.cfg.run.warmup_s + j.cfg.run.duration_s + 0.5)
         .unwrap_or(0.0);
     eprintln!(
-        "study {}: {} figures, {} distinct runs x {} = {total} runs (about {:.0} s)",
+        "study {}: {} figures, {} distinct runs x {} = {total} runs (about {:.0} s of running, plus loading)",
         plan.name,
         plan.figures.len(),
         jobs.len(),
@@ -94,6 +95,7 @@ pub fn measure(plan: &Plan) -> Result<Measured, String> {
             .map_err(|e| e.to_string())?,
     );
     let t0 = Instant::now();
+    let tty = std::io::stderr().is_terminal();
     let mut runs: Vec<Vec<Point>> = vec![Vec::new(); jobs.len()];
     let mut errors: Vec<Option<String>> = vec![None; jobs.len()];
     for round in 0..plan.repeat {
@@ -110,6 +112,15 @@ pub fn measure(plan: &Plan) -> Result<Measured, String> {
                 }
             }
             bar.inc(1);
+            // Without a terminal the bar is hidden: a line every 10 runs instead.
+            let done = round * jobs.len() + i + 1;
+            if !tty && (done % 10 == 0 || done == total) {
+                eprintln!(
+                    "study {}: {done}/{total} runs, {:.0} s",
+                    plan.name,
+                    t0.elapsed().as_secs_f64()
+                );
+            }
         }
     }
     bar.finish_and_clear();

@@ -57,7 +57,7 @@ pub struct CommonArgs {
     /// median throughput [default: 3; 1 with --quick].
     #[arg(long)]
     pub repeat: Option<usize>,
-    /// Coroutines per thread of the sweep [default: 1,2,4,8,12,16 (FaSST Figure 10:
+    /// Coroutines per thread of the sweep [default: 1,2,4,8,16 (FaSST Figure 10:
     /// 1,2,4,8,12,16,19); with --quick: 1,16].
     #[arg(long, value_delimiter = ',')]
     pub coroutines: Option<Vec<usize>>,
@@ -67,7 +67,9 @@ pub struct CommonArgs {
     /// Seconds run before measuring [default: 0.5; 0.2 with --quick].
     #[arg(long)]
     pub warmup: Option<f64>,
-    /// Population as a multiple of the papers' [default: each workload's quick scale].
+    /// Population as a multiple of the papers' [default: each workload's default scale;
+    /// TPC-C/no 0.05 (0.02 with --quick) of its 72 warehouses' rows, TPC-E 0.2 with
+    /// --quick].
     #[arg(long)]
     pub scale: Option<f64>,
     /// Nodes [default: 3].
@@ -110,10 +112,24 @@ fn base_config(a: &CommonArgs, workload: WorkloadKind) -> Result<Config, String>
     set(&mut c.cluster.threads, a.threads);
     c.run.duration_s = a.duration.unwrap_or(if a.quick { 0.5 } else { 2.0 });
     c.run.warmup_s = a.warmup.unwrap_or(if a.quick { 0.2 } else { 0.5 });
-    c.run.scale = a.scale;
+    c.run.scale = a.scale.or(study_scale(workload, a.quick));
     c.run.progress = false;
     c.validate()?;
     Ok(c)
+}
+
+/// The population a study loads when `--scale` is not given, where it differs from the
+/// workload's default: every point of a study loads afresh, and a full study runs about
+/// 300 of them. TPC-C/no keeps its 72 warehouses (the conflicts come from them) with a
+/// twentieth of each warehouse's rows (--quick: a fiftieth); TPC-E a fifth of its
+/// customers with --quick.
+fn study_scale(w: WorkloadKind, quick: bool) -> Option<f64> {
+    match (w, quick) {
+        (WorkloadKind::TpccNo, false) => Some(0.05),
+        (WorkloadKind::TpccNo, true) => Some(0.02),
+        (WorkloadKind::Tpce, true) => Some(0.2),
+        _ => None,
+    }
 }
 
 /// The sweep's coroutine counts and its two ends.
@@ -151,12 +167,8 @@ fn phases_plan(a: &PhasesArgs) -> Result<Plan, String> {
     }
     let c = &a.common;
     let base = base_config(c, w)?;
-    // TODO(merge): WorkloadKind::Tpce once the workload lands.
-    let tpce = match "tpce".parse::<WorkloadKind>() {
-        Ok(k) => Some(base_config(c, k)?),
-        Err(_) => None,
-    };
-    let (sweep, ends) = sweep(c, &[1, 2, 4, 8, 12, 16])?;
+    let tpce = base_config(c, WorkloadKind::Tpce)?;
+    let (sweep, ends) = sweep(c, &[1, 2, 4, 8, 16])?;
     Ok(Plan {
         name: format!("phases-{}", w.name()),
         command: command_line(),
@@ -165,7 +177,7 @@ fn phases_plan(a: &PhasesArgs) -> Result<Plan, String> {
             .clone()
             .unwrap_or_else(|| PathBuf::from(format!("study-phases-{}", w.name()))),
         repeat: repeat(c)?,
-        figures: phases::figures(&base, tpce.as_ref(), &sweep, &ends),
+        figures: phases::figures(&base, &tpce, &sweep, &ends),
     })
 }
 

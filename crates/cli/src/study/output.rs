@@ -1,22 +1,12 @@
 //! A study's output: `study.json` (every point, every claim's verdict), `study.md` (the
 //! summary, then per figure its SVG, a table and the claims), and one SVG per figure.
 
-use super::figure::{fmt_num, FigureSpec, Point, Points, Shape, Verdict};
+use super::figure::{fmt_num, FigureSpec, Point, Points, Shape, Verdict, PHASES};
 use super::measure::{Failure, Measured};
 use super::Plan;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
-
-/// Phases in protocol order, as `phase_means_us` names them.
-const PHASES: [&str; 6] = [
-    "execute",
-    "lock",
-    "validate",
-    "log",
-    "commit_backup",
-    "commit_primary",
-];
 
 #[derive(Serialize)]
 struct StudyJson<'a> {

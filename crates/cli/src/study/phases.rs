@@ -39,12 +39,7 @@ fn paper_name(w: WorkloadKind) -> &'static str {
 
 /// Every figure of the study on `base`'s workload (SmallBank or TPC-C/no), and Figure
 /// 11 on TPC-E customer-position (`tpce`: the same cluster with that workload).
-pub fn figures(
-    base: &Config,
-    tpce: Option<&Config>,
-    sweep: &[usize],
-    ends: &[usize],
-) -> Vec<FigureSpec> {
+pub fn figures(base: &Config, tpce: &Config, sweep: &[usize], ends: &[usize]) -> Vec<FigureSpec> {
     let w = base.run.workload;
     let name = paper_name(w);
     let tag = w.name();
@@ -176,7 +171,7 @@ pub fn figures(
         }],
     });
 
-    if let Some(tpce) = tpce {
+    {
         figs.push(FigureSpec {
         id: "drtmh-fig11-readonly-tpce".into(),
         title: "TPC-E customer-position: the read-only transaction's read and validation phases".into(),

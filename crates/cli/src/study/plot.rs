@@ -2,22 +2,12 @@
 //! curves, grouped bars, stacked per-phase bars. SVG only, text laid out by plotters'
 //! built-in estimate (no font library), as `ambidex_workloads::plot`.
 
-use super::figure::{FigureSpec, Point, Shape};
+use super::figure::{FigureSpec, Point, Shape, PHASES};
 use plotters::prelude::*;
 use std::path::Path;
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 type Res = Result<(), Box<dyn std::error::Error>>;
-
-/// Phases in protocol order, and the colour of each.
-const PHASES: [&str; 6] = [
-    "execute",
-    "lock",
-    "validate",
-    "log",
-    "commit_backup",
-    "commit_primary",
-];
 
 fn color(i: usize) -> RGBColor {
     const C: [RGBColor; 8] = [
