@@ -61,10 +61,10 @@ pub struct CommonArgs {
     /// 1,2,4,8,12,16,19); with --quick: 1,16].
     #[arg(long, value_delimiter = ',')]
     pub coroutines: Option<Vec<usize>>,
-    /// Measured seconds per run [default: 2; 0.5 with --quick].
+    /// Measured seconds per run [default: 1.5; 0.5 with --quick].
     #[arg(long)]
     pub duration: Option<f64>,
-    /// Seconds run before measuring [default: 0.5; 0.2 with --quick].
+    /// Seconds run before measuring [default: 0.3; 0.2 with --quick].
     #[arg(long)]
     pub warmup: Option<f64>,
     /// Population as a multiple of the papers' [default: each workload's default scale;
@@ -110,8 +110,8 @@ fn base_config(a: &CommonArgs, workload: WorkloadKind) -> Result<Config, String>
     c.cluster.manager = ambidex_workloads::config::ManagerKind::None;
     set(&mut c.cluster.nodes, a.nodes);
     set(&mut c.cluster.threads, a.threads);
-    c.run.duration_s = a.duration.unwrap_or(if a.quick { 0.5 } else { 2.0 });
-    c.run.warmup_s = a.warmup.unwrap_or(if a.quick { 0.2 } else { 0.5 });
+    c.run.duration_s = a.duration.unwrap_or(if a.quick { 0.5 } else { 1.5 });
+    c.run.warmup_s = a.warmup.unwrap_or(if a.quick { 0.2 } else { 0.3 });
     c.run.scale = a.scale.or(study_scale(workload, a.quick));
     c.run.progress = false;
     c.validate()?;
