@@ -522,6 +522,10 @@ pub fn run(cfg: &Config) -> Result<SimReport, String> {
 /// 100,000 spare rows); touching pages of such tables would dominate a seed's time.
 pub const SIM_TABLE_ROOM: usize = 16_384;
 pub const SIM_ROOM_PER_STEP: usize = 4;
+/// The steps a run with a long partition is given room for at least: the run goes on
+/// until the partition healed (about 150,000 steps at the default give-up time), and a
+/// step inserts well under a row per table (TPC-C: about 0.2 order lines).
+pub const LONG_PARTITION_ROOM_STEPS: u64 = 40_000;
 
 /// Loads `wl` on fresh databases in this thread (the driver's loader, unit by unit
 /// with its streams), with tables capped to what `steps` steps can fill.
@@ -1231,7 +1235,15 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     // The network first: every node's tables live in regions registered on it, and the
     // nodes learn each other's descriptors directly (the catalog).
     let transports: Vec<SharedNode> = (0..nodes).map(|n| net.node(n)).collect();
-    let dbs = load(&*wl, placement.clone(), &transports, seed, cfg.sim.steps)?;
+    // A long partition keeps the run going, workers and all, until it healed: 2–3 times
+    // the give-up time, far more steps than asked (140,915 for `--steps 2000`, seed 1003
+    // of TPC-C, whose order lines then filled their tables).
+    let room_steps = if faults.long_partition.1 > 0.0 {
+        cfg.sim.steps.max(LONG_PARTITION_ROOM_STEPS)
+    } else {
+        cfg.sim.steps
+    };
+    let dbs = load(&*wl, placement.clone(), &transports, seed, room_steps)?;
     let tables: Vec<u32> = wl.tables().iter().map(|t| t.id).collect();
 
     let mut setup = SmallRng::seed_from_u64(mix(seed, 0x5e70));
