@@ -162,3 +162,74 @@ fn requests_to_a_removed_node_are_refused_when_queued() {
     assert_eq!(out.borrow().clone(), Some(Err(RpcError::NotMember(2))));
     assert_eq!(rts[0].stats().not_member, 1);
 }
+
+/// A passive-ACK install to a node that crashed (unsignaled WRITEs, then the signaled
+/// release CAS, on one queue) ends when the cluster moves on without it: the epoch
+/// change fails the old epoch's operations still in flight, whatever their number,
+/// without waiting out the NIC's retries for each in turn (simulated network, stepped).
+#[test]
+fn onesided_operations_to_a_node_that_left_fail_at_the_epoch_change() {
+    use ambidex_rpc::ManualClock;
+    use ambidex_transport::{AccessError, Perms};
+    use ambidex_transport_sim::{SimFaults, SimNet};
+    let net = SimNet::new(ClusterConfig::new(3, 1), 5, SimFaults::default()).unwrap();
+    let nodes = net.nodes();
+    let target = nodes[2].register(4096, Perms::ALL).unwrap();
+    let clock = Arc::new(ManualClock::new(0));
+    let ep = nodes[0].endpoint(0).unwrap();
+    let mut rt = Runtime::with_clock(ep, RuntimeConfig::default(), clock.clone()).unwrap();
+    let w = watch(ClusterConfig::new(3, 1).epoch, 0b111);
+    rt.follow(w.clone());
+    let out = Rc::new(RefCell::new(None));
+    let (o, r) = (out.clone(), target.desc);
+    rt.spawn(move |ctx| async move {
+        for i in 0..30 {
+            ctx.queue_write(r.at(8 + 8 * i), &[1; 8], false).unwrap();
+        }
+        let cas = ctx.queue_cas(r.at(0), 0, 1, true).unwrap();
+        let f = ctx.flush().await;
+        *o.borrow_mut() = Some((f, ctx.atomic_result(cas)));
+    });
+    rt.poll_once();
+    net.crash(2);
+    let step = |rt: &mut Runtime| {
+        rt.poll_once();
+        let t = net.next_event_time().unwrap_or(net.now() + 1_000);
+        net.advance_to(t.min(net.now() + 10_000));
+        clock.set(net.now());
+    };
+    // The NIC retries (a give-up time of several ms): nothing completes yet.
+    while net.now() < 1_000_000 {
+        step(&mut rt);
+    }
+    assert!(
+        out.borrow().is_none(),
+        "completed while node 2 was a member"
+    );
+    w.members.store(0b011, Ordering::SeqCst);
+    w.epoch.fetch_add(1, Ordering::SeqCst);
+    let moved = net.now();
+    while out.borrow().is_none() && net.now() < moved + 200_000_000 {
+        step(&mut rt);
+    }
+    let waited = net.now() - moved;
+    let r = out.borrow().clone().expect("the install never ended");
+    assert!(
+        waited < 1_000_000,
+        "ended {waited} ns after the epoch change"
+    );
+    assert!(
+        matches!(
+            r.1,
+            Err(OneSidedError::Access {
+                error: AccessError::EpochChanged,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    assert!(
+        matches!(r.0, Err(RpcError::UnsignaledFailed(ref v)) if v.len() == 30),
+        "{r:?}"
+    );
+}

@@ -93,7 +93,10 @@ pub trait Endpoint: Send {
     /// one-sided operation of an older epoch is still running on this node's memory or
     /// will run there (`local`, `shm`, `sim`; `udp` per endpoint). In `local` and `shm`
     /// it waits for operations of an older epoch in progress, as long as their initiator
-    /// lives (see [`fence`]).
+    /// lives (see [`fence`]). This endpoint's own operations still in flight fail with
+    /// `AccessError::EpochChanged` (`udp`, `sim`; `local` and `shm` complete every
+    /// operation within `post`), as a reset queue pair flushes its work requests: the
+    /// runtime relies on it to resume a coroutine waiting on a node that left.
     fn set_epoch(&mut self, epoch: u32);
 
     /// This endpoint's counters (including drops counted on its behalf by senders).

@@ -238,10 +238,11 @@ pub enum AccessError {
     TooLarge,
     /// The local destination buffer of a READ is not a valid local region range.
     BadLocalBuffer,
-    /// No answer from the target after the backend's retries (udp only).
+    /// No answer from the target after the backend's retries (udp, sim); the operations
+    /// queued behind it to that node fail with it.
     Timeout,
     /// The operation's epoch is over: either the initiating endpoint moved to a new
-    /// epoch while the operation was in flight (udp), or the target node had already
+    /// epoch while the operation was in flight (udp, sim), or the target node had already
     /// moved to a newer epoch than the initiator's (the epoch fence: `local`, `shm`,
     /// `sim`, and udp's target). The target's memory is untouched.
     EpochChanged,

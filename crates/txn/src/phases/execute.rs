@@ -85,6 +85,12 @@ pub(crate) fn onesided_failure(e: &OneSidedError) -> AbortReason {
         }
         | OneSidedError::NotPosted
         | OneSidedError::NotReady => AbortReason::Timeout,
+        // Failed by the initiator's move to a new configuration, or fenced by the
+        // target's: not a malformed answer (and worth trying again).
+        OneSidedError::Access {
+            error: AccessError::EpochChanged,
+            ..
+        } => AbortReason::EpochChanged,
         _ => AbortReason::BadResponse,
     }
 }

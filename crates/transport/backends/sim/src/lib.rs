@@ -18,7 +18,11 @@
 //!   node), as RDMA RC does: they execute against the target's region at their delivery
 //!   time, in posting order; a request lost on the wire is retransmitted after
 //!   `onesided_rto_ns`, and an operation whose target stays unreachable for
-//!   `onesided_retries` retransmissions completes with [`AccessError::Timeout`]; a READ or
+//!   `onesided_retries` retransmissions completes with [`AccessError::Timeout`], and
+//!   the operations queued behind it on the connection fail with it at once (an RC
+//!   queue pair in the error state flushes its work requests); an endpoint's
+//!   `set_epoch` fails its operations still queued with [`AccessError::EpochChanged`],
+//!   as udp's does; a READ or
 //!   WRITE may be executed twice (a retransmitted request the target re-executes, which
 //!   is how RDMA treats duplicate READ/WRITE requests; atomics are never re-executed).
 //!   The completion travels back with its own latency; completions of one connection
@@ -153,6 +157,10 @@ pub struct SimNetStats {
     pub onesided_executed: u64,
     pub onesided_retransmits: u64,
     pub onesided_timeouts: u64,
+    /// Operations failed without being tried because their connection failed: queued
+    /// behind one that timed out, or still queued when their initiator moved to a new
+    /// epoch (as an RC queue pair in the error state flushes its work requests).
+    pub onesided_flushed: u64,
     pub onesided_reexecuted: u64,
     /// One-sided operations a partition kept from their target (each try).
     pub onesided_partitioned: u64,
@@ -283,7 +291,8 @@ struct PendingOp {
 #[derive(Default)]
 struct Chan {
     ops: VecDeque<PendingOp>,
-    /// Bumped when the initiator crashes, so its stale events are ignored.
+    /// Bumped when the initiator crashes or the connection is flushed, so its stale
+    /// events are ignored.
     gen: u64,
     last_completion: u64,
 }
@@ -843,6 +852,9 @@ impl Inner {
                 op.result = Err(AccessError::Timeout);
                 self.eps[src_ep].counters.add(Counter::OnesidedErrors, 1);
                 self.finish(chan, op);
+                // The connection is in the error state: what is queued behind fails
+                // now, not after a give-up time of its own each.
+                self.flush(chan, AccessError::Timeout);
             } else {
                 let t = self.now + self.faults.onesided_rto_ns;
                 self.chans[chan].ops.push_front(op);
@@ -867,14 +879,58 @@ impl Inner {
 
     /// Sends `op`'s completion back and starts the connection's next operation.
     fn finish(&mut self, chan: usize, op: PendingOp) {
+        let back = self.now + self.latency();
+        self.complete(chan, op, back);
+        let c = &self.chans[chan];
+        if let Some(t) = c.ops.front().map(|o| o.ready.max(self.now)) {
+            let gen = c.gen;
+            self.schedule(t, EvKind::ChanHead { chan, gen });
+        }
+    }
+
+    /// Fails every operation still queued on connection `chan` with `why`, as an RC
+    /// queue pair that enters the error state flushes its work requests (and as the udp
+    /// backend fails a peer's operations): after one timed out (the target is
+    /// unreachable; each would otherwise wait out the retries in turn, one give-up time
+    /// apiece), and at the initiator's `set_epoch` (nothing of the old epoch may execute
+    /// in the new one, where recovery decided its transaction). The initiator's NIC
+    /// completes them at once, in order; an operation already executed and waiting only
+    /// for its duplicate execution completes with its result. The connection starts
+    /// afresh with the next post. Returns how many were failed.
+    fn flush(&mut self, chan: usize, why: AccessError) -> usize {
+        if self.chans[chan].ops.is_empty() {
+            return 0;
+        }
         let nodes = self.config.nodes as usize;
         let (src_ep, target) = (chan / nodes, chan % nodes);
-        let back = self.now + self.latency();
+        // The head's scheduled event is void.
+        self.chans[chan].gen += 1;
+        let mut failed = 0;
+        while let Some(mut op) = self.chans[chan].ops.pop_front() {
+            if !op.reexec {
+                op.result = Err(why);
+                failed += 1;
+            }
+            let now = self.now;
+            self.complete(chan, op, now);
+        }
+        self.stats.onesided_flushed += failed as u64;
+        self.eps[src_ep]
+            .counters
+            .add(Counter::OnesidedErrors, failed as u64);
+        let now = self.now;
+        self.log(|| format!("{now} flushed ep{src_ep} -> node {target}: {failed} {why:?}"));
+        failed
+    }
+
+    /// Schedules `op`'s completion at its initiator at `at`, or after the connection's
+    /// previous completion (completions of one connection arrive in order).
+    fn complete(&mut self, chan: usize, op: PendingOp, at: u64) {
+        let nodes = self.config.nodes as usize;
+        let (src_ep, target) = (chan / nodes, chan % nodes);
         let c = &mut self.chans[chan];
-        let t = back.max(c.last_completion);
+        let t = at.max(c.last_completion);
         c.last_completion = t;
-        let gen = c.gen;
-        let next = c.ops.front().map(|o| o.ready.max(self.now));
         let incarnation = self.nodes[src_ep / self.threads()].incarnation;
         self.schedule(
             t,
@@ -891,9 +947,6 @@ impl Inner {
                 },
             },
         );
-        if let Some(t) = next {
-            self.schedule(t, EvKind::ChanHead { chan, gen });
-        }
     }
 
     fn post(&mut self, src_ep: usize, ops: &[OneSidedOp<'_>]) {
@@ -1207,12 +1260,25 @@ impl Endpoint for SimEndpoint {
     fn set_epoch(&mut self, epoch: u32) {
         let mut g = self.net.lock();
         if self.live(&g) {
-            g.eps[self.idx].epoch = epoch;
+            let old = std::mem::replace(&mut g.eps[self.idx].epoch, epoch);
             // The fence: every operation executes under the lock, so none of an older
             // epoch can reach this node's memory after this.
             let n = self.idx / self.net.config.threads_per_node as usize;
             let node = &mut g.nodes[n];
             node.epoch = node.epoch.max(epoch);
+            if old != epoch {
+                // This endpoint's operations of the old epoch fail now, on every
+                // connection, as udp's do: one to a node that left would otherwise
+                // wait out its retries (and every one behind it, in turn).
+                let nodes = self.net.config.nodes as usize;
+                for target in 0..nodes {
+                    g.flush(self.idx * nodes + target, AccessError::EpochChanged);
+                }
+            }
+        }
+        drop(g);
+        if self.net.threaded {
+            self.net.cv.notify_all();
         }
     }
 

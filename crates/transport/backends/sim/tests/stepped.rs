@@ -278,6 +278,84 @@ fn onesided_operations_to_a_partitioned_node_retry_then_time_out() {
     assert!(a.counters().get("onesided_errors") >= 1);
 }
 
+/// A connection whose operation timed out is in the error state (an RC queue pair's
+/// retry count exceeded): the operations queued behind it fail with it, at once, not one
+/// give-up time each in turn; a later post starts afresh.
+#[test]
+fn a_timeout_fails_the_operations_queued_behind_it_at_once() {
+    let faults = SimFaults {
+        onesided_rto_ns: 10_000,
+        onesided_retries: 3,
+        ..SimFaults::none()
+    };
+    let net = SimNet::new(ClusterConfig::new(2, 1), 1, faults).unwrap();
+    let region = net.node(1).register(4096, Perms::ALL).unwrap();
+    let mut a = net.node(0).endpoint(0).unwrap();
+    net.crash(1);
+    let ops: Vec<_> = (1..=20).map(|i| faa(region.desc, i)).collect();
+    a.post(&ops).unwrap();
+    let c = completions_until_quiet(&net, &mut *a);
+    assert_eq!(c.len(), 20);
+    for (i, c) in c.iter().enumerate() {
+        assert_eq!(
+            (c.wr_id, c.status),
+            (i as u64 + 1, Err(AccessError::Timeout))
+        );
+    }
+    // One give-up time (4 tries of 10 µs plus latencies), not 20.
+    assert!(net.now() < 100_000, "done at {} ns", net.now());
+    let s = net.stats();
+    assert_eq!((s.onesided_timeouts, s.onesided_flushed), (1, 19));
+    assert_eq!(a.outstanding(), 0);
+    assert_eq!(a.counters().get("onesided_errors"), 20);
+    // The connection starts again: the restarted node's memory is reached.
+    net.restart(1);
+    a.post(&[faa(region.desc, 21)]).unwrap();
+    let c = completions_until_quiet(&net, &mut *a);
+    assert_eq!((c[0].wr_id, c[0].status, c[0].value), (21, Ok(()), 0));
+}
+
+/// An endpoint's move to a new epoch fails its operations of the old one still queued,
+/// at once (as the udp backend's does): one to a node that left the configuration does
+/// not wait out its retries. Those that already executed complete as they did.
+#[test]
+fn set_epoch_fails_the_old_epochs_operations_at_once() {
+    let net = SimNet::new(ClusterConfig::new(3, 1), 1, SimFaults::none()).unwrap();
+    let live = net.node(1).register(4096, Perms::ALL).unwrap();
+    let dead = net.node(2).register(4096, Perms::ALL).unwrap();
+    let mut a = net.node(0).endpoint(0).unwrap();
+    a.post(&[faa(live.desc, 1)]).unwrap();
+    // Executed at node 1, its completion still on the way back.
+    while net.stats().onesided_executed == 0 {
+        tick(&net, 1000);
+    }
+    net.crash(2);
+    a.post(&[faa(dead.desc, 2), faa(dead.desc, 3), faa(live.desc, 4)])
+        .unwrap();
+    let t = net.now();
+    a.set_epoch(2);
+    let c = completions_until_quiet(&net, &mut *a);
+    let got: Vec<_> = c.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(got.len(), 4);
+    assert!(got.contains(&(1, Ok(()))), "{got:?}");
+    for w in [2, 3, 4] {
+        assert!(
+            got.contains(&(w, Err(AccessError::EpochChanged))),
+            "{got:?}"
+        );
+    }
+    // No retry budget waited out: done within a network latency.
+    assert!(net.now() - t < 50_000, "done {} ns after", net.now() - t);
+    assert_eq!(live.mem.word(0).unwrap().load(Ordering::SeqCst), 1);
+    assert_eq!(net.stats().onesided_flushed, 3);
+    assert_eq!(a.outstanding(), 0);
+    // The same epoch again changes nothing; the new epoch's operations run.
+    a.set_epoch(2);
+    a.post(&[faa(live.desc, 5)]).unwrap();
+    let c = completions_until_quiet(&net, &mut *a);
+    assert_eq!((c[0].wr_id, c[0].status, c[0].value), (5, Ok(()), 1));
+}
+
 #[test]
 fn onesided_operations_stay_in_order_under_faults() {
     let faults = SimFaults {
