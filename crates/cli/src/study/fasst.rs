@@ -58,7 +58,7 @@ pub fn figures(
             id: "fasst-fig07-objstore".into(),
             title: "Object store O(1,0), O(4,0), O(4,2): transactions and RPC requests per second".into(),
             paper: "FaSST Figure 7 (§6.1): per-machine transaction throughput and RPC request rate".into(),
-            shape: Shape::Bars,
+            shape: Shape::Rates,
             series: vec![
                 objstore("O(1,0)", 1, 0),
                 objstore("O(4,0)", 4, 0),

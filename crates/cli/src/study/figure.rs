@@ -14,8 +14,11 @@ pub enum Shape {
     /// (DrTM+H Figures 7–11 and 14, FaSST Figure 10).
     Curve,
     /// Throughput and latency per series at each coroutine count, as grouped bars
-    /// (DrTM+H Figure 13, FaSST Figure 7).
+    /// (DrTM+H Figure 13).
     Bars,
+    /// Throughput and RPC requests per second per series, as grouped bars (FaSST
+    /// Figure 7).
+    Rates,
     /// Mean time per protocol phase, stacked, per series at each coroutine count
     /// (DrTM+H Figure 15).
     Phases,
@@ -79,7 +82,7 @@ pub const PHASES: [&str; ambidex_txn::Phase::COUNT] = {
 };
 
 /// One measured point.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Point {
     pub series: String,
     pub coroutines: usize,

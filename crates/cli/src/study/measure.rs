@@ -7,25 +7,113 @@
 use super::figure::Point;
 use super::Plan;
 use ambidex_workloads::{sweep_coroutines, Config};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::Instant;
 
 /// A run that failed (its point is missing; the claims that need it are undecided).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Failure {
     pub series: Vec<String>,
     pub coroutines: usize,
     pub error: String,
 }
 
-/// Every figure's points (by figure id), and the runs that failed.
+/// Every figure's points (by figure id), the runs that failed, and where, when and how
+/// they were measured.
 pub struct Measured {
     pub points: BTreeMap<String, Vec<Point>>,
     pub failures: Vec<Failure>,
     pub runs: usize,
+    pub repeat: usize,
     pub seconds: f64,
+    /// The command that measured them.
+    pub command: String,
+    pub machine: Machine,
+    pub unix_time: u64,
+}
+
+/// The machine a study ran on.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Machine {
+    pub cpus: usize,
+    pub cpu_model: String,
+    pub kernel: String,
+}
+
+impl Machine {
+    /// This machine, as `/proc` describes it.
+    pub fn this() -> Machine {
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split(':').nth(1))
+                    .map(|m| m.trim().to_string())
+            })
+            .unwrap_or_default();
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        Machine {
+            cpus: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(0),
+            cpu_model,
+            kernel,
+        }
+    }
+}
+
+/// What `study.json` holds that [`read_back`] needs.
+#[derive(Deserialize)]
+struct Recorded {
+    study: String,
+    command: String,
+    machine: Machine,
+    unix_time: u64,
+    seconds: f64,
+    runs: usize,
+    repeat: usize,
+    figures: Vec<RecordedFigure>,
+    failures: Vec<Failure>,
+}
+
+#[derive(Deserialize)]
+struct RecordedFigure {
+    id: String,
+    points: Vec<Point>,
+}
+
+/// The measurements of an earlier run of the same study, read back from its
+/// `study.json` in the plan's directory (`--replot`). A figure the file lacks has no
+/// points.
+pub fn read_back(plan: &Plan) -> Result<Measured, String> {
+    let path = plan.out.join("study.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("--replot reads {}: {e}", path.display()))?;
+    let r: Recorded = serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not a study's output: {e}", path.display()))?;
+    if r.study != plan.name {
+        return Err(format!(
+            "{} holds study {}, not {}",
+            path.display(),
+            r.study,
+            plan.name
+        ));
+    }
+    Ok(Measured {
+        points: r.figures.into_iter().map(|f| (f.id, f.points)).collect(),
+        failures: r.failures,
+        runs: r.runs,
+        repeat: r.repeat,
+        seconds: r.seconds,
+        command: r.command,
+        machine: r.machine,
+        unix_time: r.unix_time,
+    })
 }
 
 /// One distinct run: a configuration at a coroutine count, and where its point goes.
@@ -152,7 +240,14 @@ pub fn measure(plan: &Plan) -> Result<Measured, String> {
         points,
         failures,
         runs: total,
+        repeat: plan.repeat,
         seconds: t0.elapsed().as_secs_f64(),
+        command: plan.command.clone(),
+        machine: Machine::this(),
+        unix_time: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
     })
 }
 

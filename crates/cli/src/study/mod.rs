@@ -48,6 +48,11 @@ pub struct CommonArgs {
     /// Output directory [default: study-phases-WORKLOAD or study-fasst].
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Measure nothing: read the points of an earlier run of this study from
+    /// OUT/study.json and write its report, claims and SVGs again (after a change of
+    /// the plots or of the claims' checks). The other flags must describe that run.
+    #[arg(long)]
+    pub replot: bool,
     /// Fewer points: the fewest and most coroutines only, one run each, short windows
     /// (a few minutes in all); without it every point of the sweep, the median of
     /// --repeat runs.
@@ -90,11 +95,15 @@ pub struct Plan {
 }
 
 pub fn run(cmd: &Command) -> Result<(), String> {
-    let plan = match cmd {
-        Command::Phases(a) => phases_plan(a)?,
-        Command::Fasst(a) => fasst_plan(a)?,
+    let (plan, common) = match cmd {
+        Command::Phases(a) => (phases_plan(a)?, &a.common),
+        Command::Fasst(a) => (fasst_plan(a)?, a),
     };
-    let result = measure::measure(&plan)?;
+    let result = if common.replot {
+        measure::read_back(&plan)?
+    } else {
+        measure::measure(&plan)?
+    };
     output::write(&plan, &result)?;
     output::print_summary(&plan, &result);
     Ok(())

@@ -2,7 +2,7 @@
 //! summary, then per figure its SVG, a table and the claims), and one SVG per figure.
 
 use super::figure::{fmt_num, FigureSpec, Point, Points, Shape, Verdict, PHASES};
-use super::measure::{Failure, Measured};
+use super::measure::{Failure, Machine, Measured};
 use super::Plan;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -12,20 +12,13 @@ use std::path::Path;
 struct StudyJson<'a> {
     study: &'a str,
     command: &'a str,
-    machine: Machine,
+    machine: &'a Machine,
     unix_time: u64,
     seconds: f64,
     runs: usize,
     repeat: usize,
     figures: Vec<FigureJson<'a>>,
     failures: &'a [Failure],
-}
-
-#[derive(Serialize)]
-struct Machine {
-    cpus: usize,
-    cpu_model: String,
-    kernel: String,
 }
 
 #[derive(Serialize)]
@@ -96,28 +89,6 @@ fn word(h: Option<bool>) -> &'static str {
     }
 }
 
-fn machine() -> Machine {
-    let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_default();
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
-    Machine {
-        cpus: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0),
-        cpu_model,
-        kernel,
-    }
-}
-
 /// Writes `study.json`, `study.md` and the SVGs into the plan's directory.
 pub fn write(plan: &Plan, m: &Measured) -> Result<(), String> {
     let dir = &plan.out;
@@ -166,15 +137,12 @@ pub fn write(plan: &Plan, m: &Measured) -> Result<(), String> {
     }
     let study = StudyJson {
         study: &plan.name,
-        command: &plan.command,
-        machine: machine(),
-        unix_time: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+        command: &m.command,
+        machine: &m.machine,
+        unix_time: m.unix_time,
         seconds: m.seconds,
         runs: m.runs,
-        repeat: plan.repeat,
+        repeat: m.repeat,
         figures,
         failures: &m.failures,
     };

@@ -34,8 +34,9 @@ pub fn figure(f: &FigureSpec, points: &[Point], path: &Path) -> Result<(), Strin
     let labels: Vec<&str> = f.series.iter().map(|s| s.label.as_str()).collect();
     let r = match f.shape {
         Shape::Curve => curve(&root, &f.title, &labels, points),
-        Shape::Bars => bars(&root, &f.title, &labels, &f.coroutines, points, false),
-        Shape::Scaling => bars(&root, &f.title, &labels, &f.coroutines, points, true),
+        Shape::Bars | Shape::Rates | Shape::Scaling => {
+            bars(&root, &f.title, f.shape, &labels, &f.coroutines, points)
+        }
         Shape::Phases => stacked(&root, &f.title, &labels, &f.coroutines, points),
     };
     r.map_err(|e| format!("plotting {}: {e}", path.display()))?;
@@ -96,16 +97,17 @@ fn curve(root: &Area<'_>, title: &str, labels: &[&str], points: &[Point]) -> Res
     Ok(())
 }
 
-/// Two panels of grouped bars: throughput (left; per CPU-second when `scaling`) and
-/// median latency with the 99th percentile as a thin bar (right). A group per coroutine
-/// count, a bar per series.
+/// Two panels of grouped bars, a group per coroutine count and a bar per series:
+/// throughput, and median latency with the 99th percentile as a thin line (`Bars`), RPC
+/// requests per second (`Rates`), or throughput per CPU-second beside per second
+/// (`Scaling`).
 fn bars(
     root: &Area<'_>,
     title: &str,
+    shape: Shape,
     labels: &[&str],
     coroutines: &[usize],
     points: &[Point],
-    scaling: bool,
 ) -> Res {
     let root = root.titled(title, ("sans-serif", 16))?;
     let (left, right) = root.split_horizontally(550);
@@ -124,8 +126,8 @@ fn bars(
         }
     };
     type Get = fn(&Point) -> f64;
-    let panels: [(&Area<'_>, &str, Get, Option<Get>); 2] = if scaling {
-        [
+    let panels: [(&Area<'_>, &str, Get, Option<Get>); 2] = match shape {
+        Shape::Scaling => [
             (
                 &left,
                 "committed / CPU-second",
@@ -133,9 +135,12 @@ fn bars(
                 None,
             ),
             (&right, "committed / s", |p| p.committed_per_s, None),
-        ]
-    } else {
-        [
+        ],
+        Shape::Rates => [
+            (&left, "committed / s", |p| p.committed_per_s, None),
+            (&right, "RPC requests / s", |p| p.rpc_requests_per_s, None),
+        ],
+        _ => [
             (&left, "committed / s", |p| p.committed_per_s, None),
             (
                 &right,
@@ -143,14 +148,14 @@ fn bars(
                 |p| p.p50_us,
                 Some(|p| p.p99_us),
             ),
-        ]
+        ],
     };
     for (area, y_desc, get, upper) in panels {
         let y_max = points
             .iter()
             .map(|p| upper.map_or(get(p), |u| u(p).max(get(p))))
             .fold(0.0, f64::max)
-            * 1.15
+            * 1.35 // room above the bars for the legend
             + 1.0;
         let mut chart = ChartBuilder::on(area)
             .margin(10)
@@ -226,7 +231,7 @@ fn stacked(
         .iter()
         .filter_map(|b| b.1.map(total))
         .fold(0.0, f64::max)
-        * 1.15
+        * 1.35 // room above the bars for the legend
         + 1.0;
     let n = bars.len();
     let mut chart = ChartBuilder::on(root)
