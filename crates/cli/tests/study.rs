@@ -134,6 +134,45 @@ fn study_fasst_quick_writes_every_figure() {
             "fasst-fig10-tatp-latency",
         ],
     );
+    // --replot measures nothing: it writes the same report and the SVGs again from
+    // study.json.
+    std::fs::remove_file(dir.join("fasst-fig10-tatp-latency.svg")).unwrap();
+    let out = Command::new(EXE)
+        .args([
+            "study", "fasst", "--scale", "0.005", "--quick", "--replot", "--out",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let again: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("study.json")).unwrap()).unwrap();
+    for (a, b) in s["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(again["figures"].as_array().unwrap())
+    {
+        assert_eq!(
+            a["points"].as_array().unwrap().len(),
+            b["points"].as_array().unwrap().len()
+        );
+        assert_eq!(a["verdict"], b["verdict"]);
+    }
+    assert_eq!(s["command"], again["command"]);
+    assert!(dir.join("fasst-fig10-tatp-latency.svg").exists());
+    // A directory of another study is refused.
+    let out = Command::new(EXE)
+        .args(["study", "phases", "--quick", "--replot", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds study fasst"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
