@@ -109,6 +109,7 @@ fn study_phases_quick_writes_every_figure() {
             "drtmh-fig09-commit-smallbank",
             "drtmh-fig10-log-smallbank",
             "drtmh-fig11-readonly-tpce",
+            "drtmh-fig12-scaling-smallbank",
             "drtmh-fig13-factors-smallbank",
             "drtmh-fig14-presets-smallbank",
             "drtmh-fig15-breakdown-smallbank",
@@ -184,4 +185,36 @@ fn study_refuses_a_workload_the_paper_did_not_study() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("smallbank or tpcc-no"));
+}
+
+#[test]
+fn study_figures_runs_only_those_and_refuses_unknown_ones() {
+    let dir = out_dir("figures");
+    let s = study(
+        &[
+            "phases",
+            "--workload",
+            "smallbank",
+            "--scale",
+            "0.01",
+            "--figures",
+            "8,12",
+        ],
+        &dir,
+    );
+    check_shapes(
+        &s,
+        &dir,
+        &[
+            "drtmh-fig08-lock-smallbank",
+            "drtmh-fig12-scaling-smallbank",
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new(EXE)
+        .args(["study", "fasst", "--quick", "--figures", "11"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no figure 11"));
 }

@@ -2,7 +2,9 @@
 //! machine: the object store's three transaction kinds, TATP and SmallBank as the
 //! cluster grows, and TATP's throughput–latency curve. Every run is the `fasst` preset.
 
-use super::figure::{all_of, close, larger, Claim, FigureSpec, Points, Series, Shape, Verdict};
+use super::figure::{
+    all_of, larger, scales_flat, shape_label, Claim, FigureSpec, Points, Series, Shape, Verdict,
+};
 use ambidex_workloads::{Config, WorkloadKind};
 
 fn with(base: &Config, label: &str, f: impl FnOnce(&mut Config)) -> Series {
@@ -18,11 +20,6 @@ fn with(base: &Config, label: &str, f: impl FnOnce(&mut Config)) -> Series {
 /// Cluster shapes of the scaling figures: (nodes, threads per node). 3 nodes is the
 /// least 3-way replication allows; every shape shares this machine's two cores.
 pub const SHAPES: [(u16, u16); 4] = [(3, 1), (4, 1), (5, 1), (3, 2)];
-
-/// A scaling series' label.
-fn shape_label(nodes: u16, threads: u16) -> String {
-    format!("{nodes} nodes x {threads} threads")
-}
 
 pub fn figures(
     base: &Config,
@@ -127,27 +124,4 @@ pub fn figures(
 /// A series' first point's value.
 fn first(p: &Points<'_>, series: &str, f: fn(&super::figure::Point) -> f64) -> Option<f64> {
     p.of(series).first().map(|x| f(x))
-}
-
-/// Linear scaling: committed per CPU-second of the largest cluster within 15% of the
-/// smallest's (both at one thread per node).
-fn scales_flat(p: &Points<'_>) -> Verdict {
-    let one_thread: Vec<_> = p.all.iter().filter(|x| x.threads == 1).collect();
-    let (Some(small), Some(big)) = (
-        one_thread.iter().min_by_key(|x| x.nodes),
-        one_thread.iter().max_by_key(|x| x.nodes),
-    ) else {
-        return Verdict {
-            holds: None,
-            evidence: "no one-thread points".into(),
-        };
-    };
-    close(
-        "committed per CPU-second",
-        &format!("{} nodes", big.nodes),
-        Some(big.committed_per_cpu_s),
-        &format!("{} nodes", small.nodes),
-        Some(small.committed_per_cpu_s),
-        0.15,
-    )
 }

@@ -81,6 +81,14 @@ pub const PHASES: [&str; ambidex_txn::Phase::COUNT] = {
     names
 };
 
+impl FigureSpec {
+    /// The figure's number in its paper (`drtmh-fig07-...` is 7).
+    pub fn number(&self) -> Option<u32> {
+        let rest = self.id.split("-fig").nth(1)?;
+        rest.split('-').next()?.parse().ok()
+    }
+}
+
 /// One measured point.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Point {
@@ -172,6 +180,34 @@ impl<'a> Points<'a> {
     pub fn low_load_p50(&self, series: &str) -> Option<f64> {
         self.of(series).first().map(|p| p.p50_us)
     }
+}
+
+/// A scaling series' label.
+pub fn shape_label(nodes: u16, threads: u16) -> String {
+    format!("{nodes} nodes x {threads} threads")
+}
+
+/// Linear scaling: committed per CPU-second of the largest cluster within 15% of the
+/// smallest's (both at one thread per node).
+pub fn scales_flat(p: &Points<'_>) -> Verdict {
+    let one_thread: Vec<_> = p.all.iter().filter(|x| x.threads == 1).collect();
+    let (Some(small), Some(big)) = (
+        one_thread.iter().min_by_key(|x| x.nodes),
+        one_thread.iter().max_by_key(|x| x.nodes),
+    ) else {
+        return Verdict {
+            holds: None,
+            evidence: "no one-thread points".into(),
+        };
+    };
+    close(
+        "committed per CPU-second",
+        &format!("{} nodes", big.nodes),
+        Some(big.committed_per_cpu_s),
+        &format!("{} nodes", small.nodes),
+        Some(small.committed_per_cpu_s),
+        0.15,
+    )
 }
 
 /// `a / b`, the ratio a claim compares.

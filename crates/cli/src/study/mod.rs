@@ -1,6 +1,6 @@
 //! `ambidex study`: the papers' evaluations, one command each. `study phases`
-//! reproduces DrTM+H's phase-by-phase study and end-to-end comparison (Figures 7–11,
-//! 13–15) on SmallBank or TPC-C/no; `study fasst` reproduces FaSST's Figures 7–10 as
+//! reproduces DrTM+H's phase-by-phase study and end-to-end comparison (Figures 7–15)
+//! on SmallBank or TPC-C/no; `study fasst` reproduces FaSST's Figures 7–10 as
 //! shapes. Every point is a fresh in-process cluster loaded and run with the
 //! benchmark's driver; the output directory gets one JSON with every point, a Markdown
 //! report with a table per figure and the verdict on each of the paper's claims, and an
@@ -19,8 +19,8 @@ use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// DrTM+H's phase-by-phase study (Figures 7-11) and end-to-end comparison of the
-    /// four designs (Figures 13-15) on one workload.
+    /// DrTM+H's phase-by-phase study (Figures 7-11), its scaling (Figure 12) and its
+    /// end-to-end comparison of the four designs (Figures 13-15) on one workload.
     Phases(PhasesArgs),
     /// FaSST's Figures 7-10: the object store, TATP and SmallBank as the cluster grows,
     /// TATP's latency against throughput.
@@ -29,7 +29,7 @@ pub enum Command {
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct PhasesArgs {
-    /// The workload of Figures 7-10 and 13-15: smallbank or tpcc-no (Figure 11 always
+    /// The workload of Figures 7-10 and 12-15: smallbank or tpcc-no (Figure 11 always
     /// runs TPC-E customer-position).
     #[arg(long, default_value = "smallbank")]
     pub workload: String,
@@ -48,6 +48,9 @@ pub struct CommonArgs {
     /// Output directory [default: study-phases-WORKLOAD or study-fasst].
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Only these figures (the paper's numbers, e.g. 7,12) [default: every figure].
+    #[arg(long, value_delimiter = ',', value_name = "N,...")]
+    pub figures: Option<Vec<u32>>,
     /// Measure nothing: read the points of an earlier run of this study from
     /// OUT/study.json and write its report, claims and SVGs again (after a change of
     /// the plots or of the claims' checks). The other flags must describe that run.
@@ -95,10 +98,21 @@ pub struct Plan {
 }
 
 pub fn run(cmd: &Command) -> Result<(), String> {
-    let (plan, common) = match cmd {
+    let (mut plan, common) = match cmd {
         Command::Phases(a) => (phases_plan(a)?, &a.common),
         Command::Fasst(a) => (fasst_plan(a)?, a),
     };
+    if let Some(wanted) = &common.figures {
+        let known: Vec<u32> = plan.figures.iter().filter_map(|f| f.number()).collect();
+        if let Some(n) = wanted.iter().find(|n| !known.contains(n)) {
+            return Err(format!(
+                "study {} has no figure {n}; its figures are {known:?}",
+                plan.name
+            ));
+        }
+        plan.figures
+            .retain(|f| f.number().is_some_and(|n| wanted.contains(&n)));
+    }
     let result = if common.replot {
         measure::read_back(&plan)?
     } else {

@@ -1,11 +1,13 @@
-//! `ambidex study phases`: DrTM+H's phase-by-phase study (§5, Figures 7–11) and its
-//! end-to-end comparisons (§6, Figures 13–15), on one workload.
+//! `ambidex study phases`: DrTM+H's phase-by-phase study (§5, Figures 7–11), its
+//! scaling and end-to-end comparisons (§6, Figures 12–15), on one workload.
 //!
 //! "Each primitive with the others held fixed": a phase's figure varies that phase's
 //! choice and keeps every other phase at DrTM+H's (the `drtm-h` preset), except where
 //! the paper fixes another (Figure 9 commits behind a two-sided lock, as DrTM+H had to).
 
-use super::figure::{all_of, close, larger, Claim, FigureSpec, Series, Shape, Verdict};
+use super::figure::{
+    all_of, close, larger, scales_flat, shape_label, Claim, FigureSpec, Series, Shape, Verdict,
+};
 use ambidex_workloads::config::{Commit, Execute, Lock, Log, PassiveAck, TxnSection, Validate};
 use ambidex_workloads::{Config, WorkloadKind};
 
@@ -211,10 +213,41 @@ pub fn figures(base: &Config, tpce: &Config, sweep: &[usize], ends: &[usize]) ->
     });
     }
 
+    figs.push(scaling(with_or, name, tag, ends));
     figs.push(factor_analysis(with_or, name, tag, ends, tpcc));
     figs.push(presets_end_to_end(with_or, name, tag, sweep, tpcc));
     figs.push(latency_breakdown(with_or, name, tag, ends));
     figs
+}
+
+/// DrTM+H Figure 12: DrTM+H as the cluster grows, at the sweep's most coroutines.
+fn scaling(base: &Config, name: &str, tag: &str, ends: &[usize]) -> FigureSpec {
+    let most = ends.last().copied().unwrap_or(1);
+    let series = [3u16, 4, 5]
+        .into_iter()
+        .map(|n| {
+            let mut s = preset(
+                base,
+                &shape_label(n, base.cluster.threads),
+                "drtm-h",
+                |_| {},
+            );
+            s.cfg.cluster.nodes = n;
+            s
+        })
+        .collect();
+    FigureSpec {
+        id: format!("drtmh-fig12-scaling-{tag}"),
+        title: format!("{name}: DrTM+H as the cluster grows"),
+        paper: "DrTM+H Figure 12 (§6.2): DrTM+H's throughput as machines are added".into(),
+        shape: Shape::Scaling,
+        series,
+        coroutines: vec![most],
+        claims: vec![Claim {
+            text: "DrTM+H scales linearly with the machines (per-machine throughput stays flat); here the nodes share two cores, so linear scaling shows as a flat throughput per CPU-second",
+            check: scales_flat,
+        }],
+    }
 }
 
 /// The factor analysis' steps, cumulative (DrTM+H Figure 13): FaSST, then (TPC-C/no)
