@@ -160,23 +160,27 @@ fn stress_ci_seeds_pass_and_catch_a_protocol_without_validation() {
         }
         assert!(reads > 0, "{faults}: no committed read was checked");
     }
-    let bugged = |seed| {
-        with(spec(WorkloadKind::Stress, seed, "reorder"), |c| {
-            c.sim.steps = 8_000;
-            c.txn.inject_bug = Some(InjectedBug::SkipValidation);
-        })
-    };
-    let caught = (0..20).find_map(|s| {
-        let r = run(&bugged(s)).unwrap();
-        r.failures
-            .iter()
-            .any(|f| f.contains("neither whole nor absent"))
-            .then_some(r.seed)
-    });
     assert!(
-        caught.is_some(),
+        caught_without_validation(WorkloadKind::Stress, "neither whole nor absent").is_some(),
         "no seed's stress invariant caught a protocol without validation"
     );
+}
+
+/// The first of seeds 0..20 of `w` (reorder faults, 8,000 steps) whose run with a
+/// protocol without validation fails a check whose message contains `needle`, with
+/// that message.
+fn caught_without_validation(w: WorkloadKind, needle: &str) -> Option<(u64, String)> {
+    (0..20).find_map(|seed| {
+        let bugged = with(spec(w, seed, "reorder"), |c| {
+            c.sim.steps = 8_000;
+            c.txn.inject_bug = Some(InjectedBug::SkipValidation);
+        });
+        let r = run(&bugged).unwrap();
+        r.failures
+            .iter()
+            .find(|f| f.contains(needle))
+            .map(|f| (r.seed, f.clone()))
+    })
 }
 
 /// TPC-E's customer position (DrTM+H §5.5) with the simulator's 5% market feeds:
@@ -202,19 +206,7 @@ fn tpce_ci_seeds_pass_and_catch_a_protocol_without_validation() {
     for mode in ["farm", "drtm-r"] {
         settle_soon(mode, &sweep_seeds(WorkloadKind::Tpce, mode, "crash", 0..30));
     }
-    let bugged = |seed| {
-        with(spec(WorkloadKind::Tpce, seed, "reorder"), |c| {
-            c.sim.steps = 8_000;
-            c.txn.inject_bug = Some(InjectedBug::SkipValidation);
-        })
-    };
-    let caught = (0..20).find_map(|s| {
-        let r = run(&bugged(s)).unwrap();
-        r.failures
-            .iter()
-            .find(|f| f.contains("saw a market feed half applied"))
-            .map(|f| (r.seed, f.clone()))
-    });
+    let caught = caught_without_validation(WorkloadKind::Tpce, "saw a market feed half applied");
     let (seed, failure) =
         caught.expect("no seed's TPC-E invariant caught a protocol without validation");
     eprintln!("tpce: a protocol without validation caught by seed {seed}: {failure}");
