@@ -215,8 +215,8 @@ pub fn run_workload<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<BenchReport
     Ok(out.pop().expect("one run"))
 }
 
-/// Loads once and runs once per coroutine count (FaSST Figure 10's throughput-latency
-/// curve). Each run starts from the state the previous one left.
+/// Runs once per coroutine count (FaSST Figure 10's throughput-latency curve), each on a
+/// fresh cluster loaded afresh (a transport's endpoints are taken once per run).
 pub fn sweep_coroutines(
     cfg: &Config,
     counts: &[usize],

@@ -14,8 +14,10 @@
 //!   market feeds (DrTM+H §5.5); LAST_TRADE's volume and feed-snapshot invariants.
 //! - [`config`]: [`Config`], the one configuration of every path (in-process, node
 //!   processes, simulator); [`transports`] opens a configured cluster's nodes.
-//! - [`driver`]: [`Config`] → [`run_bench`] → [`BenchReport`]; [`sweep_coroutines`]
-//!   for the throughput–latency curve (FaSST Figure 10); [`plot`] draws it, or the
+//! - [`driver`]: [`Config`] → [`run_bench`] → [`BenchReport`] (a transaction aborted
+//!   for a transient reason is retried from the same inputs; attempts and commits are
+//!   both reported); [`run_workload`] for a workload built outside this crate;
+//!   [`sweep_coroutines`] for the throughput–latency curve (FaSST Figure 10); [`plot`] draws it, or the
 //!   per-phase breakdown, as SVG; [`report`] holds the report's policy, one-sided and
 //!   location-cache parts, shared with the simulator.
 //!
