@@ -470,7 +470,7 @@ pub struct RunSection {
     pub w: usize,
     /// Object store: allow several keys of a transaction on one primary.
     pub same_node: bool,
-    /// TPC-C: warehouses per node (default [`DEFAULT_WAREHOUSES_PER_NODE`], DrTM+H's
+    /// TPC-C: warehouses per node (default [`crate::tpcc::DEFAULT_WAREHOUSES_PER_NODE`], DrTM+H's
     /// 384 warehouses on 16 machines), dealt out evenly to its threads (rounded down to
     /// a multiple of the threads, at least one per thread).
     #[serde(skip_serializing_if = "Option::is_none")]
