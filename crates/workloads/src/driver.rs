@@ -24,7 +24,7 @@ use ambidex_rpc::RpcStats;
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
 use ambidex_txn::runner::{self, RunSpec, Worker, WorkerCtx};
 use ambidex_txn::stats::LocationCacheStats;
-use ambidex_txn::{AbortReason, NodeDb, Placement, Policy, TxnConfig, TxnStats};
+use ambidex_txn::{AbortReason, NodeDb, Placement, Policy, TxnStats};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -174,28 +174,9 @@ pub struct SweepPoint {
     pub p99_us: f64,
 }
 
-/// How every (node, thread) of a run of `cfg` is built: the one place the configuration
-/// becomes the runner's settings (RPC, transaction layer, fault injector of node `node`,
-/// or node 0's for an in-process run), for in-process runs and node processes alike.
+/// How every (node, thread) of a run of `cfg` is built ([`Config::run_spec`]).
 pub fn run_spec(cfg: &Config, coroutines: usize, node: Option<NodeId>) -> Result<RunSpec, String> {
-    Ok(RunSpec {
-        coroutines,
-        rpc: cfg.rpc.runtime_config()?,
-        txn: TxnConfig {
-            rereplication_bytes_per_s: cfg.cluster.rereplication_bytes_per_s()?,
-            ..cfg.txn.txn_config()?
-        },
-        fault: match &cfg.fault {
-            Some(f) => Some(f.fault_config(node.unwrap_or(0))?),
-            None => None,
-        },
-        duration: None,
-        history: None,
-        manager: cfg.cluster.manager_spec(),
-        kill: None,
-        restart: None,
-        fresh_db: None,
-    })
+    Ok(cfg.run_spec(coroutines, node)?)
 }
 
 /// Runs the benchmark `cfg` describes and returns its report.

@@ -35,7 +35,6 @@
 
 pub mod combine;
 pub mod common;
-pub mod config;
 pub mod driver;
 pub mod etcd_membership;
 pub mod load;
@@ -50,8 +49,9 @@ pub mod survival;
 pub mod tatp;
 pub mod tpcc;
 pub mod tpce;
-pub mod transports;
 
+/// The configuration and transports live in the facade (`ambidex`).
+pub use ambidex::{config, transports};
 pub use combine::{combine_node_reports, NodeReport};
 pub use common::{Outcome, Workload};
 pub use config::{Config, ConfigError, ObjStoreParams, Transport, WorkloadKind};

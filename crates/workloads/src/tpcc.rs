@@ -239,7 +239,7 @@ pub fn last_name(n: u64) -> [u8; 16] {
 }
 
 /// Warehouses per node by default: DrTM+H's 384 warehouses on 16 machines (§5).
-pub const DEFAULT_WAREHOUSES_PER_NODE: u64 = 24;
+pub use ambidex::config::DEFAULT_WAREHOUSES_PER_NODE;
 
 /// New orders one thread commits per second at most, for the room the tables keep for
 /// the orders of a run (this machine commits a few thousand per thread; rows a run does

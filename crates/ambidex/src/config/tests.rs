@@ -199,7 +199,7 @@ fn bad_values_are_typed_errors() {
 #[test]
 fn the_rereplication_pace_is_a_key_in_mib_per_second() {
     let c = Config::default();
-    let spec = crate::driver::run_spec(&c, 1, None).unwrap();
+    let spec = c.run_spec(1, None).unwrap();
     assert_eq!(
         spec.txn.rereplication_bytes_per_s,
         ambidex_txn::REREPLICATION_BYTES_PER_S
@@ -209,7 +209,7 @@ fn the_rereplication_pace_is_a_key_in_mib_per_second() {
         &Config::default(),
     )
     .unwrap();
-    let spec = crate::driver::run_spec(&c, 1, None).unwrap();
+    let spec = c.run_spec(1, None).unwrap();
     assert_eq!(spec.txn.rereplication_bytes_per_s, 8 << 20);
 }
 
@@ -217,7 +217,7 @@ fn the_rereplication_pace_is_a_key_in_mib_per_second() {
 fn the_manager_is_embedded_by_default_and_none_turns_leases_off() {
     let c = Config::default();
     assert_eq!(c.cluster.manager, crate::config::ManagerKind::Embedded);
-    let spec = crate::driver::run_spec(&c, 1, None).unwrap();
+    let spec = c.run_spec(1, None).unwrap();
     assert_eq!(
         spec.manager.map(|m| m.lease),
         Some(std::time::Duration::from_millis(50))
@@ -230,7 +230,7 @@ fn the_manager_is_embedded_by_default_and_none_turns_leases_off() {
     .unwrap();
     assert_eq!(c.cluster.manager, crate::config::ManagerKind::None);
     assert_eq!(c.cluster.lease_ms, 200);
-    assert!(crate::driver::run_spec(&c, 1, None)
+    assert!(c.run_spec(1, None)
         .unwrap()
         .manager
         .is_none());

@@ -346,3 +346,35 @@ impl FaultSection {
         Ok(cfg)
     }
 }
+
+impl Config {
+    /// How every (node, thread) of a run of this configuration is built: the one place
+    /// the configuration becomes the runner's settings (RPC, transaction layer, fault
+    /// injector of node `node`, or node 0's for an in-process run, leases), for
+    /// in-process runs, node processes and the application API alike. `coroutines` per
+    /// thread; no duration, history, kill or restart (the caller adds those).
+    pub fn run_spec(
+        &self,
+        coroutines: usize,
+        node: Option<NodeId>,
+    ) -> Result<ambidex_txn::runner::RunSpec, ConfigError> {
+        Ok(ambidex_txn::runner::RunSpec {
+            coroutines,
+            rpc: self.rpc.runtime_config()?,
+            txn: TxnConfig {
+                rereplication_bytes_per_s: self.cluster.rereplication_bytes_per_s()?,
+                ..self.txn.txn_config()?
+            },
+            fault: match &self.fault {
+                Some(f) => Some(f.fault_config(node.unwrap_or(0))?),
+                None => None,
+            },
+            duration: None,
+            history: None,
+            manager: self.cluster.manager_spec(),
+            kill: None,
+            restart: None,
+            fresh_db: None,
+        })
+    }
+}

@@ -4,10 +4,10 @@
 //! the path's defaults ([`Config::read`]), then command-line overrides are set on its
 //! fields, then [`Config::validate`] checks it; every bad value is a [`ConfigError`].
 //!
-//! It lives in `ambidex-workloads` because it names workloads and is turned into the
-//! settings of the layers below (`RuntimeConfig`, `TxnConfig`, `ClusterConfig`,
-//! `FaultConfig`), all of which this crate already depends on; the simulator and the CLI
-//! depend on this crate.
+//! It lives in the facade (`ambidex`) because it is turned into the settings of the
+//! layers below (`RuntimeConfig`, `TxnConfig`, `ClusterConfig`, `FaultConfig`,
+//! `RunSpec`: [`Config::run_spec`]) and every path above (the application API, the
+//! workloads, the simulator, the CLI) takes it.
 //!
 //! Sections: `cluster` (transport and shape), `rpc` (the runtime's user-facing settings),
 //! `txn` (the transaction-policy preset and per-phase overrides), `fault` (the transport's fault injector, node
@@ -41,6 +41,9 @@ use std::path::PathBuf;
 pub use ambidex_txn::policy::PRESETS;
 /// The per-phase choices a `[txn]` section may override.
 pub use ambidex_txn::policy::{Commit, Execute, Lock, Log, PassiveAck, Validate};
+
+/// TPC-C's warehouses per node by default: DrTM+H's 384 warehouses on 16 machines (§5).
+pub const DEFAULT_WAREHOUSES_PER_NODE: u64 = 24;
 
 /// Everything a run is configured by. Defaults are `ambidex bench`'s.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -470,7 +473,7 @@ pub struct RunSection {
     pub w: usize,
     /// Object store: allow several keys of a transaction on one primary.
     pub same_node: bool,
-    /// TPC-C: warehouses per node (default [`crate::tpcc::DEFAULT_WAREHOUSES_PER_NODE`], DrTM+H's
+    /// TPC-C: warehouses per node (default [`DEFAULT_WAREHOUSES_PER_NODE`], DrTM+H's
     /// 384 warehouses on 16 machines), dealt out evenly to its threads (rounded down to
     /// a multiple of the threads, at least one per thread).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -577,7 +580,7 @@ impl Config {
     pub fn warehouses_per_node(&self) -> u64 {
         self.run
             .warehouses_per_node
-            .unwrap_or(crate::tpcc::DEFAULT_WAREHOUSES_PER_NODE)
+            .unwrap_or(DEFAULT_WAREHOUSES_PER_NODE)
     }
 
     pub fn objstore(&self) -> ObjStoreParams {
