@@ -354,6 +354,23 @@ impl<'c> Txn<'c> {
         it.new_value = Some(v);
     }
 
+    /// Turns the update of `item` into a delete of its key (a key fetched for update
+    /// and then deleted: the lock an update takes serves a delete, which also needs the
+    /// key to exist). Panics if `item` is not an update or delete of this transaction
+    /// (a programming error).
+    pub fn delete_instead(&mut self, item: ItemId) {
+        let it = &mut self.items[item];
+        assert!(
+            matches!(it.write, Some(WriteKind::Update | WriteKind::Delete)),
+            "delete_instead() on a key that is not updated"
+        );
+        it.write = Some(WriteKind::Delete);
+        if let Some(mut v) = it.new_value.take() {
+            v.clear();
+            self.bufs.bytes.push(v);
+        }
+    }
+
     /// Adds the time since `t0` (a `step_ns` reading) to phase `p`.
     pub(crate) fn timed(&mut self, p: Phase, t0: u64) {
         self.phase_ns[p] += self.ctx.step_ns().saturating_sub(t0);

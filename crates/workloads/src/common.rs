@@ -296,22 +296,8 @@ pub fn worker_seed(seed: u64, node: u16, thread: u16, coroutine: usize) -> u64 {
     x
 }
 
-/// Keys (primaries and backups) a node may have to store if `total` keys are spread by
-/// hash, planned for the most failures the data survives: R − 1 nodes lost one after
-/// another, each time re-replicated to the survivors, leaves `nodes − R + 1` members
-/// holding R copies of everything (at least R members: with fewer, copies are not
-/// made), so each stores `total · R / max(R, nodes − R + 1)`; plus slack for the hash's
-/// unevenness. Planned for one failure only, a survivor's table filled at the second
-/// (5 nodes, R = 3: 3/4 of the keys planned, all of them needed), writes to its new
-/// copies failed, and their primaries kept those writes' locks for ever.
-/// Regions are mapped lazily, so the room planned and not used costs address space,
-/// not memory.
-pub fn per_node_capacity(total: u64, p: &Placement) -> usize {
-    let (r, n) = (p.replication() as f64, p.nodes() as f64);
-    let members_left = (n - r + 1.0).max(r).min(n);
-    let share = total as f64 * r / members_left;
-    (share * 1.1 + 1024.0) as usize
-}
+/// How many keys a node's table is sized for (the facade's rule, shared by every table).
+pub use ambidex::schema::per_node_capacity;
 
 #[cfg(test)]
 mod tests {
