@@ -3,6 +3,7 @@
 //! Serializable, replicated ACID transactions over a partitioned in-memory key-value
 //! store.
 
+pub mod bench;
 pub mod codec;
 mod cluster;
 pub mod config;
@@ -10,8 +11,10 @@ mod error;
 pub mod retry;
 pub mod schema;
 mod service;
+pub mod sim;
 pub mod transports;
 mod tx;
+pub mod workload;
 
 pub use cluster::{Cluster, ClusterReport, Node, TxnHandle, DEFAULT_COROUTINES};
 pub use codec::{DecodeError, Json, Key, Value};

@@ -1,11 +1,11 @@
-//! The command-line side of the one configuration (`ambidex_workloads::Config`): `--config
+//! The command-line side of the one configuration (`ambidex::Config`): `--config
 //! FILE` and the flags every run command shares. A flag given beats the file, the file
 //! beats the command's defaults.
 
-use ambidex_workloads::config::{
+use ambidex::config::{
     Commit, Execute, Lock, Log, ManagerKind, PassiveAck, PhaseChoice, Validate,
 };
-use ambidex_workloads::Config;
+use ambidex::Config;
 use std::path::PathBuf;
 
 /// `--config FILE` and the cluster, RPC and transaction flags of `bench W` and `sim`.

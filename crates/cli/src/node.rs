@@ -31,7 +31,7 @@
 //! node → {"event":"catalog_replaced","node":I,"replaced":J}
 //!      ← {"cmd":"die_in_commit"}  (while running) SIGKILL this process at the next
 //!                                 moment one of its coordinators is in the commit phase
-//!                                 (`ambidex_workloads::lost::arm_commit_kill`)
+//!                                 (`ambidex::bench::lost::arm_commit_kill`)
 //! node → {"event":"dying","node":I,"in_commit":C,"waited_ms":W,"at_unix_ns":T}
 //!                                 just before it
 //!      ← {"cmd":"abort"}        exit now (status 2), no report
@@ -71,11 +71,11 @@
 use ambidex_cluster::manager::channel::ChannelInbox;
 use ambidex_cluster::{Agent, ClusterState, Event, ManagerClient};
 use ambidex_store::{Catalog, LogRegionDesc, TableDesc};
-use ambidex_workloads::config::{ManagerKind, Transport};
-use ambidex_workloads::etcd_membership;
-use ambidex_workloads::lost::{arm_commit_kill, begins_since_armed, CommitMoment};
-use ambidex_workloads::node::{load_node, rejoin_node, LoadedNode, RunningNode};
-use ambidex_workloads::{transports, Config};
+use ambidex::config::{ManagerKind, Transport};
+use ambidex::bench::etcd_membership;
+use ambidex::bench::lost::{arm_commit_kill, begins_since_armed, CommitMoment};
+use ambidex::bench::node::{load_node, rejoin_node, LoadedNode, RunningNode};
+use ambidex::{transports, Config};
 use serde::Deserialize;
 use std::io::{BufRead, Read, Write};
 use std::path::Path;
@@ -291,7 +291,7 @@ fn run_inner(
                 config,
                 incarnation,
                 run_ms,
-            })) => rejoin_node(&cfg, transport, *config, incarnation, run_ms as f64)?,
+            })) => rejoin_node(crate::registry(), &cfg, transport, *config, incarnation, run_ms as f64)?,
             Ok(Input::Cmd(c)) => {
                 return Err(format!(
                     "a node started with --rejoin needs the rejoin command first, not {}",
@@ -305,7 +305,7 @@ fn run_inner(
             }
         }
     } else {
-        load_node(&cfg, transport)?
+        load_node(crate::registry(), &cfg, transport)?
     };
     ev.send(
         "ready",

@@ -2,10 +2,11 @@
 //! with every history checked (`crates/sim`, `docs/simulation.md`).
 
 use crate::config_args::{set, ConfigArgs};
-use ambidex_sim::SimReport;
-use ambidex_workloads::config::InjectedBug;
-use ambidex_workloads::report::{one_sided_line, policy_line};
-use ambidex_workloads::{Config, PolicyReport, WorkloadKind};
+use ambidex::sim::SimReport;
+use ambidex::config::InjectedBug;
+use ambidex::bench::report::{one_sided_line, policy_line};
+use ambidex::bench::PolicyReport;
+use ambidex::Config;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -15,9 +16,10 @@ use std::time::Instant;
 pub struct Args {
     #[command(flatten)]
     pub cfg: ConfigArgs,
-    /// smallbank, tatp, tpcc, tpcc-no, object-store, stress or tpce [default: smallbank].
+    /// The workload, by its registered name: smallbank, tatp, tpcc, tpcc-no,
+    /// object-store, stress, tpce, or one the program registered [default: smallbank].
     #[arg(long)]
-    pub workload: Option<WorkloadKind>,
+    pub workload: Option<String>,
     /// The seed of one run (the config's `run.seed`, 0 by default, if neither --seed nor
     /// --seeds is given).
     #[arg(long)]
@@ -93,8 +95,9 @@ fn parse_seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
 fn config(a: &Args) -> Result<Config, String> {
     let mut c = a
         .cfg
-        .resolve(&ambidex_sim::defaults(WorkloadKind::SmallBank, 0))?;
-    set(&mut c.run.workload, a.workload);
+        .resolve(&ambidex::sim::defaults("smallbank", 0))?;
+    set(&mut c.run.workload, a.workload.clone());
+    crate::registry().entry_exists(&c.run.workload)?;
     set(&mut c.run.seed, a.seed);
     set(&mut c.sim.steps, a.steps);
     set(&mut c.sim.faults, a.faults.clone());
@@ -111,7 +114,7 @@ fn config(a: &Args) -> Result<Config, String> {
     if let Some(h) = &a.history {
         c.run.history = Some(h.display().to_string());
     }
-    ambidex_sim::validate(&c)?;
+    ambidex::sim::validate(&c)?;
     Ok(c)
 }
 
@@ -153,7 +156,7 @@ fn first_line(s: &str, max: usize) -> String {
 
 fn one(a: &Args, cfg: &Config) -> Result<(), String> {
     let t0 = Instant::now();
-    let mut r = ambidex_sim::run(cfg)?;
+    let mut r = ambidex::sim::run(crate::registry(), cfg)?;
     r.command = reproduce(a, &r.command);
     let wall = t0.elapsed().as_secs_f64();
     if let Some(path) = &cfg.run.history {
@@ -342,7 +345,7 @@ fn many(a: &Args, template: &Config, seeds: std::ops::Range<u64>) -> Result<(), 
                 }
                 let mut cfg = template.clone();
                 cfg.run.seed = seeds.start + i as u64;
-                let line = ambidex_sim::run(&cfg).map(|r| SeedLine {
+                let line = ambidex::sim::run(crate::registry(), &cfg).map(|r| SeedLine {
                     seed: r.seed,
                     passed: r.passed(),
                     committed: r.committed,
@@ -377,7 +380,7 @@ fn many(a: &Args, template: &Config, seeds: std::ops::Range<u64>) -> Result<(), 
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "workload": template.run.workload.name(),
+                "workload": template.run.workload.as_str(),
                 "faults": template.sim.faults,
                 "steps": template.sim.steps,
                 "policy": policy,
@@ -397,7 +400,7 @@ fn many(a: &Args, template: &Config, seeds: std::ops::Range<u64>) -> Result<(), 
         }
         println!(
             "sim {} {} faults={}{} steps={} seeds {}..{}: {} run, {} failed; {:.1} committed per seed; {:.1} s, {:.1} seeds/s ({} jobs)",
-            template.run.workload.name(),
+            template.run.workload.as_str(),
             policy_line(&policy),
             template.sim.faults,
             template

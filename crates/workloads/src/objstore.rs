@@ -9,10 +9,10 @@
 //! Each update increments a counter in the value's first 8 bytes.
 
 use crate::common::{add_i64, per_node_capacity, Loader, Outcome, Workload};
-use crate::config::ObjStoreParams;
-use crate::lost::Txn;
-use ambidex_txn::runner::WorkerCtx;
-use ambidex_txn::{Placement, TableSpec, WriteKind};
+use ambidex::config::ObjStoreParams;
+use ambidex::workload::Txn;
+use ambidex::workload::WorkerCtx;
+use ambidex::workload::{Placement, TableSpec, WriteKind};
 use rand::rngs::SmallRng;
 use rand::Rng;
 

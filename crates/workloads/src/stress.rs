@@ -11,9 +11,9 @@
 //! is counted, and the final state's check names it.
 
 use crate::common::{part_i64, primary_rows, Loader, Outcome, Workload};
-use crate::lost::Txn;
-use ambidex_txn::runner::WorkerCtx;
-use ambidex_txn::{AbortReason, NodeDb, Placement, TableSpec, WriteKind};
+use ambidex::workload::Txn;
+use ambidex::workload::WorkerCtx;
+use ambidex::workload::{AbortReason, NodeDb, Placement, TableSpec, WriteKind};
 use rand::rngs::SmallRng;
 use rand::Rng;
 use std::sync::atomic::{AtomicU64, Ordering};

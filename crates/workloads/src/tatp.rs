@@ -33,9 +33,9 @@
 use crate::common::{
     nurand, per_node_capacity, put_u32, tatp_nurand_a, urand, Loader, Outcome, Workload,
 };
-use crate::lost::Txn;
-use ambidex_txn::runner::WorkerCtx;
-use ambidex_txn::{AbortReason, Placement, TableSpec, WriteKind};
+use ambidex::workload::Txn;
+use ambidex::workload::WorkerCtx;
+use ambidex::workload::{AbortReason, Placement, TableSpec, WriteKind};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::Rng;

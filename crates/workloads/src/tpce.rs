@@ -83,9 +83,9 @@ use crate::common::{
     add_i64, get_i64, get_u32, homed_key, loaded_initial, part_i64, per_node_capacity,
     primary_rows, put_i64, put_u32, rand_str, unreported_nodes, urand, Loader, Outcome, Workload,
 };
-use crate::lost::Txn;
-use ambidex_txn::runner::WorkerCtx;
-use ambidex_txn::{AbortReason, ItemId, NodeDb, Placement, TableSpec, WriteKind};
+use ambidex::workload::Txn;
+use ambidex::workload::WorkerCtx;
+use ambidex::workload::{AbortReason, ItemId, NodeDb, Placement, TableSpec, WriteKind};
 use rand::rngs::SmallRng;
 use rand::Rng;
 use std::collections::HashMap;

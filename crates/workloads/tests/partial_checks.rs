@@ -6,7 +6,8 @@ use ambidex_txn::{NodeDb, Placement};
 use ambidex_workloads::common::primary_rows;
 use ambidex_workloads::smallbank::{self, SmallBank};
 use ambidex_workloads::tpcc::{Tpcc, TpccParams};
-use ambidex_workloads::{build_and_load, Workload};
+use ambidex::bench::build_and_load;
+use ambidex::workload::Workload;
 use std::sync::Arc;
 
 fn combined<W: Workload>(wl: &W, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
@@ -134,7 +135,7 @@ fn local_nodes(p: &ambidex_txn::Placement) -> Vec<ambidex_transport::SharedNode>
 #[test]
 fn nodes_left_in_different_epochs_check_under_the_final_configuration() {
     use ambidex_cluster::{ClusterState, Configuration, Stage};
-    use ambidex_workloads::node::check_under;
+    use ambidex::bench::node::check_under;
     let p = Placement::new(3, 3).unwrap();
     let bank = SmallBank::new(p.clone(), 1, 0.01);
     let dbs = build_and_load(&bank, p.clone(), &local_nodes(&p), 5, false).unwrap();

@@ -8,8 +8,10 @@
 use ambidex_txn::runner::WorkerCtx;
 use ambidex_txn::{AbortReason, TableSpec, WriteKind};
 use ambidex_workloads::common::Loader;
-use ambidex_workloads::lost::Txn;
-use ambidex_workloads::{run_workload, Config, Outcome, Workload};
+use ambidex::bench::lost::Txn;
+use ambidex::bench::run_workload;
+use ambidex::workload::{Outcome, Workload};
+use ambidex::Config;
 use rand::rngs::SmallRng;
 use rand::Rng;
 use std::sync::{Arc, Mutex};
@@ -86,7 +88,7 @@ impl Workload for Hot {
 /// aborted attempts followed by another) and the report's retries.
 fn run(retry: bool) -> (usize, usize, u64) {
     let mut c = Config::default();
-    c.cluster.manager = ambidex_workloads::config::ManagerKind::None;
+    c.cluster.manager = ambidex::config::ManagerKind::None;
     c.run.coroutines = Some(6);
     c.run.duration_s = 0.4;
     c.run.warmup_s = 0.1;

@@ -2,7 +2,13 @@
 //! hundreds of thousands of rows, so it has a test binary of its own (cargo runs test
 //! binaries one after another: it does not starve the short runs of `workloads.rs`).
 
-use ambidex_workloads::{run_bench, Config, WorkloadKind};
+use ambidex::Config;
+use ambidex_workloads::WorkloadKind;
+
+/// A benchmark run of a built-in workload.
+fn run_bench(cfg: &ambidex::Config) -> Result<ambidex::bench::BenchReport, String> {
+    ambidex::bench::run_bench(&ambidex_workloads::registry(), cfg)
+}
 
 /// TPC-C as the papers run it (24 warehouses per node, every coroutine a terminal with
 /// its own home warehouses, the full mix): conflicts are the benchmark's own, under 10%
@@ -11,7 +17,7 @@ use ambidex_workloads::{run_bench, Config, WorkloadKind};
 #[test]
 fn tpcc_at_the_default_scale_conflicts_rarely_and_reports_attempts() {
     let mut c = Config::default();
-    c.run.workload = WorkloadKind::Tpcc;
+    c.run.workload = WorkloadKind::Tpcc.into();
     c.run.duration_s = 1.0;
     c.run.warmup_s = 0.2;
     // The default warehouses and coroutines; each warehouse a fifth of the default

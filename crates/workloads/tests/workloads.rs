@@ -4,12 +4,20 @@
 use ambidex_txn::Placement;
 use ambidex_workloads::common::primary_rows;
 use ambidex_workloads::tatp::{self, Tatp};
-use ambidex_workloads::{run_bench, sweep_coroutines, Config, Transport, WorkloadKind};
+use ambidex::bench::sweep_coroutines;
+use ambidex::config::Transport;
+use ambidex::Config;
+use ambidex_workloads::WorkloadKind;
 use std::collections::HashMap;
+
+/// A benchmark run of a built-in workload.
+fn run_bench(cfg: &ambidex::Config) -> Result<ambidex::bench::BenchReport, String> {
+    ambidex::bench::run_bench(&ambidex_workloads::registry(), cfg)
+}
 
 fn cfg(workload: WorkloadKind, scale: f64, duration_s: f64) -> Config {
     let mut c = Config::default();
-    c.run.workload = workload;
+    c.run.workload = workload.into();
     c.run.coroutines = Some(4);
     c.run.duration_s = duration_s;
     c.run.warmup_s = 0.2;
@@ -74,7 +82,7 @@ fn in_process_runs_verify_every_other_nodes_tables_at_start_up() {
 fn tatp_population_has_the_spec_shape() {
     let p = Placement::new(3, 2).unwrap();
     let t = Tatp::new(p.clone(), 0.01); // 10,000 subscribers per node
-    let dbs = ambidex_workloads::build_and_load(&t, p.clone(), &local_nodes(&p), 3, false).unwrap();
+    let dbs = ambidex::bench::build_and_load(&t, p.clone(), &local_nodes(&p), 3, false).unwrap();
     let n = t.subscribers as usize;
     assert_eq!(n, 30_000);
     assert_eq!(primary_rows(&dbs, tatp::SUBSCRIBER).len(), n);
@@ -200,7 +208,7 @@ fn tpce_invariants_hold_under_fasst_and_drtm_h() {
 fn object_store_runs_and_sweeps() {
     let mut base = cfg(WorkloadKind::ObjectStore, 0.01, 0.4);
     (base.run.r, base.run.w, base.run.warmup_s) = (3, 1, 0.1);
-    let (points, reports) = sweep_coroutines(&base, &[1, 4]).unwrap();
+    let (points, reports) = sweep_coroutines(&ambidex_workloads::registry(), &base, &[1, 4]).unwrap();
     assert_eq!(points.len(), 2);
     assert_eq!((points[0].coroutines, points[1].coroutines), (1, 4));
     for r in &reports {
@@ -208,26 +216,6 @@ fn object_store_runs_and_sweeps() {
         // Every transaction wrote one key: the layer saw no read-only commits.
         assert_eq!(r.txn_layer.read_only_committed, 0);
     }
-    let dir = std::env::temp_dir().join(format!("ambidex-plot-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let svg = dir.join("sweep.svg");
-    ambidex_workloads::plot::plot(
-        ambidex_workloads::plot::Plot::Sweep(&points),
-        "O(3,1)",
-        &svg,
-    )
-    .unwrap();
-    let text = std::fs::read_to_string(&svg).unwrap();
-    assert!(text.contains("<svg") && text.contains("polyline"));
-    let svg2 = dir.join("phases.svg");
-    ambidex_workloads::plot::plot(
-        ambidex_workloads::plot::Plot::Phases(&reports[1].phase_means_us),
-        "phases",
-        &svg2,
-    )
-    .unwrap();
-    assert!(std::fs::read_to_string(&svg2).unwrap().contains("execute"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Node transports of an in-process local fabric for placement `p` (the tables live in

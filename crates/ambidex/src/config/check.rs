@@ -5,7 +5,7 @@
 use super::error::invalid;
 use super::{
     ClusterSection, Config, ConfigError, FaultSection, InjectedBug, ManagerKind, RpcSection,
-    Transport, TxnSection, WorkloadKind,
+    Transport, TxnSection,
 };
 use ambidex_rpc::RuntimeConfig;
 use ambidex_transport::fault::FaultConfig;
@@ -170,13 +170,8 @@ impl Config {
                 return invalid("run.scale", format!("must be in (0, 1000], not {s}"));
             }
         }
-        let tpcc = matches!(r.workload, WorkloadKind::Tpcc | WorkloadKind::TpccNo);
-        if tpcc && r.scale.is_some_and(|s| s > 1.0) {
-            return invalid(
-                "run.scale",
-                "TPC-C's scale is each warehouse's population, at most 1 (the spec's); \
-                 more warehouses: run.warehouses_per_node (--warehouses)",
-            );
+        if r.workload.is_empty() || r.workload.len() > 64 {
+            return invalid("run.workload", format!("{:?} is not a workload name", r.workload));
         }
         if let Some(n) = r.warehouses_per_node {
             if !(1..=100_000).contains(&n) {

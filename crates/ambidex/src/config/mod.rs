@@ -45,6 +45,9 @@ pub use ambidex_txn::policy::{Commit, Execute, Lock, Log, PassiveAck, Validate};
 /// TPC-C's warehouses per node by default: DrTM+H's 384 warehouses on 16 machines (§5).
 pub const DEFAULT_WAREHOUSES_PER_NODE: u64 = 24;
 
+/// Worker coroutines per thread when neither the configuration nor its workload says.
+pub const DEFAULT_COROUTINES: usize = 20;
+
 /// Everything a run is configured by. Defaults are `ambidex bench`'s.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -355,87 +358,6 @@ impl Default for FaultSection {
     }
 }
 
-/// Which workload to run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum WorkloadKind {
-    /// FaSST's object store O(r, w) (`run.r`, `run.w`).
-    #[serde(alias = "objstore", alias = "object")]
-    ObjectStore,
-    Tatp,
-    #[default]
-    #[serde(rename = "smallbank")]
-    SmallBank,
-    /// Full TPC-C mix.
-    Tpcc,
-    /// DrTM+H's TPC-C variant: NewOrder only, always distributed.
-    TpccNo,
-    /// FaSST's `stress` correctness workload: groups of keys read, set or deleted whole.
-    Stress,
-    /// TPC-E's customer-position read-only transaction with 1% market feeds (DrTM+H §5.5).
-    Tpce,
-}
-
-impl WorkloadKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            WorkloadKind::ObjectStore => "object-store",
-            WorkloadKind::Tatp => "tatp",
-            WorkloadKind::SmallBank => "smallbank",
-            WorkloadKind::Tpcc => "tpcc",
-            WorkloadKind::TpccNo => "tpcc-no",
-            WorkloadKind::Stress => "stress",
-            WorkloadKind::Tpce => "tpce",
-        }
-    }
-
-    /// Worker coroutines per thread when none are given: FaSST's ~20, enough to hide the
-    /// network latency (FaSST §4.1); 8 for TPC-C, whose transactions are long (DrTM+H
-    /// finds a small number, e.g. 8, enough to hide RDMA's latency, §3.2).
-    pub fn default_coroutines(self) -> usize {
-        match self {
-            WorkloadKind::Tpcc | WorkloadKind::TpccNo => 8,
-            _ => 20,
-        }
-    }
-
-    /// The scale used when none is given: small enough that a 3-node run loads in a few
-    /// seconds on a 2-core machine. Paper scale is 1.0 (see [`RunSection::scale`]).
-    pub fn quick_scale(self) -> f64 {
-        match self {
-            WorkloadKind::ObjectStore => 0.1,
-            WorkloadKind::Tatp => 0.05,
-            WorkloadKind::SmallBank => 1.0,
-            WorkloadKind::Tpcc | WorkloadKind::TpccNo => 0.1,
-            WorkloadKind::Stress => 0.1,
-            // TPC-E's smallest database, 5,000 customers per node: under a second.
-            WorkloadKind::Tpce => 1.0,
-        }
-    }
-}
-
-impl std::str::FromStr for WorkloadKind {
-    type Err = ConfigError;
-    fn from_str(s: &str) -> Result<Self, ConfigError> {
-        Ok(match s {
-            "object-store" | "objstore" | "object" => WorkloadKind::ObjectStore,
-            "tatp" => WorkloadKind::Tatp,
-            "smallbank" => WorkloadKind::SmallBank,
-            "tpcc" => WorkloadKind::Tpcc,
-            "tpcc-no" => WorkloadKind::TpccNo,
-            "stress" => WorkloadKind::Stress,
-            "tpce" => WorkloadKind::Tpce,
-            _ => {
-                return Err(ConfigError::UnknownName {
-                    what: "workload",
-                    name: s.to_string(),
-                    known: "object-store, tatp, smallbank, tpcc, tpcc-no, stress, tpce",
-                })
-            }
-        })
-    }
-}
-
 /// O(r, w) parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct ObjStoreParams {
@@ -452,16 +374,18 @@ pub struct ObjStoreParams {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RunSection {
-    pub workload: WorkloadKind,
+    /// The workload's name, as registered (`ambidex_workloads` registers the built-in
+    /// ones: smallbank, tatp, tpcc, tpcc-no, object-store, stress, tpce).
+    pub workload: String,
     /// Worker coroutines per thread (default: the workload's, see
-    /// [`WorkloadKind::default_coroutines`]; the simulator's is 4).
+    /// its registration's `default_coroutines`; the simulator's is 4).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub coroutines: Option<usize>,
     /// Measured seconds.
     pub duration_s: f64,
     /// Seconds run before measuring.
     pub warmup_s: f64,
-    /// Multiplier of the paper-scale population (default: [`WorkloadKind::quick_scale`],
+    /// Multiplier of the paper-scale population (default: its registration's `default_scale`,
     /// or the simulator's tiny one). 1.0 is: object store 1,000,000 keys per thread;
     /// TATP 1,000,000 subscribers per node; SmallBank 100,000 accounts per thread; TPC-C
     /// spec-size tables per warehouse (at most 1; its size is `warehouses_per_node`).
@@ -500,7 +424,7 @@ pub struct RunSection {
 impl Default for RunSection {
     fn default() -> Self {
         RunSection {
-            workload: WorkloadKind::SmallBank,
+            workload: "smallbank".into(),
             coroutines: None,
             duration_s: 5.0,
             warmup_s: 1.0,
@@ -562,18 +486,17 @@ impl Default for SimSection {
 }
 
 impl Config {
-    /// Worker coroutines per thread.
+    /// Worker coroutines per thread: `run.coroutines`, else [`DEFAULT_COROUTINES`]. A
+    /// configuration resolved by a workload registry (`Registry::resolve`) has its
+    /// workload's default filled in.
     pub fn coroutines(&self) -> usize {
-        self.run
-            .coroutines
-            .unwrap_or_else(|| self.run.workload.default_coroutines())
+        self.run.coroutines.unwrap_or(DEFAULT_COROUTINES)
     }
 
-    /// The workload's scale.
+    /// The workload's scale: `run.scale`, else 1 (resolved by a registry: the
+    /// workload's default).
     pub fn scale(&self) -> f64 {
-        self.run
-            .scale
-            .unwrap_or_else(|| self.run.workload.quick_scale())
+        self.run.scale.unwrap_or(1.0)
     }
 
     /// TPC-C's warehouses per node (`run.warehouses_per_node`, default DrTM+H's 24).

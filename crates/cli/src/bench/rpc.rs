@@ -3,8 +3,8 @@
 //! layer's cost shows as a ratio. All nodes run as threads of this process.
 
 use ambidex_rpc::bench::{run_bench, RpcBenchConfig, RpcBenchReport};
-use ambidex_workloads::config::{ClusterSection, Transport};
-use ambidex_workloads::transports::InProcess;
+use ambidex::config::{ClusterSection, Transport};
+use ambidex::transports::InProcess;
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct Args {

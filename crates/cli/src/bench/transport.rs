@@ -10,7 +10,7 @@ use crate::cluster::BenchCluster;
 use ambidex_transport::cputime;
 use ambidex_transport::wait::Backoff;
 use ambidex_transport::*;
-use ambidex_workloads::config::{ClusterSection, Transport};
+use ambidex::config::{ClusterSection, Transport};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 

@@ -9,21 +9,22 @@ use crate::cluster::{Launch, NodeProcesses};
 use crate::config_args::{set, ConfigArgs};
 use crate::manager_host::ManagerHost;
 use ambidex_history::Salvaged;
-use ambidex_workloads::combine::combine_live_reports;
-use ambidex_workloads::combine::{node_policy, same_policy};
-use ambidex_workloads::config::{
+use ambidex::bench::combine::combine_live_reports;
+use ambidex::bench::combine::{node_policy, same_policy};
+use ambidex::config::{
     fresh_etcd_cluster, ClusterSection, FaultSection, ManagerKind, RunSection,
 };
-use ambidex_workloads::etcd_membership;
-use ambidex_workloads::plot::{plot, Plot};
-use ambidex_workloads::report::{one_sided_line, policy_line};
-use ambidex_workloads::survival::{
+use ambidex::bench::etcd_membership;
+use crate::plot::{plot, Plot};
+use ambidex::bench::report::{one_sided_line, policy_line};
+use ambidex::bench::survival::{
     recovery, Kill, ManagerEvent, NodeFailure, Restart, RestartNotDone,
 };
-use ambidex_workloads::{
-    combine_node_reports, run_bench, sweep_coroutines, transports, BenchReport, Config, NodeReport,
-    SweepPoint, Transport, WorkloadKind,
+use ambidex::bench::{
+    combine_node_reports, run_bench, sweep_coroutines, BenchReport, NodeReport, SweepPoint,
 };
+use ambidex::config::Transport;
+use ambidex::{transports, Config};
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,11 @@ use std::time::{Duration, Instant};
 pub struct Args {
     #[command(flatten)]
     pub cfg: ConfigArgs,
+    /// The workload, by its registered name (the `bench` subcommands name the built-in
+    /// ones; a program with its own workloads names them here) [default: the config
+    /// file's `run.workload`, smallbank].
+    #[arg(long)]
+    pub workload: Option<String>,
     /// Transport: `local` (every node a thread of this process), `shm` (one process per
     /// node on this host, shared memory) or `udp` (one process per node, UDP; loopback
     /// unless the config file gives addresses) [default: local].
@@ -181,7 +187,7 @@ fn check_kills(kills: &[KillSpec], cfg: &Config) -> Result<(), String> {
     let run = cfg.run.warmup_s + cfg.run.duration_s;
     for k in kills {
         // A node that finds no moment in its commit phase dies at its give-up (1 s,
-        // `ambidex_workloads::lost`): still inside the run.
+        // `ambidex::bench::lost`): still inside the run.
         if k.in_commit && k.seconds + 1.2 > run {
             return Err(format!(
                 "--kill {}@commit:{}: a commit-phase kill must leave 1.2 s of the run \
@@ -284,8 +290,8 @@ pub enum Outcome {
 /// subcommand's workload, if any); validated.
 pub fn config(workload: Option<&str>, a: &Args) -> Result<Config, String> {
     let mut c = a.cfg.resolve(&Config::default())?;
-    if let Some(w) = workload {
-        c.run.workload = w.parse::<WorkloadKind>()?;
+    if let Some(w) = workload.or(a.workload.as_deref()) {
+        c.run.workload = w.to_string();
     }
     set(&mut c.cluster.transport, a.transport);
     set(&mut c.run.duration_s, a.duration);
@@ -310,7 +316,9 @@ pub fn config(workload: Option<&str>, a: &Args) -> Result<Config, String> {
     }
     c.run.progress = !a.no_progress && !a.json;
     c.validate()?;
-    Ok(c)
+    // The workload's own defaults (coroutines, scale) filled in: node processes run
+    // exactly this configuration.
+    crate::registry().resolve(&c)
 }
 
 fn fault_flags(a: &Args) -> bool {
@@ -388,7 +396,7 @@ fn plot_timeline(r: &BenchReport, path: &Path) -> Result<(), String> {
 
 fn run_one_or_sweep(a: &Args, cfg: &Config) -> Result<Outcome, String> {
     let cfg = cfg.clone();
-    let workload = cfg.run.workload.name();
+    let workload = cfg.run.workload.clone();
     if multi_process(&cfg.cluster, a)? {
         if a.sweep_coroutines.is_some() {
             return Err("--sweep-coroutines runs every node in this process: use \
@@ -409,7 +417,7 @@ fn run_one_or_sweep(a: &Args, cfg: &Config) -> Result<Outcome, String> {
         if counts.is_empty() || counts.contains(&0) {
             return Err("--sweep-coroutines needs positive counts, e.g. 1,2,4,8,16".into());
         }
-        let (points, runs) = sweep_coroutines(&cfg, counts)?;
+        let (points, runs) = sweep_coroutines(crate::registry(), &cfg, counts)?;
         if let Some(path) = &a.plot {
             plot(
                 Plot::Sweep(&points),
@@ -419,7 +427,7 @@ fn run_one_or_sweep(a: &Args, cfg: &Config) -> Result<Outcome, String> {
         }
         return Ok(Outcome::Sweep(SweepReport { points, runs }));
     }
-    let r = run_bench(&cfg)?;
+    let r = run_bench(crate::registry(), &cfg)?;
     if let Some(path) = &a.plot {
         plot(
             Plot::Phases(&r.phase_means_us),
@@ -790,13 +798,14 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
     let transport = cfg.cluster.transport.name();
     let mut report = match &membership {
         Some((_, state, _)) => combine_live_reports(
+            crate::registry(),
             &cfg,
             transport,
             elapsed,
             reports,
             Some(state.config.placement.clone()),
         )?,
-        None => combine_node_reports(&cfg, transport, elapsed, reports)?,
+        None => combine_node_reports(crate::registry(), &cfg, transport, elapsed, reports)?,
     };
     report.load_seconds = load_seconds;
     let ms = |t: Instant| t.saturating_duration_since(run_start).as_secs_f64() * 1e3;

@@ -5,7 +5,8 @@
 use super::figure::{
     all_of, larger, scales_flat, shape_label, Claim, FigureSpec, Points, Series, Shape, Verdict,
 };
-use ambidex_workloads::{Config, WorkloadKind};
+use ambidex::Config;
+use ambidex_workloads::WorkloadKind;
 
 fn with(base: &Config, label: &str, f: impl FnOnce(&mut Config)) -> Series {
     let mut cfg = base.clone();
@@ -29,7 +30,7 @@ pub fn figures(
 ) -> Vec<FigureSpec> {
     let objstore = |label: &str, r: usize, w: usize| {
         with(base, label, |c| {
-            c.run.workload = WorkloadKind::ObjectStore;
+            c.run.workload = WorkloadKind::ObjectStore.into();
             c.run.r = r;
             c.run.w = w;
         })
@@ -39,7 +40,7 @@ pub fn figures(
             .iter()
             .map(|&(n, t)| {
                 with(base, &shape_label(n, t), |c| {
-                    c.run.workload = w;
+                    c.run.workload = w.into();
                     c.cluster.nodes = n;
                     c.cluster.threads = t;
                 })
@@ -100,7 +101,7 @@ pub fn figures(
             paper: "FaSST Figure 10 (§6.4): 1 to 19 worker coroutines per thread".into(),
             shape: Shape::Curve,
             series: vec![with(base, "TATP", |c| {
-                c.run.workload = WorkloadKind::Tatp;
+                c.run.workload = WorkloadKind::Tatp.into();
             })],
             coroutines: sweep.to_vec(),
             claims: vec![Claim {

@@ -2,7 +2,8 @@
 //! configuration each) measured at several coroutine counts (or cluster shapes), and
 //! the paper's claims about it, each checked against the points measured here.
 
-use ambidex_workloads::{BenchReport, Config};
+use ambidex::bench::BenchReport;
+use ambidex::Config;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -143,7 +144,7 @@ impl Point {
             } else {
                 lc.hits as f64 / lookups as f64
             },
-            policy: ambidex_workloads::config::policy_phases(&r.policy.policy),
+            policy: ambidex::config::policy_phases(&r.policy.policy),
         }
     }
 }

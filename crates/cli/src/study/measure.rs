@@ -6,7 +6,8 @@
 
 use super::figure::Point;
 use super::Plan;
-use ambidex_workloads::{sweep_coroutines, Config};
+use ambidex::bench::sweep_coroutines;
+use ambidex::Config;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -129,7 +130,7 @@ struct Job {
 fn job_key(cfg: &Config) -> Result<String, String> {
     let policy = cfg.policy().map_err(|e| e.to_string())?;
     let mut c = cfg.clone();
-    c.txn.mode = ambidex_workloads::config::policy_phases(&policy);
+    c.txn.mode = ambidex::config::policy_phases(&policy);
     (c.txn.execute, c.txn.lock, c.txn.validate) = (None, None, None);
     (c.txn.log, c.txn.commit, c.txn.passive_ack) = (None, None, None);
     serde_json::to_string(&c).map_err(|e| e.to_string())
@@ -191,7 +192,7 @@ pub fn measure(plan: &Plan) -> Result<Measured, String> {
             let (fig, label) = &job.uses[0];
             bar.set_message(format!("{fig} {label} x{} ({})", job.coroutines, round + 1));
             if errors[i].is_none() {
-                match sweep_coroutines(&job.cfg, &[job.coroutines]) {
+                match sweep_coroutines(crate::registry(), &job.cfg, &[job.coroutines]) {
                     Ok((_, reports)) => match reports.first() {
                         Some(r) => runs[i].push(Point::from_report(label, r)),
                         None => errors[i] = Some("the run returned no report".into()),

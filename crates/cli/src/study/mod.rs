@@ -14,7 +14,9 @@ mod phases;
 mod plot;
 
 use crate::config_args::{set, ConfigArgs};
-use ambidex_workloads::{Config, Transport, WorkloadKind};
+use ambidex::config::Transport;
+use ambidex::Config;
+use ambidex_workloads::WorkloadKind;
 use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
@@ -128,9 +130,9 @@ pub fn run(cmd: &Command) -> Result<(), String> {
 /// transport, window and scale.
 fn base_config(a: &CommonArgs, workload: WorkloadKind) -> Result<Config, String> {
     let mut c = ConfigArgs::default().resolve(&Config::default())?;
-    c.run.workload = workload;
+    c.run.workload = workload.into();
     c.cluster.transport = a.transport;
-    c.cluster.manager = ambidex_workloads::config::ManagerKind::None;
+    c.cluster.manager = ambidex::config::ManagerKind::None;
     set(&mut c.cluster.nodes, a.nodes);
     set(&mut c.cluster.threads, a.threads);
     c.run.duration_s = a.duration.unwrap_or(if a.quick { 0.5 } else { 1.5 });
@@ -211,7 +213,10 @@ fn fasst_plan(a: &CommonArgs) -> Result<Plan, String> {
     let base = base_config(a, WorkloadKind::Tatp)?;
     let (sweep, _) = sweep(a, &[1, 2, 4, 8, 12, 16, 19])?;
     // Figures 7-9 run at the workloads' default coroutines (FaSST's ~20).
-    let one = WorkloadKind::Tatp.default_coroutines();
+    let one = crate::registry()
+        .info(WorkloadKind::Tatp.name())
+        .ok_or("tatp is not registered")?
+        .default_coroutines;
     let shapes: &[(u16, u16)] = if a.quick {
         &fasst::SHAPES[..3]
     } else {

@@ -37,7 +37,7 @@ struct FigureJson<'a> {
 #[derive(Serialize)]
 struct SeriesJson<'a> {
     label: &'a str,
-    workload: &'static str,
+    workload: String,
     transport: &'static str,
     nodes: u16,
     threads: u16,
@@ -111,14 +111,14 @@ pub fn write(plan: &Plan, m: &Measured) -> Result<(), String> {
                     .iter()
                     .map(|s| SeriesJson {
                         label: &s.label,
-                        workload: s.cfg.run.workload.name(),
+                        workload: s.cfg.run.workload.clone(),
                         transport: s.cfg.cluster.transport.name(),
                         nodes: s.cfg.cluster.nodes,
                         threads: s.cfg.cluster.threads,
                         policy: s
                             .cfg
                             .policy()
-                            .map(|p| ambidex_workloads::config::policy_phases(&p))
+                            .map(|p| ambidex::config::policy_phases(&p))
                             .unwrap_or_else(|e| e.to_string()),
                     })
                     .collect(),

@@ -8,8 +8,9 @@
 use super::figure::{
     all_of, close, larger, scales_flat, shape_label, Claim, FigureSpec, Series, Shape, Verdict,
 };
-use ambidex_workloads::config::{Commit, Execute, Lock, Log, PassiveAck, TxnSection, Validate};
-use ambidex_workloads::{Config, WorkloadKind};
+use ambidex::config::{Commit, Execute, Lock, Log, PassiveAck, TxnSection, Validate};
+use ambidex::Config;
+use ambidex_workloads::WorkloadKind;
 
 /// A series on `base` with the `drtm-h` preset changed by `f`.
 fn drtmh(base: &Config, label: &str, f: impl FnOnce(&mut TxnSection)) -> Series {
@@ -42,7 +43,11 @@ fn paper_name(w: WorkloadKind) -> &'static str {
 /// Every figure of the study on `base`'s workload (SmallBank or TPC-C/no), and Figure
 /// 11 on TPC-E customer-position (`tpce`: the same cluster with that workload).
 pub fn figures(base: &Config, tpce: &Config, sweep: &[usize], ends: &[usize]) -> Vec<FigureSpec> {
-    let w = base.run.workload;
+    let w = if base.run.workload == WorkloadKind::TpccNo {
+        WorkloadKind::TpccNo
+    } else {
+        WorkloadKind::SmallBank
+    };
     let name = paper_name(w);
     let tag = w.name();
     let tpcc = w == WorkloadKind::TpccNo;

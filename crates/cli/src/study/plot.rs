@@ -1,6 +1,6 @@
 //! One SVG per figure, in the shape the paper draws it: latency against throughput
 //! curves, grouped bars, stacked per-phase bars. SVG only, text laid out by plotters'
-//! built-in estimate (no font library), as `ambidex_workloads::plot`.
+//! built-in estimate (no font library), as `crate::plot`.
 
 use super::figure::{FigureSpec, Point, Shape, PHASES};
 use plotters::prelude::*;

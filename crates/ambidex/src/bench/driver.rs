@@ -2,10 +2,10 @@
 //! transport), loads a workload in parallel, runs it with a warmup, checks its invariants
 //! and produces the report.
 //!
-//! Multi-process runs (one `ambidex node` process per node, [`crate::node`]) share the
+//! Multi-process runs (one `ambidex node` process per node, [`crate::bench::node`]) share the
 //! worker loop (`make_worker`), the per-thread settings ([`run_spec`]) and the report
 //! ([`assemble_report`]): each node sends a [`crate::NodeReport`] and
-//! [`crate::combine_node_reports`] merges them into the same [`BenchReport`].
+//! [`crate::bench::combine_node_reports`] merges them into the same [`BenchReport`].
 //!
 //! Warmup: workers start together and run for `warmup_s`; a timer thread then flips the
 //! run into the measured phase (sampling process CPU time and the clock), and after
@@ -14,12 +14,11 @@
 //! cover exactly the counted window. The transaction layer's own `TxnStats` (phase means)
 //! cover the whole run, warmup included.
 
-use crate::common::{worker_seed, Outcome, Workload};
-use crate::config::{Config, WorkloadKind};
-use crate::load::build_and_load;
-use crate::report::{OneSidedCounts, PolicyReport};
+use crate::config::Config;
+use crate::workload::{worker_seed, Outcome, Registry, Workload};
+use crate::bench::load::build_and_load;
+use crate::bench::report::{OneSidedCounts, PolicyReport};
 use crate::transports::InProcess;
-use crate::{objstore, smallbank, stress, tatp, tpcc, tpce};
 use ambidex_rpc::RpcStats;
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
 use ambidex_txn::runner::{self, RunSpec, Worker, WorkerCtx};
@@ -139,22 +138,22 @@ pub struct BenchReport {
     pub timeline_10ms: Vec<u64>,
     /// Node processes that died during the run (with a manager; without one a death
     /// fails the run).
-    pub failures: Vec<crate::survival::NodeFailure>,
+    pub failures: Vec<crate::bench::survival::NodeFailure>,
     /// Node processes the launcher killed (`--kill`).
-    pub kills: Vec<crate::survival::Kill>,
+    pub kills: Vec<crate::bench::survival::Kill>,
     /// Node processes restarted during the run (`--restart`): when, as which
     /// incarnation, when they were members again and re-replicated into.
-    pub restarts: Vec<crate::survival::Restart>,
+    pub restarts: Vec<crate::bench::survival::Restart>,
     /// Restarts not done because their node was alive at their time (`--restart`
     /// without a `--kill` of the node before it restarts a node that died or was
     /// killed from outside); omitted when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub restarts_not_done: Vec<crate::survival::RestartNotDone>,
+    pub restarts_not_done: Vec<crate::bench::survival::RestartNotDone>,
     /// The configuration manager's events (ms since the run's start).
-    pub manager_events: Vec<crate::survival::ManagerEvent>,
+    pub manager_events: Vec<crate::bench::survival::ManagerEvent>,
     /// How long the cluster took to notice and get over the first failure; `null`
     /// without one.
-    pub recovery: Option<crate::survival::Recovery>,
+    pub recovery: Option<crate::bench::survival::Recovery>,
     /// When (system clock, ns, as the manager's events) the first commit of a
     /// transaction that touched a key whose primary was on a node removed during the
     /// run ended; what `recovery.first_commit_ms` is computed from.
@@ -179,16 +178,18 @@ pub fn run_spec(cfg: &Config, coroutines: usize, node: Option<NodeId>) -> Result
     Ok(cfg.run_spec(coroutines, node)?)
 }
 
-/// Runs the benchmark `cfg` describes and returns its report.
-pub fn run_bench(cfg: &Config) -> Result<BenchReport, String> {
+/// Runs the benchmark `cfg` describes (its workload registered in `reg`) and returns its
+/// report.
+pub fn run_bench(reg: &Registry, cfg: &Config) -> Result<BenchReport, String> {
+    let cfg = &reg.resolve(cfg)?;
     let mut out = Vec::new();
-    with_workload(cfg, &[cfg.coroutines()], &mut out)?;
+    with_workload(reg, cfg, &[cfg.coroutines()], &mut out)?;
     Ok(out.pop().expect("one run"))
 }
 
 /// Runs workload `wl` (built on `cfg`'s placement) on the in-process cluster `cfg`
-/// describes, as [`run_bench`] runs the built-in ones; `cfg.run.workload` only names the
-/// report's workload kind.
+/// describes, as [`run_bench`] runs registered ones; `cfg.run.workload` only names the
+/// report's workload ([`Config::coroutines`] and [`Config::scale`] apply as they are).
 pub fn run_workload<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<BenchReport, String> {
     cfg.validate()?;
     let mut out = Vec::new();
@@ -199,11 +200,13 @@ pub fn run_workload<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<BenchReport
 /// Runs once per coroutine count (FaSST Figure 10's throughput-latency curve), each on a
 /// fresh cluster loaded afresh (a transport's endpoints are taken once per run).
 pub fn sweep_coroutines(
+    reg: &Registry,
     cfg: &Config,
     counts: &[usize],
 ) -> Result<(Vec<SweepPoint>, Vec<BenchReport>), String> {
+    let cfg = &reg.resolve(cfg)?;
     let mut reports = Vec::new();
-    with_workload(cfg, counts, &mut reports)?;
+    with_workload(reg, cfg, counts, &mut reports)?;
     let points = reports
         .iter()
         .map(|r| SweepPoint {
@@ -217,69 +220,35 @@ pub fn sweep_coroutines(
     Ok((points, reports))
 }
 
-fn with_workload(cfg: &Config, counts: &[usize], out: &mut Vec<BenchReport>) -> Result<(), String> {
+fn with_workload(
+    reg: &Registry,
+    cfg: &Config,
+    counts: &[usize],
+    out: &mut Vec<BenchReport>,
+) -> Result<(), String> {
     if counts.contains(&0) {
         return Err("threads and coroutines must be at least 1".into());
     }
-    struct Run<'a> {
-        cfg: &'a Config,
-        counts: &'a [usize],
-        out: &'a mut Vec<BenchReport>,
-    }
-    impl WorkloadVisitor<()> for Run<'_> {
-        fn visit<W: Workload>(self, wl: Arc<W>, placement: Placement) -> Result<(), String> {
-            run_all(wl, placement, self.cfg, self.counts, self.out)
-        }
-    }
-    dispatch(cfg, Run { cfg, counts, out })
+    reg.entry(&cfg.run.workload)?.bench(cfg, Run { cfg, counts, out })
 }
 
-/// Something done with the workload a [`Config`] describes, whatever its type
-/// (the [`Workload`] trait is not object safe, so callers visit it instead).
-pub trait WorkloadVisitor<R> {
+/// [`run_all`] of one registered workload, once per coroutine count.
+pub(crate) struct Run<'a> {
+    cfg: &'a Config,
+    counts: &'a [usize],
+    out: &'a mut Vec<BenchReport>,
+}
+
+impl WorkloadVisitor<()> for Run<'_> {
+    fn visit<W: Workload>(self, wl: Arc<W>, placement: Placement) -> Result<(), String> {
+        run_all(wl, placement, self.cfg, self.counts, self.out)
+    }
+}
+
+/// Something done with a registered workload, whatever its type (the [`Workload`]
+/// trait is not object safe, so the registry's entries visit it instead).
+pub(crate) trait WorkloadVisitor<R> {
     fn visit<W: Workload>(self, wl: Arc<W>, placement: Placement) -> Result<R, String>;
-}
-
-/// Builds (does not load) the workload of `cfg` and hands it to `v`.
-pub fn dispatch<R>(cfg: &Config, v: impl WorkloadVisitor<R>) -> Result<R, String> {
-    cfg.validate()?;
-    let placement = cfg.placement()?;
-    let scale = cfg.scale();
-    let threads = cfg.cluster.threads;
-    match cfg.run.workload {
-        WorkloadKind::ObjectStore => {
-            let wl = objstore::ObjectStore::new(placement.clone(), threads, scale, cfg.objstore())?;
-            v.visit(Arc::new(wl), placement)
-        }
-        WorkloadKind::Tatp => v.visit(
-            Arc::new(tatp::Tatp::new(placement.clone(), scale)),
-            placement,
-        ),
-        WorkloadKind::Stress => v.visit(
-            Arc::new(stress::Stress::new(placement.clone(), scale)),
-            placement,
-        ),
-        WorkloadKind::SmallBank => v.visit(
-            Arc::new(smallbank::SmallBank::new(placement.clone(), threads, scale)),
-            placement,
-        ),
-        WorkloadKind::Tpce => v.visit(
-            Arc::new(tpce::Tpce::new(placement.clone(), threads, scale)),
-            placement,
-        ),
-        WorkloadKind::Tpcc | WorkloadKind::TpccNo => {
-            let mut p = tpcc::TpccParams::new(
-                placement.clone(),
-                threads,
-                cfg.warehouses_per_node(),
-                scale,
-                cfg.run.workload == WorkloadKind::TpccNo,
-                cfg.run.warmup_s + cfg.run.duration_s,
-            );
-            p.outstanding_requests = cfg.run.outstanding_requests;
-            v.visit(Arc::new(tpcc::Tpcc::new(p)), placement)
-        }
-    }
 }
 
 /// What every worker coroutine adds up.
@@ -291,7 +260,7 @@ pub struct Tally {
     /// warmup included (grown as time passes: no allocation per transaction).
     pub(crate) timeline: Vec<u32>,
     /// When (system clock, ns) this node's first commit that touched a key whose
-    /// primary was on a node no longer a member ended ([`crate::lost`]).
+    /// primary was on a node no longer a member ended ([`crate::bench::lost`]).
     pub(crate) first_lost_commit_ns: Option<u64>,
 }
 
@@ -447,7 +416,7 @@ pub(crate) fn make_worker<W: Workload>(
                 SmallRng::seed_from_u64(!worker_seed(seed, w.node, w.thread, w.coroutine));
             let mut local = W::Local::default();
             let mut tally = Tally::new(types);
-            crate::lost::start_worker(&w, t0);
+            crate::bench::lost::start_worker(&w, t0);
             'txns: loop {
                 if phase.load(Ordering::Relaxed) == STOP || w.stop.load(Ordering::Relaxed) {
                     break;
@@ -517,7 +486,7 @@ pub(crate) fn make_worker<W: Workload>(
                 }
             }
             wl.finish_worker(local);
-            tally.first_lost_commit_ns = crate::lost::first_commit_ns(t0);
+            tally.first_lost_commit_ns = crate::bench::lost::first_commit_ns(t0);
             total.lock().unwrap().merge(&tally);
         })
     })
@@ -690,15 +659,9 @@ pub fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) ->
         Ok(v) => (v, true),
         Err(e) => (serde_json::json!({ "violation": e }), false),
     };
-    let (invariant_ok, consistency_ok) = match cfg.run.workload {
-        // Not checked (a node died with its committed deltas): neither true nor false.
-        WorkloadKind::SmallBank if check_json["balance_checked"] == false => (None, None),
-        WorkloadKind::SmallBank => (Some(ok), None),
-        WorkloadKind::Tpcc | WorkloadKind::TpccNo => (None, Some(ok)),
-        _ => (if check_json.is_null() { None } else { Some(ok) }, None),
-    };
+    let (invariant_ok, consistency_ok) = wl.check_verdict(&check_json, ok);
     BenchReport {
-        workload: cfg.run.workload.name().to_string(),
+        workload: cfg.run.workload.clone(),
         transport: transport.to_string(),
         mode: cfg.txn.mode.clone(),
         policy: policy.into(),

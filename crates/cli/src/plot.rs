@@ -3,7 +3,7 @@
 //! backend: plotters lays text out with its built-in estimate, so no system library
 //! (fontconfig, freetype) is needed.
 
-use crate::driver::SweepPoint;
+use ambidex::bench::SweepPoint;
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -154,7 +154,7 @@ fn timeline(root: &Area<'_>, buckets: &[u64], marks: &[(f64, String)], title: &s
     if buckets.is_empty() {
         return Err("no committed transactions to plot".into());
     }
-    let bucket_s = crate::driver::TIMELINE_BUCKET.as_secs_f64();
+    let bucket_s = ambidex::bench::driver::TIMELINE_BUCKET.as_secs_f64();
     let x_max = buckets.len() as f64 * bucket_s * 1e3;
     let x_max = marks.iter().map(|m| m.0).fold(x_max, f64::max) + 1.0;
     let rate = |c: u64| c as f64 / bucket_s;
@@ -187,4 +187,42 @@ fn timeline(root: &Area<'_>, buckets: &[u64], marks: &[(f64, String)], title: &s
         )))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sweep and a phase breakdown draw as SVGs with their curves and labels.
+    #[test]
+    fn sweeps_and_phases_draw() {
+        let dir = std::env::temp_dir().join(format!("ambidex-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let points = [
+            SweepPoint {
+                coroutines: 1,
+                committed_per_s: 1000.0,
+                committed_per_cpu_s: 900.0,
+                p50_us: 20.0,
+                p99_us: 40.0,
+            },
+            SweepPoint {
+                coroutines: 4,
+                committed_per_s: 3000.0,
+                committed_per_cpu_s: 2500.0,
+                p50_us: 30.0,
+                p99_us: 70.0,
+            },
+        ];
+        let svg = dir.join("sweep.svg");
+        plot(Plot::Sweep(&points), "O(3,1)", &svg).unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(text.contains("<svg") && text.contains("polyline"));
+        let phases: BTreeMap<String, f64> =
+            [("execute".to_string(), 5.0), ("commit".to_string(), 3.0)].into();
+        let svg2 = dir.join("phases.svg");
+        plot(Plot::Phases(&phases), "phases", &svg2).unwrap();
+        assert!(std::fs::read_to_string(&svg2).unwrap().contains("execute"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

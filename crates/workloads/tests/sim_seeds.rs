@@ -3,11 +3,15 @@
 //! run bit for bit; and a deliberately broken protocol (a test-only flag) is caught by
 //! some seed of the CI range, and that seed reproduces the failure exactly.
 
-use ambidex_sim::{
-    command, defaults, run, FaultProfile, InjectedBug, Scripted, SimReport, PROFILES,
-};
-use ambidex_workloads::{Config, WorkloadKind};
+use ambidex::sim::{command, defaults, FaultProfile, InjectedBug, Scripted, SimReport, PROFILES};
+use ambidex::Config;
+use ambidex_workloads::WorkloadKind;
 use std::time::Instant;
+
+/// One simulated seed of a built-in workload.
+fn run(cfg: &Config) -> Result<SimReport, String> {
+    ambidex::sim::run(&ambidex_workloads::registry(), cfg)
+}
 
 /// Seeds every workload runs in CI, and the steps of each run.
 const CI_SEEDS: u64 = 200;
@@ -499,7 +503,7 @@ fn scripted_partitions_and_pauses_happen_when_asked() {
 /// the run uses passive ACK, which they accept; the others are checked by command only.)
 #[test]
 fn the_policy_is_reported_and_reproduced() {
-    use ambidex_workloads::config::PassiveAck;
+    use ambidex::config::PassiveAck;
     let s = with(spec(WorkloadKind::SmallBank, 2, "none"), |c| {
         c.txn.passive_ack = Some(PassiveAck::On)
     });

@@ -1,11 +1,11 @@
-//! # ambidex-sim: deterministic simulation of a whole cluster
+//! Deterministic simulation of a whole cluster (`ambidex sim`).
 //!
 //! One seed runs a whole ambidex cluster — every node's RPC runtime, transaction layer
 //! and workload coroutines, with the real protocol code — in one thread, over the
 //! simulated network of `ambidex-transport-sim`, and then checks everything that must
 //! hold. The same seed gives the same run, bit for bit ([`SimReport::run_hash`]).
 //!
-//! A run ([`run`]):
+//! A run ([`run`] for a registered workload, [`run_with`] for any):
 //! 1. loads the workload at a tiny scale, from the seed, on one `NodeDb` per node;
 //! 2. builds a stepped [`SimNet`] and, per (node, thread), a runtime whose clock is the
 //!    simulated clock (offset per node: nodes' clocks are not synchronized), the
@@ -39,7 +39,7 @@ pub mod profile;
 
 pub use profile::{FaultProfile, PROFILES};
 
-pub use ambidex_workloads::config::InjectedBug;
+pub use crate::config::InjectedBug;
 
 use ambidex_cluster::{AgentCore, EventKind, Stage, SteppedClient, SteppedManager};
 use ambidex_history::TxnRecord;
@@ -51,14 +51,12 @@ use ambidex_txn::recovery::{RecoveryStats, ThreadRecovery};
 use ambidex_txn::runner::{start_thread, ManagerSpec, RunSpec, WorkerCtx};
 use ambidex_txn::stats::LocationCacheStats;
 use ambidex_txn::{NodeDb, Phase, Placement, TableSpec, TxnStats, TxnThread};
-use ambidex_workloads::common::{worker_seed, Outcome, Workload};
-use ambidex_workloads::driver::run_spec;
-use ambidex_workloads::load::{build_nodes, LoadOptions};
-use ambidex_workloads::report::policy_flags;
-use ambidex_workloads::{
-    objstore, smallbank, stress, tatp, tpcc, tpce, Config, OneSidedCounts, PolicyReport,
-    WorkloadKind,
-};
+use crate::bench::driver::{run_spec, WorkloadVisitor};
+use crate::bench::load::{build_nodes, LoadOptions};
+use crate::bench::report::policy_flags;
+use crate::bench::{OneSidedCounts, PolicyReport};
+use crate::config::Config;
+use crate::workload::{worker_seed, Outcome, Registry, Workload};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -190,9 +188,9 @@ pub const SIM_COROUTINES: usize = 4;
 /// doubling to 2 ms too few probes fit the give-up time: CI seeds (smallbank under farm
 /// seed 127, tatp seeds 148 and 168) then suspected a node, which without recovery
 /// breaks the run.
-pub fn defaults(workload: WorkloadKind, seed: u64) -> Config {
+pub fn defaults(workload: impl Into<String>, seed: u64) -> Config {
     let mut c = Config::default();
-    c.run.workload = workload;
+    c.run.workload = workload.into();
     c.run.seed = seed;
     c.run.coroutines = Some(SIM_COROUTINES);
     c.rpc.rto_min_ms = 1.0;
@@ -201,9 +199,17 @@ pub fn defaults(workload: WorkloadKind, seed: u64) -> Config {
     c
 }
 
-/// The simulation's workload scale (`run.scale`, or [`sim_scale`]).
-pub fn scale(cfg: &Config) -> f64 {
-    cfg.run.scale.unwrap_or_else(|| sim_scale(cfg.run.workload))
+/// The simulation's workload scale: `run.scale`, or the registered workload's
+/// [`sim_scale`](crate::workload::WorkloadInfo::sim_scale).
+pub fn scale(reg: &Registry, cfg: &Config) -> Result<f64, String> {
+    Ok(match cfg.run.scale {
+        Some(s) => s,
+        None => {
+            reg.info(&cfg.run.workload)
+                .ok_or_else(|| format!("unknown workload {:?}", cfg.run.workload))?
+                .sim_scale
+        }
+    })
 }
 
 fn coroutines(cfg: &Config) -> usize {
@@ -243,12 +249,10 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
             cfg.sim.steps
         ));
     }
-    let s = scale(cfg);
-    if !(s.is_finite() && s > 0.0 && s <= 1.0) {
-        return Err(format!("scale must be in (0, 1] for a simulation, not {s}"));
-    }
-    if cfg.run.workload == WorkloadKind::TpccNo && nodes as u32 * (threads as u32) < 2 {
-        return Err("tpcc-no needs at least 2 warehouses (nodes × threads ≥ 2)".into());
+    if let Some(s) = cfg.run.scale {
+        if !(s.is_finite() && s > 0.0 && s <= 1.0) {
+            return Err(format!("scale must be in (0, 1] for a simulation, not {s}"));
+        }
     }
     if cfg.sim.trace > 1_000_000 {
         return Err("trace must be at most 1000000".into());
@@ -266,12 +270,12 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
 pub fn command(cfg: &Config) -> String {
     let mut c = format!(
         "ambidex sim --workload {} --seed {} --steps {} --faults {}",
-        cfg.run.workload.name(),
+        cfg.run.workload,
         cfg.run.seed,
         cfg.sim.steps,
         cfg.sim.faults
     );
-    let d = defaults(cfg.run.workload, cfg.run.seed);
+    let d = defaults(cfg.run.workload.clone(), cfg.run.seed);
     if cfg.cluster.nodes != d.cluster.nodes {
         c += &format!(" --nodes {}", cfg.cluster.nodes);
     }
@@ -311,39 +315,6 @@ pub fn command(cfg: &Config) -> String {
     }
     c
 }
-
-/// The population a simulation loads by default: a few dozen to a few hundred rows per
-/// table, so that a few hundred transactions really conflict.
-pub fn sim_scale(w: WorkloadKind) -> f64 {
-    match w {
-        // 20 keys per thread.
-        WorkloadKind::ObjectStore => 0.00002,
-        // 100 subscribers per node.
-        WorkloadKind::Tatp => 0.0001,
-        // 16 groups of 4 keys, the minimum: few enough that reads, sets and deletes of
-        // one group really race.
-        WorkloadKind::Stress => 0.00001,
-        // 50 customers per node (about 4,500 holdings in all) and 103 securities: a
-        // customer position reads about 27 of them and a market feed updates 10, so
-        // feeds in flight meet most customer positions.
-        WorkloadKind::Tpce => 0.01,
-        // 50 accounts per thread; the hot set is 4% of them.
-        WorkloadKind::SmallBank => 0.0005,
-        // One warehouse per thread; customers and items are set below the loader's
-        // minimums in `run` (SIM_TPCC_CUSTOMERS, SIM_TPCC_ITEMS).
-        WorkloadKind::Tpcc | WorkloadKind::TpccNo => 0.001,
-    }
-}
-
-/// Market feeds in percent of a simulation's TPC-E transactions (the benchmark's 1%
-/// would give a seed's few hundred transactions a few feeds to conflict with).
-pub const SIM_TPCE_FEED_PERCENT: u32 = 5;
-
-/// New orders per warehouse the TPC-C tables make room for in a simulation.
-pub const SIM_TPCC_ORDER_HEADROOM: u64 = 1_000;
-/// TPC-C customers (and initial orders) per district and items at the default sim scale.
-pub const SIM_TPCC_CUSTOMERS: u64 = 12;
-pub const SIM_TPCC_ITEMS: u64 = 100;
 
 /// Transactions of one type.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -467,52 +438,22 @@ impl SimReport {
     }
 }
 
-/// Runs one simulated seed and checks it. `Err` only for a bad configuration or a set-up failure;
-/// a run whose checks fail is an `Ok` report with `failures`.
-pub fn run(cfg: &Config) -> Result<SimReport, String> {
+/// Runs one simulated seed of the registered workload `cfg.run.workload` and checks it.
+/// `Err` only for a bad configuration or a set-up failure; a run whose checks fail is
+/// an `Ok` report with `failures`.
+pub fn run(reg: &Registry, cfg: &Config) -> Result<SimReport, String> {
     validate(cfg)?;
-    let placement = cfg.placement()?;
-    let scale = scale(cfg);
-    let threads = cfg.cluster.threads;
-    match cfg.run.workload {
-        WorkloadKind::ObjectStore => {
-            let wl = objstore::ObjectStore::new(placement, threads, scale, cfg.objstore())?;
-            run_with(cfg, Arc::new(wl))
-        }
-        WorkloadKind::Tatp => run_with(cfg, Arc::new(tatp::Tatp::new(placement, scale))),
-        WorkloadKind::Stress => run_with(cfg, Arc::new(stress::Stress::new(placement, scale))),
-        WorkloadKind::Tpce => run_with(
-            cfg,
-            Arc::new(
-                tpce::Tpce::new(placement, threads, scale).with_feed_percent(SIM_TPCE_FEED_PERCENT),
-            ),
-        ),
-        WorkloadKind::SmallBank => run_with(
-            cfg,
-            Arc::new(smallbank::SmallBank::new(placement, threads, scale)),
-        ),
-        WorkloadKind::Tpcc | WorkloadKind::TpccNo => {
-            // One warehouse per thread unless the configuration says otherwise: few
-            // enough that a few hundred transactions really conflict.
-            let mut p = tpcc::TpccParams::new(
-                placement,
-                threads,
-                cfg.run.warehouses_per_node.unwrap_or(threads as u64),
-                scale,
-                cfg.run.workload == WorkloadKind::TpccNo,
-                0.0,
-            );
-            p.outstanding_requests = cfg.run.outstanding_requests;
-            if cfg.run.scale.is_none() {
-                // Smaller than the loader's own minimums: a simulation runs a few hundred
-                // transactions, and loading is most of a seed's time.
-                p.customers = SIM_TPCC_CUSTOMERS;
-                p.initial_orders = SIM_TPCC_CUSTOMERS;
-                p.items = SIM_TPCC_ITEMS;
-            }
-            p.order_headroom = SIM_TPCC_ORDER_HEADROOM;
-            run_with(cfg, Arc::new(tpcc::Tpcc::new(p)))
-        }
+    reg.entry(&cfg.run.workload)?.sim(cfg, SimRun { cfg })
+}
+
+/// [`run_with`] as a [`WorkloadVisitor`] (the registry builds the workload).
+pub(crate) struct SimRun<'a> {
+    pub(crate) cfg: &'a Config,
+}
+
+impl WorkloadVisitor<SimReport> for SimRun<'_> {
+    fn visit<W: Workload>(self, wl: Arc<W>, _placement: Placement) -> Result<SimReport, String> {
+        run_with(self.cfg, wl)
     }
 }
 

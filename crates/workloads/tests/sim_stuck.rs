@@ -1,7 +1,7 @@
 //! A coroutine that never finishes is reported as stuck, by node, thread and coroutine,
 //! instead of hanging the simulator.
 
-use ambidex_sim::{defaults, run_with};
+use ambidex::sim::{defaults, run_with};
 use ambidex_txn::runner::WorkerCtx;
 use ambidex_txn::TableSpec;
 use ambidex_workloads::common::{Loader, Outcome, Workload};

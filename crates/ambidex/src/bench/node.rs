@@ -9,13 +9,13 @@
 //! processes that counter is the launcher's: a node says when its own workers are done
 //! ([`RunningNode::workers_done`]) and serves on until [`RunningNode::finish`].
 
-use crate::combine::{replica_digests, NodeReport, ReplicaDigest};
-use crate::common::Workload;
+use crate::bench::combine::{replica_digests, NodeReport, ReplicaDigest};
+use crate::workload::{Registry, Workload};
 use crate::config::Config;
-use crate::driver::{
-    dispatch, make_worker, run_spec, Tally, WorkloadVisitor, MEASURE, STOP, WARMUP,
+use crate::bench::driver::{
+    make_worker, run_spec, Tally, WorkloadVisitor, MEASURE, STOP, WARMUP,
 };
-use crate::load::build_and_load_node;
+use crate::bench::load::build_and_load_node;
 use ambidex_cluster::{ClusterState, Stage};
 use ambidex_rpc::RpcStats;
 use ambidex_store::{Catalog, LogRegionDesc, TableDesc};
@@ -67,49 +67,11 @@ pub struct LoadedNode {
 /// Builds the database of `transport`'s node (opened first: the tables live in regions
 /// registered on it) and loads its share of the workload `cfg` describes
 /// (`cfg.run.progress`: a progress bar on stderr).
-pub fn load_node(cfg: &Config, transport: SharedNode) -> Result<LoadedNode, String> {
-    struct Load<'a> {
-        cfg: &'a Config,
-        node: NodeId,
-        transport: SharedNode,
-    }
-    impl WorkloadVisitor<LoadedNode> for Load<'_> {
-        fn visit<W: Workload>(
-            self,
-            wl: Arc<W>,
-            placement: Placement,
-        ) -> Result<LoadedNode, String> {
-            let cfg = self.cfg;
-            let t0 = Instant::now();
-            let db = build_and_load_node(
-                &*wl,
-                placement,
-                &self.transport,
-                cfg.run.seed,
-                cfg.run.progress,
-            )?;
-            let load_seconds = t0.elapsed().as_secs_f64();
-            let seed = cfg.run.seed;
-            let retries = cfg.run.retry_aborts;
-            let (w1, w2) = (wl.clone(), wl.clone());
-            Ok(LoadedNode {
-                node: self.node,
-                transport: self.transport,
-                threads: cfg.cluster.threads,
-                spec: run_spec(cfg, cfg.coroutines(), Some(self.node))?,
-                history: cfg.run.history_for(self.node),
-                types: wl.txn_types().len(),
-                db,
-                load_seconds,
-                make_worker: Box::new(move |total, phase| {
-                    make_worker(w1.clone(), total, phase, seed, retries)
-                }),
-                check: node_check(w2),
-                incarnation: 1,
-                timeline_offset: 0,
-            })
-        }
-    }
+pub fn load_node(
+    reg: &Registry,
+    cfg: &Config,
+    transport: SharedNode,
+) -> Result<LoadedNode, String> {
     cfg.validate()?;
     let node = transport.node();
     if transport.config().threads_per_node != cfg.cluster.threads {
@@ -119,7 +81,8 @@ pub fn load_node(cfg: &Config, transport: SharedNode) -> Result<LoadedNode, Stri
             cfg.cluster.threads
         ));
     }
-    dispatch(
+    let cfg = &reg.resolve(cfg)?;
+    reg.entry(&cfg.run.workload)?.load(
         cfg,
         Load {
             cfg,
@@ -129,6 +92,50 @@ pub fn load_node(cfg: &Config, transport: SharedNode) -> Result<LoadedNode, Stri
     )
 }
 
+/// [`load_node`] for a registered workload.
+pub(crate) struct Load<'a> {
+    cfg: &'a Config,
+    node: NodeId,
+    transport: SharedNode,
+}
+impl WorkloadVisitor<LoadedNode> for Load<'_> {
+    fn visit<W: Workload>(
+        self,
+        wl: Arc<W>,
+        placement: Placement,
+    ) -> Result<LoadedNode, String> {
+        let cfg = self.cfg;
+        let t0 = Instant::now();
+        let db = build_and_load_node(
+            &*wl,
+            placement,
+            &self.transport,
+            cfg.run.seed,
+            cfg.run.progress,
+        )?;
+        let load_seconds = t0.elapsed().as_secs_f64();
+        let seed = cfg.run.seed;
+        let retries = cfg.run.retry_aborts;
+        let (w1, w2) = (wl.clone(), wl.clone());
+        Ok(LoadedNode {
+            node: self.node,
+            transport: self.transport,
+            threads: cfg.cluster.threads,
+            spec: run_spec(cfg, cfg.coroutines(), Some(self.node))?,
+            history: cfg.run.history_for(self.node),
+            types: wl.txn_types().len(),
+            db,
+            load_seconds,
+            make_worker: Box::new(move |total, phase| {
+                make_worker(w1.clone(), total, phase, seed, retries)
+            }),
+            check: node_check(w2),
+            incarnation: 1,
+            timeline_offset: 0,
+        })
+    }
+}
+
 /// The node of `transport` restarted during a run (`bench --restart`): an empty
 /// database with the workload's tables and log rings, in new regions, in `config` (the
 /// cluster's current configuration, which no longer has this node as a member), for
@@ -136,64 +143,13 @@ pub fn load_node(cfg: &Config, transport: SharedNode) -> Result<LoadedNode, Stri
 /// its partitions' rows to it. `run_ms`: how long the run has been going (its timeline
 /// is padded by that much).
 pub fn rejoin_node(
+    reg: &Registry,
     cfg: &Config,
     transport: SharedNode,
     config: Configuration,
     incarnation: u64,
     run_ms: f64,
 ) -> Result<LoadedNode, String> {
-    struct Rejoin<'a> {
-        cfg: &'a Config,
-        node: NodeId,
-        transport: SharedNode,
-        config: Configuration,
-        incarnation: u64,
-        run_ms: f64,
-    }
-    impl WorkloadVisitor<LoadedNode> for Rejoin<'_> {
-        fn visit<W: Workload>(
-            self,
-            wl: Arc<W>,
-            _placement: Placement,
-        ) -> Result<LoadedNode, String> {
-            let cfg = self.cfg;
-            let t0 = Instant::now();
-            // The tables and rings every node has (`load::build_nodes`, `NodeDb::new`),
-            // so its descriptors have the layout the others' threads expect.
-            let db = NodeDb::with_config(
-                &*self.transport,
-                self.config,
-                &wl.tables(),
-                LogRingConfig::default(),
-            )?;
-            db.set_incarnation(self.incarnation);
-            // Not the first incarnation's transactions again.
-            let seed = cfg.run.seed ^ self.incarnation.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            let retries = cfg.run.retry_aborts;
-            let (w1, w2) = (wl.clone(), wl.clone());
-            Ok(LoadedNode {
-                node: self.node,
-                transport: self.transport,
-                threads: cfg.cluster.threads,
-                spec: run_spec(cfg, cfg.coroutines(), Some(self.node))?,
-                history: cfg.run.history_for(self.node).map(|p| {
-                    // The first incarnation's file stays as it was.
-                    let mut s = p.into_os_string();
-                    s.push(format!(".inc{}", self.incarnation));
-                    s.into()
-                }),
-                types: wl.txn_types().len(),
-                db,
-                load_seconds: t0.elapsed().as_secs_f64(),
-                make_worker: Box::new(move |total, phase| {
-                    make_worker(w1.clone(), total, phase, seed, retries)
-                }),
-                check: node_check(w2),
-                incarnation: self.incarnation,
-                timeline_offset: (self.run_ms.max(0.0) / 10.0) as usize,
-            })
-        }
-    }
     cfg.validate()?;
     if incarnation < 2 {
         return Err(format!(
@@ -219,7 +175,8 @@ pub fn rejoin_node(
             }
         ));
     }
-    dispatch(
+    let cfg = &reg.resolve(cfg)?;
+    reg.entry(&cfg.run.workload)?.rejoin(
         cfg,
         Rejoin {
             cfg,
@@ -230,6 +187,60 @@ pub fn rejoin_node(
             run_ms,
         },
     )
+}
+
+/// [`rejoin_node`] for a registered workload.
+pub(crate) struct Rejoin<'a> {
+    cfg: &'a Config,
+    node: NodeId,
+    transport: SharedNode,
+    config: Configuration,
+    incarnation: u64,
+    run_ms: f64,
+}
+impl WorkloadVisitor<LoadedNode> for Rejoin<'_> {
+    fn visit<W: Workload>(
+        self,
+        wl: Arc<W>,
+        _placement: Placement,
+    ) -> Result<LoadedNode, String> {
+        let cfg = self.cfg;
+        let t0 = Instant::now();
+        // The tables and rings every node has (`load::build_nodes`, `NodeDb::new`),
+        // so its descriptors have the layout the others' threads expect.
+        let db = NodeDb::with_config(
+            &*self.transport,
+            self.config,
+            &wl.tables(),
+            LogRingConfig::default(),
+        )?;
+        db.set_incarnation(self.incarnation);
+        // Not the first incarnation's transactions again.
+        let seed = cfg.run.seed ^ self.incarnation.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let retries = cfg.run.retry_aborts;
+        let (w1, w2) = (wl.clone(), wl.clone());
+        Ok(LoadedNode {
+            node: self.node,
+            transport: self.transport,
+            threads: cfg.cluster.threads,
+            spec: run_spec(cfg, cfg.coroutines(), Some(self.node))?,
+            history: cfg.run.history_for(self.node).map(|p| {
+                // The first incarnation's file stays as it was.
+                let mut s = p.into_os_string();
+                s.push(format!(".inc{}", self.incarnation));
+                s.into()
+            }),
+            types: wl.txn_types().len(),
+            db,
+            load_seconds: t0.elapsed().as_secs_f64(),
+            make_worker: Box::new(move |total, phase| {
+                make_worker(w1.clone(), total, phase, seed, retries)
+            }),
+            check: node_check(w2),
+            incarnation: self.incarnation,
+            timeline_offset: (self.run_ms.max(0.0) / 10.0) as usize,
+        })
+    }
 }
 
 /// A node whose threads are running (from `start` until `finish`).

@@ -4,9 +4,14 @@
 //! without the offsets the same check fails.
 
 use ambidex_history::TxnRecord;
-use ambidex_sim::{defaults, run};
+use ambidex::sim::defaults;
 use ambidex_workloads::WorkloadKind;
 use std::collections::HashMap;
+
+/// One simulated seed of a built-in workload.
+fn run(cfg: &ambidex::Config) -> Result<ambidex::sim::SimReport, String> {
+    ambidex::sim::run(&ambidex_workloads::registry(), cfg)
+}
 
 /// (read-from edges checked, edges that violate the order) over the given seeds, with
 /// the clock offsets applied or ignored.

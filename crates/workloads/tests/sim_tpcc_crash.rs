@@ -8,10 +8,15 @@
 //! member, the indexes of the warehouses it runs with the tables (besides TPC-C's
 //! consistency conditions 1–4 and the simulator's own checks).
 
-use ambidex_sim::{defaults, run, SimReport};
+use ambidex::sim::{defaults, SimReport};
 use ambidex_workloads::WorkloadKind;
 use std::collections::BTreeMap;
 use std::time::Instant;
+
+/// One simulated seed of a built-in workload.
+fn run(cfg: &ambidex::Config) -> Result<ambidex::sim::SimReport, String> {
+    ambidex::sim::run(&ambidex_workloads::registry(), cfg)
+}
 
 /// Crash seeds of TPC-C in CI, and their steps. 3,000 steps rather than `seeds.rs`'s
 /// 2,000: with 2,000, about a third of the seeds end before the promoted node runs a

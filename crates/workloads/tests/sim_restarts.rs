@@ -9,9 +9,15 @@
 //! cycling with the seed over the four of DrTM+H Table 4; TPC-C is left out (a
 //! rejoined node gets none of its warehouses back).
 
-use ambidex_sim::{defaults, run, InjectedBug, SimReport};
-use ambidex_workloads::{Config, WorkloadKind};
+use ambidex::sim::{defaults, InjectedBug, SimReport};
+use ambidex::Config;
+use ambidex_workloads::WorkloadKind;
 use std::time::Instant;
+
+/// One simulated seed of a built-in workload.
+fn run(cfg: &ambidex::Config) -> Result<ambidex::sim::SimReport, String> {
+    ambidex::sim::run(&ambidex_workloads::registry(), cfg)
+}
 
 const CI_SEEDS: u64 = 200;
 const CI_STEPS: u64 = 2_000;

@@ -3,12 +3,12 @@
 //! ([`combine_node_reports`]), comparing every backup's rows with its primary's. A node
 //! report arrives from another process, so everything in it is checked.
 
-use crate::common::Workload;
 use crate::config::Config;
-use crate::driver::{
-    assemble_report, dispatch, BenchReport, ReportParts, Tally, TypeReport, WorkloadVisitor,
+use crate::workload::{Registry, Workload};
+use crate::bench::driver::{
+    assemble_report, BenchReport, ReportParts, Tally, TypeReport, WorkloadVisitor,
 };
-use crate::report::PolicyReport;
+use crate::bench::report::PolicyReport;
 use ambidex_rpc::RpcStats;
 use ambidex_transport::CounterSnapshot;
 use ambidex_txn::stats::{LocationCacheStats, LogRingStats, PhaseMap};
@@ -209,12 +209,13 @@ pub fn same_policy(node: u16, ran: Policy, expected: Policy) -> Result<(), NodeP
 /// Merges the reports of every node (one per node, any order) into the run's report.
 /// `elapsed` is the measured window as the launcher timed it.
 pub fn combine_node_reports(
+    reg: &Registry,
     cfg: &Config,
     transport: &str,
     elapsed: f64,
     reports: Vec<NodeReport>,
 ) -> Result<BenchReport, String> {
-    combine_live_reports(cfg, transport, elapsed, reports, None)
+    combine_live_reports(reg, cfg, transport, elapsed, reports, None)
 }
 
 /// As [`combine_node_reports`], for a run in which nodes may have died: `survivors`
@@ -224,34 +225,15 @@ pub fn combine_node_reports(
 /// compare; a copy still syncing is not expected to match yet). `None`: every node
 /// must report, in the initial placement.
 pub fn combine_live_reports(
+    reg: &Registry,
     cfg: &Config,
     transport: &str,
     elapsed: f64,
     reports: Vec<NodeReport>,
     survivors: Option<Placement>,
 ) -> Result<BenchReport, String> {
-    struct Combine<'a> {
-        cfg: &'a Config,
-        transport: &'a str,
-        elapsed: f64,
-        reports: Vec<NodeReport>,
-        survivors: Option<Placement>,
-    }
-    impl WorkloadVisitor<BenchReport> for Combine<'_> {
-        fn visit<W: Workload>(self, wl: Arc<W>, p: Placement) -> Result<BenchReport, String> {
-            let partial = self.survivors.is_some();
-            combine(
-                self.cfg,
-                &*wl,
-                self.survivors.unwrap_or(p),
-                partial,
-                self.transport,
-                self.elapsed,
-                self.reports,
-            )
-        }
-    }
-    dispatch(
+    let cfg = &reg.resolve(cfg)?;
+    reg.entry(&cfg.run.workload)?.combine(
         cfg,
         Combine {
             cfg,
@@ -261,6 +243,30 @@ pub fn combine_live_reports(
             survivors,
         },
     )
+}
+
+/// [`combine`] for a registered workload.
+pub(crate) struct Combine<'a> {
+    cfg: &'a Config,
+    transport: &'a str,
+    elapsed: f64,
+    reports: Vec<NodeReport>,
+    survivors: Option<Placement>,
+}
+
+impl WorkloadVisitor<BenchReport> for Combine<'_> {
+    fn visit<W: Workload>(self, wl: Arc<W>, p: Placement) -> Result<BenchReport, String> {
+        let partial = self.survivors.is_some();
+        combine(
+            self.cfg,
+            &*wl,
+            self.survivors.unwrap_or(p),
+            partial,
+            self.transport,
+            self.elapsed,
+            self.reports,
+        )
+    }
 }
 
 fn combine<W: Workload>(
@@ -346,8 +352,8 @@ fn combine<W: Workload>(
         if r.load_seconds.is_finite() {
             load = load.max(r.load_seconds);
         }
-        crate::driver::add_timeline(&mut timeline, &r.timeline_10ms);
-        first_lost = crate::driver::min_some(first_lost, r.first_lost_commit_ns);
+        crate::bench::driver::add_timeline(&mut timeline, &r.timeline_10ms);
+        first_lost = crate::bench::driver::min_some(first_lost, r.first_lost_commit_ns);
         match &r.check_violation {
             Some(v) => violations.push(format!("node {n}: {v}")),
             None => parts.push(r.check.clone()),
@@ -432,7 +438,7 @@ fn plausible(r: &NodeReport) -> Result<(), String> {
         big(k, *v)?;
     }
     big("stuck_workers", r.stuck_workers as u64)?;
-    if r.timeline_10ms.len() > crate::driver::TIMELINE_MAX_BUCKETS {
+    if r.timeline_10ms.len() > crate::bench::driver::TIMELINE_MAX_BUCKETS {
         return Err(format!(
             "a timeline of {} buckets is implausible",
             r.timeline_10ms.len()
@@ -654,6 +660,59 @@ mod tests {
         assert!(rpc_stats_from_json(&serde_json::json!([])).is_err());
     }
 
+    /// A workload with six transaction types and no data, registered under the
+    /// configuration's default name: what combining reports needs of one.
+    struct Idle;
+
+    impl Workload for Idle {
+        type Local = ();
+        fn name(&self) -> &'static str {
+            "idle"
+        }
+        fn tables(&self) -> Vec<ambidex_txn::TableSpec> {
+            Vec::new()
+        }
+        fn txn_types(&self) -> &'static [&'static str] {
+            &["a", "b", "c", "d", "e", "f"]
+        }
+        fn load_units(&self) -> u64 {
+            0
+        }
+        fn load_unit(
+            &self,
+            _unit: u64,
+            _rng: &mut rand::rngs::SmallRng,
+            _out: &crate::workload::Loader<'_>,
+        ) -> Result<(), String> {
+            Ok(())
+        }
+        async fn run_one(
+            &self,
+            _w: &ambidex_txn::runner::WorkerCtx,
+            _rng: &mut rand::rngs::SmallRng,
+            _local: &mut (),
+        ) -> (usize, crate::workload::Outcome) {
+            (0, crate::workload::Outcome::FOUND)
+        }
+    }
+
+    fn registry() -> Registry {
+        use crate::workload::{Registrar, WorkloadInfo};
+        let mut r = Registry::new();
+        r.add(
+            WorkloadInfo {
+                name: "smallbank",
+                aliases: &[],
+                about: "no data, six types",
+                default_coroutines: 1,
+                default_scale: 1.0,
+                sim_scale: 1.0,
+            },
+            |_: &crate::workload::WorkloadArgs<'_>| Ok(Idle),
+        );
+        r
+    }
+
     /// A well-formed report of `node` with nothing in it.
     fn plain_report(node: u16) -> NodeReport {
         NodeReport {
@@ -672,17 +731,17 @@ mod tests {
         let good = plain_report;
         let mut bad = good(1);
         bad.per_type[0].committed = u64::MAX;
-        let e = combine_node_reports(&cfg, "udp", 1.0, vec![good(0), bad, good(2)]);
+        let e = combine_node_reports(&registry(), &cfg, "udp", 1.0, vec![good(0), bad, good(2)]);
         assert!(e.unwrap_err().contains("node 1"));
         let mut bad = good(2);
         bad.rpc["retransmits"] = serde_json::json!(u64::MAX);
-        assert!(combine_node_reports(&cfg, "udp", 1.0, vec![good(0), good(1), bad]).is_err());
+        assert!(combine_node_reports(&registry(), &cfg, "udp", 1.0, vec![good(0), good(1), bad]).is_err());
         let mut bad = good(0);
         bad.latency_ns = vec![[u64::MAX, 1]];
-        assert!(combine_node_reports(&cfg, "udp", 1.0, vec![bad, good(1), good(2)]).is_err());
+        assert!(combine_node_reports(&registry(), &cfg, "udp", 1.0, vec![bad, good(1), good(2)]).is_err());
         // A missing node, or one twice.
-        assert!(combine_node_reports(&cfg, "udp", 1.0, vec![good(0), good(1)]).is_err());
-        assert!(combine_node_reports(&cfg, "udp", 1.0, vec![good(0), good(1), good(1)]).is_err());
+        assert!(combine_node_reports(&registry(), &cfg, "udp", 1.0, vec![good(0), good(1)]).is_err());
+        assert!(combine_node_reports(&registry(), &cfg, "udp", 1.0, vec![good(0), good(1), good(1)]).is_err());
     }
 
     /// A node that ran another policy than the cluster's is refused by name, and a
@@ -692,10 +751,10 @@ mod tests {
         let mut cfg = Config::default();
         cfg.run.scale = Some(0.001);
         let good = plain_report;
-        combine_node_reports(&cfg, "udp", 1.0, vec![good(0), good(1), good(2)]).unwrap();
+        combine_node_reports(&registry(), &cfg, "udp", 1.0, vec![good(0), good(1), good(2)]).unwrap();
         let mut odd = good(2);
         odd.policy.passive_ack = ambidex_txn::policy::PassiveAck::On;
-        let e = combine_node_reports(&cfg, "udp", 1.0, vec![good(0), good(1), odd.clone()])
+        let e = combine_node_reports(&registry(), &cfg, "udp", 1.0, vec![good(0), good(1), odd.clone()])
             .unwrap_err();
         assert!(
             e.contains("node 2 runs transaction policy no preset:")
@@ -709,7 +768,7 @@ mod tests {
         for (n, r) in all.iter_mut().enumerate() {
             r.node = n as u16;
         }
-        let r = combine_node_reports(&cfg, "udp", 1.0, all).unwrap();
+        let r = combine_node_reports(&registry(), &cfg, "udp", 1.0, all).unwrap();
         assert_eq!(r.policy.preset, None);
         assert_eq!(
             r.policy.policy.passive_ack,
@@ -757,7 +816,7 @@ mod tests {
                 ..Default::default()
             }
         };
-        let r = combine_node_reports(&cfg, "shm", 1.0, vec![node(0, 1), node(1, 2), node(2, 3)])
+        let r = combine_node_reports(&registry(), &cfg, "shm", 1.0, vec![node(0, 1), node(1, 2), node(2, 3)])
             .unwrap();
         assert_eq!((r.location_cache.hits, r.location_cache.stale), (6, 3));
         assert_eq!((r.one_sided.reads, r.one_sided.failed), (36, 3));
@@ -814,7 +873,7 @@ mod tests {
         let full = [d(0, 1, 2, 5, 77), d(1, 9, 0, 0, 0), d(2, 9, 1, 0, 0)];
         assert!(compare_replicas(&full[..2], &p).is_ok());
         assert!(
-            combine_live_reports(&Config::default(), "shm", 1.0, full[..2].to_vec(), None)
+            combine_live_reports(&registry(), &Config::default(), "shm", 1.0, full[..2].to_vec(), None)
                 .unwrap_err()
                 .contains("got nodes [0, 1]")
         );

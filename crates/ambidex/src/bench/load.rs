@@ -3,7 +3,7 @@
 //! the thread nor on the number of threads), and each node's tables are written by one
 //! thread only, in unit order.
 
-use crate::common::{worker_seed, Loader, Workload};
+use crate::workload::{worker_seed, Loader, Workload};
 use ambidex_transport::SharedNode;
 use ambidex_txn::{NodeDb, Placement};
 use rand::rngs::SmallRng;

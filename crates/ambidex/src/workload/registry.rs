@@ -1,0 +1,222 @@
+//! Workloads by name: a [`Registry`] maps the name a configuration gives
+//! (`run.workload`) to the factory that builds the workload, so the benchmark driver, the
+//! node processes and the simulator run any registered workload, built-in or an
+//! application's, the same way.
+//!
+//! The [`Workload`] trait is not object safe (an `async fn` and an associated type), so
+//! a registry keeps, per workload, the harness's operations instantiated for its type
+//! ([`Entry`]): the cost of a trait object is paid once per run, never per transaction.
+
+use super::Workload;
+use crate::bench::combine::Combine;
+use crate::bench::driver::{Run, WorkloadVisitor};
+use crate::bench::node::{Load, LoadedNode, Rejoin};
+use crate::bench::BenchReport;
+use crate::config::Config;
+use crate::sim::{SimReport, SimRun};
+use ambidex_txn::Placement;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// What the harness needs to know of a workload before building it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadInfo {
+    /// The name configurations and the command line use (`run.workload`).
+    pub name: &'static str,
+    /// Other names it answers to (`objstore` for `object-store`).
+    pub aliases: &'static [&'static str],
+    /// One line on what it is (`ambidex bench --help` lists it).
+    pub about: &'static str,
+    /// Worker coroutines per thread when the configuration does not say.
+    pub default_coroutines: usize,
+    /// The scale when the configuration does not say (a few seconds of loading on a
+    /// small machine).
+    pub default_scale: f64,
+    /// The scale the simulator uses (its runs are short and many).
+    pub sim_scale: f64,
+}
+
+/// What a workload's factory is given.
+#[derive(Clone, Debug)]
+pub struct WorkloadArgs<'a> {
+    /// The run's configuration (workload parameters in its `run` section).
+    pub config: &'a Config,
+    /// The cluster's placement.
+    pub placement: Placement,
+    /// The scale (`run.scale`, or the workload's default for the path).
+    pub scale: f64,
+    /// Built for the simulator (short runs: a workload may change its mix).
+    pub simulated: bool,
+}
+
+/// Something that takes workload registrations: a [`Registry`], or anything else that
+/// keeps them by type. A crate of workloads offers one function that registers them all
+/// into any `Registrar`.
+pub trait Registrar {
+    /// Registers workload `W` under `info.name`, built by `make`. A later registration
+    /// of the same name replaces the earlier one.
+    fn add<W, F>(&mut self, info: WorkloadInfo, make: F)
+    where
+        W: Workload,
+        F: Fn(&WorkloadArgs<'_>) -> Result<W, String> + Send + Sync + 'static;
+}
+
+/// The harness's operations on one registered workload, instantiated for its type.
+pub(crate) trait Entry: Send + Sync {
+    fn info(&self) -> &WorkloadInfo;
+    fn bench(&self, cfg: &Config, v: Run<'_>) -> Result<(), String>;
+    fn load(&self, cfg: &Config, v: Load<'_>) -> Result<LoadedNode, String>;
+    fn rejoin(&self, cfg: &Config, v: Rejoin<'_>) -> Result<LoadedNode, String>;
+    fn combine(&self, cfg: &Config, v: Combine<'_>) -> Result<BenchReport, String>;
+    fn sim(&self, cfg: &Config, v: SimRun<'_>) -> Result<SimReport, String>;
+}
+
+struct Typed<W, F> {
+    info: WorkloadInfo,
+    make: F,
+    _w: std::marker::PhantomData<fn() -> W>,
+}
+
+impl<W, F> Typed<W, F>
+where
+    W: Workload,
+    F: Fn(&WorkloadArgs<'_>) -> Result<W, String> + Send + Sync + 'static,
+{
+    fn build(&self, cfg: &Config, simulated: bool) -> Result<(Arc<W>, Placement), String> {
+        cfg.validate()?;
+        let placement = cfg.placement()?;
+        let scale = match (cfg.run.scale, simulated) {
+            (Some(s), _) => s,
+            (None, false) => self.info.default_scale,
+            (None, true) => self.info.sim_scale,
+        };
+        let args = WorkloadArgs {
+            config: cfg,
+            placement: placement.clone(),
+            scale,
+            simulated,
+        };
+        let wl = (self.make)(&args)?;
+        Ok((Arc::new(wl), placement))
+    }
+
+    fn visit<R>(&self, cfg: &Config, simulated: bool, v: impl WorkloadVisitor<R>) -> Result<R, String> {
+        let (wl, placement) = self.build(cfg, simulated)?;
+        v.visit(wl, placement)
+    }
+}
+
+impl<W, F> Entry for Typed<W, F>
+where
+    W: Workload,
+    F: Fn(&WorkloadArgs<'_>) -> Result<W, String> + Send + Sync + 'static,
+{
+    fn info(&self) -> &WorkloadInfo {
+        &self.info
+    }
+    fn bench(&self, cfg: &Config, v: Run<'_>) -> Result<(), String> {
+        self.visit(cfg, false, v)
+    }
+    fn load(&self, cfg: &Config, v: Load<'_>) -> Result<LoadedNode, String> {
+        self.visit(cfg, false, v)
+    }
+    fn rejoin(&self, cfg: &Config, v: Rejoin<'_>) -> Result<LoadedNode, String> {
+        self.visit(cfg, false, v)
+    }
+    fn combine(&self, cfg: &Config, v: Combine<'_>) -> Result<BenchReport, String> {
+        self.visit(cfg, false, v)
+    }
+    fn sim(&self, cfg: &Config, v: SimRun<'_>) -> Result<SimReport, String> {
+        self.visit(cfg, true, v)
+    }
+}
+
+/// Workloads by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    entries: BTreeMap<&'static str, Arc<dyn Entry>>,
+}
+
+impl Registrar for Registry {
+    fn add<W, F>(&mut self, info: WorkloadInfo, make: F)
+    where
+        W: Workload,
+        F: Fn(&WorkloadArgs<'_>) -> Result<W, String> + Send + Sync + 'static,
+    {
+        let name = info.name;
+        self.entries.insert(
+            name,
+            Arc::new(Typed {
+                info,
+                make,
+                _w: std::marker::PhantomData,
+            }),
+        );
+    }
+}
+
+impl Registry {
+    /// A registry without workloads.
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// The registered workloads, by name.
+    pub fn infos(&self) -> impl Iterator<Item = &WorkloadInfo> {
+        self.entries.values().map(|e| e.info())
+    }
+
+    /// The workload registered as `name` (or under that alias).
+    pub fn info(&self, name: &str) -> Option<&WorkloadInfo> {
+        self.entry(name).ok().map(|e| e.info())
+    }
+
+    /// The entry of `cfg`'s workload, or an error naming the registered ones.
+    pub(crate) fn entry(&self, name: &str) -> Result<&dyn Entry, String> {
+        let found = self.entries.get(name).or_else(|| {
+            self.entries
+                .values()
+                .find(|e| e.info().aliases.contains(&name))
+        });
+        found.map(|e| &**e).ok_or_else(|| {
+            let known: Vec<&str> = self.entries.keys().copied().collect();
+            format!(
+                "unknown workload {name:?} (registered: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )
+        })
+    }
+
+    /// `Ok` if a workload is registered as `name` (or under that alias), else an error
+    /// naming the registered ones.
+    pub fn entry_exists(&self, name: &str) -> Result<(), String> {
+        self.entry(name).map(|_| ())
+    }
+
+    /// `cfg` with its workload's defaults filled in: the workload's canonical name,
+    /// `run.coroutines` and `run.scale` (for a benchmark run; the simulator has its own
+    /// defaults). An error if no workload is registered under its name.
+    pub fn resolve(&self, cfg: &Config) -> Result<Config, String> {
+        let info = self.entry(&cfg.run.workload)?.info();
+        let mut c = cfg.clone();
+        c.run.workload = info.name.to_string();
+        c.run.coroutines = Some(cfg.run.coroutines.unwrap_or(info.default_coroutines));
+        c.run.scale = Some(cfg.run.scale.unwrap_or(info.default_scale));
+        Ok(c)
+    }
+
+    /// Worker coroutines per thread for `cfg` (`run.coroutines`, else its workload's
+    /// default).
+    pub fn coroutines(&self, cfg: &Config) -> Result<usize, String> {
+        Ok(self.resolve(cfg)?.coroutines())
+    }
+
+    /// The scale of `cfg`'s workload (`run.scale`, else its default).
+    pub fn scale(&self, cfg: &Config) -> Result<f64, String> {
+        Ok(self.resolve(cfg)?.scale())
+    }
+}
