@@ -2,7 +2,7 @@
 //! this process; a [`Node`] handle runs transactions on one of them.
 
 use crate::config::Config;
-use crate::error::Error;
+use crate::error::{Error, StartError};
 use crate::retry::RetryPolicy;
 use crate::schema::Schema;
 use crate::service::{job_server, CatchUnwind, Job, Shared};
@@ -33,7 +33,7 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// the run ended.
 pub struct Cluster {
     shared: Arc<Shared>,
-    runner: Option<JoinHandle<Result<RunResult, String>>>,
+    runner: Option<JoinHandle<Result<RunResult, ambidex_txn::RunError>>>,
     retry: RetryPolicy,
 }
 
@@ -68,17 +68,17 @@ impl Cluster {
         let mut spec = config.run_spec(coroutines, None)?;
         spec.duration = None;
         let udp = config.rpc.udp_options()?;
-        let transports = InProcess::open_with(&config.cluster, udp).map_err(Error::Start)?;
+        let transports =
+            InProcess::open_with(&config.cluster, udp).map_err(StartError::Transport)?;
         let specs = schema.specs(&placement);
         let dbs: Vec<Arc<NodeDb>> = transports
             .nodes
             .iter()
             .map(|t| NodeDb::new(&**t, placement.clone(), &specs))
-            .collect::<Result<_, _>>()
-            .map_err(Error::Start)?;
-        let cat = NodeDb::catalog_of(&dbs).map_err(Error::Start)?;
+            .collect::<Result<_, _>>()?;
+        let cat = NodeDb::catalog_of(&dbs)?;
         for db in &dbs {
-            db.set_catalog(cat.clone()).map_err(Error::Start)?;
+            db.set_catalog(cat.clone())?;
         }
         let shared = Arc::new(Shared::new(config.cluster.nodes, config.cluster.threads));
         let worker = job_server(shared.clone());
@@ -89,7 +89,7 @@ impl Cluster {
                 drop(transports);
                 r
             })
-            .map_err(|e| Error::Start(format!("cannot spawn the cluster's thread: {e}")))?;
+            .map_err(StartError::Spawn)?;
         let mut cluster = Cluster {
             shared,
             runner: Some(runner),
@@ -106,15 +106,17 @@ impl Cluster {
         while self.shared.started() < want {
             let ended = self.runner.as_ref().is_none_or(|h| h.is_finished());
             if ended || t0.elapsed() > START_TIMEOUT {
-                let why = match self.finish() {
-                    Err(Error::Failed(why)) => why,
-                    _ if ended => "the node threads ended before they started".into(),
-                    _ => format!(
-                        "{} of {want} node threads started within {START_TIMEOUT:?}",
-                        self.shared.started()
-                    ),
-                };
-                return Err(Error::Start(why));
+                let started = self.shared.started();
+                return Err(match self.finish() {
+                    Err(e) => StartError::Ended(Box::new(e)),
+                    Ok(_) if ended => StartError::Ended(Box::new(Error::Stopped)),
+                    Ok(_) => StartError::TimedOut {
+                        started,
+                        want,
+                        after: START_TIMEOUT,
+                    },
+                }
+                .into());
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -160,9 +162,7 @@ impl Cluster {
         };
         let r = h.join();
         self.shared.close();
-        let r = r
-            .map_err(|_| Error::Failed("the cluster's thread panicked".into()))?
-            .map_err(Error::Failed)?;
+        let r = r.map_err(|_| Error::ClusterPanicked)??;
         let mut aborts = BTreeMap::new();
         for (k, v) in &r.txn.aborts {
             aborts.insert(k.to_string(), *v);

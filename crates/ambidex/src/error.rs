@@ -91,9 +91,12 @@ pub enum Error {
     /// The schema is invalid.
     #[error("schema: {0}")]
     Schema(#[from] SchemaError),
-    /// The cluster could not start (its transport, tables or threads).
+    /// The cluster could not start (its transport or threads).
     #[error("cannot start the cluster: {0}")]
-    Start(String),
+    Start(#[from] StartError),
+    /// A node's tables could not be set up (registered, or their descriptors shared).
+    #[error("cannot set up a node's tables: {0}")]
+    Tables(#[from] ambidex_txn::DbError),
     /// The cluster stopped (shut down, or failed: [`Cluster::shutdown`] says why) before
     /// the transaction could run or finish.
     ///
@@ -102,7 +105,10 @@ pub enum Error {
     Stopped,
     /// The cluster ran, but its end found a failure (a node fenced, a thread lost).
     #[error("the cluster failed: {0}")]
-    Failed(String),
+    Failed(#[from] ambidex_txn::RunError),
+    /// The thread that ran the cluster panicked.
+    #[error("the cluster's thread panicked")]
+    ClusterPanicked,
     /// The transaction's closure panicked (its locks were released; the node goes on).
     #[error("the transaction panicked: {0}")]
     Panicked(String),
@@ -143,4 +149,30 @@ impl From<AbortReason> for Error {
     fn from(reason: AbortReason) -> Error {
         Error::Aborted { reason }
     }
+}
+
+/// Why a cluster did not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// Its transport could not be opened (the local fabric, an shm directory, udp
+    /// sockets).
+    #[error("its transport: {0}")]
+    Transport(String),
+    /// The thread that runs the cluster could not be spawned.
+    #[error("cannot spawn the cluster's thread: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// Not every node thread started in time.
+    #[error("{started} of {want} node threads started within {after:?}")]
+    TimedOut {
+        /// Threads that started.
+        started: usize,
+        /// Threads the cluster has.
+        want: usize,
+        /// How long it waited.
+        after: std::time::Duration,
+    },
+    /// The node threads ended before they all started (and the run said why).
+    #[error("the node threads ended before they started: {0}")]
+    Ended(#[source] Box<Error>),
 }

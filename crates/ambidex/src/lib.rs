@@ -19,7 +19,7 @@ pub mod workload;
 pub use cluster::{Cluster, ClusterReport, Node, TxnHandle, DEFAULT_COROUTINES};
 pub use codec::{DecodeError, Json, Key, Value};
 pub use config::{Config, ConfigError};
-pub use error::{AbortReason, Error};
+pub use error::{AbortReason, Error, StartError};
 pub use retry::RetryPolicy;
 pub use schema::{Schema, SchemaError, Table};
 pub use tx::{ReadTx, Tx};

@@ -239,7 +239,7 @@ fn check_history(file: &std::path::Path, adya: bool, json: bool) -> Result<(), S
     if adya {
         let export = file.with_extension("elle.jsonl");
         ambidex_history::export_elle_file(&recs, &export).map_err(|e| e.to_string())?;
-        let v = ambidex_history::run_adya(&export)?;
+        let v = ambidex_history::run_adya(&export).map_err(|e| e.to_string())?;
         println!(
             "adya ({}): valid={:?} {:?}",
             export.display(),

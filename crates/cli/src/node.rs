@@ -368,7 +368,7 @@ fn run_inner(
                         let send = Box::new(move |msg: serde_json::Value| {
                             events
                                 .write("manager", serde_json::json!({ "manager": msg }))
-                                .map_err(|e| e.to_string())
+                                .map_err(ambidex_cluster::manager::channel::SendLineError::Io)
                         });
                         // A call waits up to a lease: a grant that arrives late still
                         // counts (the lease runs from when the renewal was sent), and an

@@ -17,11 +17,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::format::{parse_file, Outcome, TxnRecord};
+use crate::format::{parse_file, Outcome, ParseError, TxnRecord};
 
 /// Error-level findings: any of these means the history is not serializable
 /// (cycle kinds, G1a) or contradicts what the transaction layer guarantees.
@@ -290,10 +290,25 @@ impl CheckReport {
 }
 
 /// Parses and checks a history file.
-pub fn check_file(path: impl AsRef<Path>) -> Result<CheckReport, String> {
+pub fn check_file(path: impl AsRef<Path>) -> Result<CheckReport, CheckFileError> {
     let path = path.as_ref();
-    let recs = parse_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let recs = parse_file(path).map_err(|source| CheckFileError {
+        path: path.to_path_buf(),
+        source,
+    })?;
     Ok(check(&recs))
+}
+
+/// Why [`check_file`] could not check a history file: it could not be read or a line
+/// of it is malformed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {source}", .path.display())]
+pub struct CheckFileError {
+    /// The history file.
+    pub path: PathBuf,
+    /// The line (0: the file itself) and what is wrong with it.
+    #[source]
+    pub source: ParseError,
 }
 
 /// FxHash: keys here are small integers from the history; DoS resistance

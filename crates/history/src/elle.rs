@@ -215,18 +215,51 @@ pub fn find_adya() -> Option<PathBuf> {
     p.is_file().then_some(p)
 }
 
+/// Why adya gave no verdict ([`run_adya`], [`run_adya_with`]).
+#[derive(Debug, thiserror::Error)]
+pub enum AdyaError {
+    /// No binary was given and none was found (see [`find_adya`]).
+    #[error("adya binary not found (set ADYA_BIN or run `{ADYA_INSTALL}`)")]
+    NotFound,
+    /// The binary could not be started.
+    #[error("running {}: {source}", .binary.display())]
+    Spawn {
+        /// The binary.
+        binary: PathBuf,
+        /// The error starting it.
+        #[source]
+        source: io::Error,
+    },
+    /// adya exited with a code other than 0 (valid), 1 (anomalies) or 2 (unknown).
+    #[error("adya exited with {code}: {stderr}")]
+    Failed {
+        /// The exit code (-1: killed by a signal).
+        code: i32,
+        /// adya's standard error, trimmed.
+        stderr: String,
+    },
+    /// adya's standard output is not a JSON report.
+    #[error("adya printed no JSON report ({source}); stderr: {stderr}")]
+    NoReport {
+        /// The JSON error.
+        #[source]
+        source: serde_json::Error,
+        /// adya's standard error, trimmed.
+        stderr: String,
+    },
+}
+
 /// Runs `adya check -m rw-register -c serializable --wfr-keys --json PATH` on
 /// an exported history.
-pub fn run_adya(path: impl AsRef<Path>) -> Result<AdyaVerdict, String> {
+pub fn run_adya(path: impl AsRef<Path>) -> Result<AdyaVerdict, AdyaError> {
     run_adya_with(path, &AdyaOptions::default())
 }
 
-pub fn run_adya_with(path: impl AsRef<Path>, opts: &AdyaOptions) -> Result<AdyaVerdict, String> {
+/// Runs adya on an exported history as `opts` says.
+pub fn run_adya_with(path: impl AsRef<Path>, opts: &AdyaOptions) -> Result<AdyaVerdict, AdyaError> {
     let bin = match &opts.binary {
         Some(b) => b.clone(),
-        None => find_adya().ok_or_else(|| {
-            format!("adya binary not found (set ADYA_BIN or run `{ADYA_INSTALL}`)")
-        })?,
+        None => find_adya().ok_or(AdyaError::NotFound)?,
     };
     let mut cmd = Command::new(&bin);
     cmd.args(["check", "-m", "rw-register", "-c", &opts.model, "--json"]);
@@ -237,21 +270,29 @@ pub fn run_adya_with(path: impl AsRef<Path>, opts: &AdyaOptions) -> Result<AdyaV
         cmd.arg("--transaction-order").arg(t);
     }
     cmd.arg(path.as_ref());
-    let out = cmd
-        .output()
-        .map_err(|e| format!("running {}: {e}", bin.display()))?;
+    let out = match cmd.output() {
+        Ok(out) => out,
+        Err(source) => {
+            return Err(AdyaError::Spawn {
+                binary: bin,
+                source,
+            })
+        }
+    };
     let code = out.status.code().unwrap_or(-1);
     let stderr = String::from_utf8_lossy(&out.stderr);
     // Exit 0 valid, 1 anomalies, 2 unknown, 3 error (adya's convention).
     if !(0..=2).contains(&code) {
-        return Err(format!("adya exited with {code}: {}", stderr.trim()));
+        return Err(AdyaError::Failed {
+            code,
+            stderr: stderr.trim().to_owned(),
+        });
     }
-    let report: Value = serde_json::from_slice(&out.stdout).map_err(|e| {
-        format!(
-            "adya printed no JSON report ({e}); stderr: {}",
-            stderr.trim()
-        )
-    })?;
+    let report: Value =
+        serde_json::from_slice(&out.stdout).map_err(|source| AdyaError::NoReport {
+            source,
+            stderr: stderr.trim().to_owned(),
+        })?;
     let valid = match &report["valid"] {
         Value::Bool(b) => Some(*b),
         _ => None,

@@ -167,38 +167,57 @@ impl TxnRecord {
 
     /// Checks the per-record invariants the format promises; the checker
     /// relies on them (e.g. `version == id` is what names a write's author).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), RecordError> {
         if self.id == 0 || self.id > MAX_ID {
-            return Err(format!("id {} out of range (must be in 1..2^63)", self.id));
+            return Err(RecordError::IdOutOfRange { id: self.id });
         }
         for r in &self.reads {
+            let (table, key) = (r.table, r.key);
             if r.version > MAX_ID {
-                return Err(format!(
-                    "read of table {} key {}: version {} >= 2^63",
-                    r.table, r.key, r.version
-                ));
+                return Err(RecordError::ReadVersionTooLarge {
+                    table,
+                    key,
+                    version: r.version,
+                });
             }
-            check_hex(r.value.as_deref())
-                .map_err(|e| format!("read of table {} key {}: {e}", r.table, r.key))?;
+            check_hex(r.value.as_deref()).map_err(|why| RecordError::ReadValue {
+                table,
+                key,
+                why,
+            })?;
         }
         for w in &self.writes {
-            let at = format!("write of table {} key {}", w.table, w.key);
+            let (table, key) = (w.table, w.key);
             if w.version != self.id {
-                return Err(format!(
-                    "{at}: version {} is not the transaction id {}",
-                    w.version, self.id
-                ));
+                return Err(RecordError::WriteVersion {
+                    table,
+                    key,
+                    version: w.version,
+                    id: self.id,
+                });
             }
             if w.prev_version > MAX_ID {
-                return Err(format!("{at}: prev_version {} >= 2^63", w.prev_version));
+                return Err(RecordError::PrevVersionTooLarge {
+                    table,
+                    key,
+                    prev_version: w.prev_version,
+                });
             }
-            check_hex(w.value.as_deref()).map_err(|e| format!("{at}: {e}"))?;
+            check_hex(w.value.as_deref()).map_err(|why| RecordError::WriteValue {
+                table,
+                key,
+                why,
+            })?;
             match (w.kind, &w.value) {
                 (WriteKind::Delete, Some(_)) => {
-                    return Err(format!("{at}: a delete must have value null"))
+                    return Err(RecordError::DeleteWithValue { table, key })
                 }
                 (WriteKind::Update | WriteKind::Insert, None) => {
-                    return Err(format!("{at}: an {} must have a value", w.kind.as_str()))
+                    return Err(RecordError::MissingValue {
+                        table,
+                        key,
+                        kind: w.kind,
+                    })
                 }
                 _ => {}
             }
@@ -207,16 +226,120 @@ impl TxnRecord {
     }
 }
 
-fn check_hex(v: Option<&str>) -> Result<(), String> {
+/// A record that breaks one of the format's per-record invariants
+/// ([`TxnRecord::validate`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// The transaction id is 0 or at least 2^63.
+    #[error("id {id} out of range (must be in 1..2^63)")]
+    IdOutOfRange {
+        /// The record's id.
+        id: u64,
+    },
+    /// A read's version is at least 2^63.
+    #[error("read of table {table} key {key}: version {version} >= 2^63")]
+    ReadVersionTooLarge {
+        /// Table of the read.
+        table: u32,
+        /// Key of the read.
+        key: u64,
+        /// The version read.
+        version: u64,
+    },
+    /// A read's value is not the format's hex encoding.
+    #[error("read of table {table} key {key}: {why}")]
+    ReadValue {
+        /// Table of the read.
+        table: u32,
+        /// Key of the read.
+        key: u64,
+        /// What is wrong with the value.
+        #[source]
+        why: HexError,
+    },
+    /// A write's version is not the transaction's id (the id names a write's author).
+    #[error("write of table {table} key {key}: version {version} is not the transaction id {id}")]
+    WriteVersion {
+        /// Table of the write.
+        table: u32,
+        /// Key of the write.
+        key: u64,
+        /// The write's version.
+        version: u64,
+        /// The record's id.
+        id: u64,
+    },
+    /// A write's `prev_version` is at least 2^63.
+    #[error("write of table {table} key {key}: prev_version {prev_version} >= 2^63")]
+    PrevVersionTooLarge {
+        /// Table of the write.
+        table: u32,
+        /// Key of the write.
+        key: u64,
+        /// The version it claims to overwrite.
+        prev_version: u64,
+    },
+    /// A write's value is not the format's hex encoding.
+    #[error("write of table {table} key {key}: {why}")]
+    WriteValue {
+        /// Table of the write.
+        table: u32,
+        /// Key of the write.
+        key: u64,
+        /// What is wrong with the value.
+        #[source]
+        why: HexError,
+    },
+    /// A delete carries a value (it must be null).
+    #[error("write of table {table} key {key}: a delete must have value null")]
+    DeleteWithValue {
+        /// Table of the write.
+        table: u32,
+        /// Key of the write.
+        key: u64,
+    },
+    /// An update or insert has no value.
+    #[error("write of table {table} key {key}: an {} must have a value", .kind.as_str())]
+    MissingValue {
+        /// Table of the write.
+        table: u32,
+        /// Key of the write.
+        key: u64,
+        /// The write's kind (update or insert).
+        kind: WriteKind,
+    },
+}
+
+/// A record value that is not the format's hex encoding. The value is kept truncated
+/// to its first 40 characters.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HexError {
+    /// The value has an odd number of characters.
+    #[error("value {0:?} has an odd number of hex digits")]
+    OddLength(String),
+    /// The value has a character that is not a hex digit.
+    #[error("value {0:?} is not hex")]
+    NotHex(String),
+}
+
+/// Why one history line is not a record ([`parse_line`]).
+#[derive(Debug, thiserror::Error)]
+pub enum LineError {
+    /// The line is not JSON of a record's shape.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// The record breaks an invariant of the format.
+    #[error(transparent)]
+    Invalid(#[from] RecordError),
+}
+
+fn check_hex(v: Option<&str>) -> Result<(), HexError> {
     let Some(s) = v else { return Ok(()) };
     if s.len() & 1 == 1 {
-        return Err(format!(
-            "value {:?} has an odd number of hex digits",
-            truncate(s)
-        ));
+        return Err(HexError::OddLength(truncate(s).to_owned()));
     }
     if !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("value {:?} is not hex", truncate(s)));
+        return Err(HexError::NotHex(truncate(s).to_owned()));
     }
     Ok(())
 }
@@ -273,8 +396,8 @@ impl fmt::Display for ParseError {
 impl std::error::Error for ParseError {}
 
 /// Parses one line (without its newline).
-pub fn parse_line(line: &str) -> Result<TxnRecord, String> {
-    let rec: TxnRecord = serde_json::from_str(line).map_err(|e| e.to_string())?;
+pub fn parse_line(line: &str) -> Result<TxnRecord, LineError> {
+    let rec: TxnRecord = serde_json::from_str(line)?;
     rec.validate()?;
     Ok(rec)
 }
@@ -286,9 +409,9 @@ pub fn parse_str(text: &str) -> Result<Vec<TxnRecord>, ParseError> {
         if line.trim().is_empty() {
             continue;
         }
-        out.push(parse_line(line).map_err(|message| ParseError {
+        out.push(parse_line(line).map_err(|e| ParseError {
             line: i + 1,
-            message,
+            message: e.to_string(),
         })?);
     }
     Ok(out)
@@ -315,7 +438,10 @@ pub fn parse_reader(mut r: impl BufRead) -> Result<Vec<TxnRecord>, ParseError> {
         if buf.trim().is_empty() {
             continue;
         }
-        out.push(parse_line(buf.trim_end()).map_err(|message| ParseError { line, message })?);
+        out.push(parse_line(buf.trim_end()).map_err(|e| ParseError {
+            line,
+            message: e.to_string(),
+        })?);
     }
 }
 

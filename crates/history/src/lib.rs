@@ -9,10 +9,16 @@ pub mod elle;
 pub mod format;
 pub mod recorder;
 
-pub use dsg::{check, check_file, Anomaly, CheckReport, EdgeKind, Warning, Witness, WitnessEdge};
-pub use elle::{export_elle, export_elle_file, run_adya, run_adya_with, AdyaOptions, AdyaVerdict};
+pub use dsg::{
+    check, check_file, Anomaly, CheckFileError, CheckReport, EdgeKind, Warning, Witness,
+    WitnessEdge,
+};
+pub use elle::{
+    export_elle, export_elle_file, run_adya, run_adya_with, AdyaError, AdyaOptions, AdyaVerdict,
+};
 pub use format::{
     decode_hex, drop_superseded, encode_hex, parse_file, parse_reader, parse_str, resolve_unknown,
-    Outcome, ParseError, ReadRecord, TxnRecord, WriteKind, WriteRecord,
+    HexError, LineError, Outcome, ParseError, ReadRecord, RecordError, TxnRecord, WriteKind,
+    WriteRecord,
 };
 pub use recorder::{salvage, Recorder, Salvaged, ThreadRecorder, TxnBuilder, TxnHeader};

@@ -206,7 +206,7 @@ fn check_file_reports_parse_errors_and_results() {
     let bad = dir.join("bad.jsonl");
     std::fs::write(&bad, format!("{}\n{{\"id\":1}}\n", lines[0])).unwrap();
     let err = ambidex_history::check_file(&bad).unwrap_err();
-    assert!(err.contains("line 2"), "{err}");
+    assert!(err.to_string().contains("line 2"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -19,9 +19,12 @@
 //! Both phases idle alike: `RuntimeConfig::spin_polls` empty polls, `yield_polls` polls
 //! after a yield, then a park in `Endpoint::wait` of at most `RuntimeConfig::max_wait`.
 
-use crate::{IdleStep, RpcStats, Runtime, RuntimeConfig};
+use crate::{IdleStep, RpcError, RpcStats, Runtime, RuntimeConfig};
 use ambidex_transport::cputime::process_cpu_seconds;
-use ambidex_transport::{CounterSnapshot, Datagram, Endpoint, EndpointAddr, NodeTransport};
+use ambidex_transport::{
+    CounterSnapshot, Datagram, Endpoint, EndpointAddr, NodeId, NodeTransport, ThreadId,
+    TransportError,
+};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::cell::{Cell, RefCell};
@@ -31,6 +34,68 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 const ECHO: u8 = 1;
+
+/// Why [`run_bench`] could not run or finish the benchmark.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcBenchError {
+    /// The configuration's node count is zero or differs from the transports given.
+    #[error("config says {configured} nodes, {given} given")]
+    NodeCount {
+        /// `RpcBenchConfig::nodes`.
+        configured: u16,
+        /// Node transports passed in.
+        given: usize,
+    },
+    /// `RpcBenchConfig::threads` is zero or more than the cluster's threads per node.
+    #[error("threads must be 1..={max} (got {threads})")]
+    Threads {
+        /// Threads asked for.
+        threads: u16,
+        /// The cluster's threads per node.
+        max: u16,
+    },
+    /// Coroutines, batch or duration is zero (or negative).
+    #[error("coroutines, batch and duration must be positive")]
+    NotPositive,
+    /// The node transport at position `index` is node `node`.
+    #[error("node {index} is given out of order (it is node {node})")]
+    OutOfOrder {
+        /// Position in the list given.
+        index: usize,
+        /// The node id of the transport at that position.
+        node: NodeId,
+    },
+    /// The transport refused an endpoint.
+    #[error("endpoint {thread} of node {node}: {source}")]
+    Endpoint {
+        /// Node of the endpoint.
+        node: NodeId,
+        /// Thread of the endpoint.
+        thread: ThreadId,
+        /// The transport's error.
+        #[source]
+        source: TransportError,
+    },
+    /// The latency histogram could not be created.
+    #[error("latency histogram: {0}")]
+    Histogram(#[from] hdrhistogram::CreationError),
+    /// A thread could not start an RPC runtime on its endpoint.
+    #[error("runtime on endpoint {addr}: {source}")]
+    Runtime {
+        /// The endpoint.
+        addr: EndpointAddr,
+        /// The runtime's error.
+        #[source]
+        source: RpcError,
+    },
+    /// A worker still held the runtime when the RPC phase ended, so the endpoint could
+    /// not be taken back.
+    #[error("a worker outlived its runtime")]
+    WorkerOutlivedRuntime,
+    /// A benchmark thread panicked.
+    #[error("bench thread panicked")]
+    ThreadPanicked,
+}
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
@@ -222,12 +287,13 @@ fn rpc_phase(
     p: &Arc<PhaseSync>,
     hist: &Mutex<Histogram<u64>>,
     total: usize,
-) -> Result<PhaseResult, String> {
+) -> Result<PhaseResult, RpcBenchError> {
+    let addr = ep.addr();
     let mut rt = match Runtime::new(ep, rt_cfg.clone()) {
         Ok(rt) => rt,
-        Err(e) => {
+        Err(source) => {
             skip_phase(p);
-            return Err(e.to_string());
+            return Err(RpcBenchError::Runtime { addr, source });
         }
     };
     let (rpcs, local_hist) = setup_workers(&mut rt, cfg, p);
@@ -247,7 +313,7 @@ fn rpc_phase(
         Ok(ep) => ep,
         Err(_) => {
             p.drained.wait();
-            return Err("a worker outlived its runtime".into());
+            return Err(RpcBenchError::WorkerOutlivedRuntime);
         }
     };
     drain(&mut *ep);
@@ -260,20 +326,22 @@ fn rpc_phase(
 pub fn run_bench(
     cfg: &RpcBenchConfig,
     nodes: Vec<Arc<dyn NodeTransport>>,
-) -> Result<RpcBenchReport, String> {
+) -> Result<RpcBenchReport, RpcBenchError> {
     if nodes.len() != cfg.nodes as usize || cfg.nodes == 0 {
-        return Err(format!(
-            "config says {} nodes, {} given",
-            cfg.nodes,
-            nodes.len()
-        ));
+        return Err(RpcBenchError::NodeCount {
+            configured: cfg.nodes,
+            given: nodes.len(),
+        });
     }
     let cc = nodes[0].config().clone();
     if cfg.threads == 0 || cfg.threads > cc.threads_per_node {
-        return Err(format!("threads must be 1..={}", cc.threads_per_node));
+        return Err(RpcBenchError::Threads {
+            threads: cfg.threads,
+            max: cc.threads_per_node,
+        });
     }
     if cfg.coroutines == 0 || cfg.batch == 0 || cfg.duration_s <= 0.0 {
-        return Err("coroutines, batch and duration must be positive".into());
+        return Err(RpcBenchError::NotPositive);
     }
     // Both phases idle the same way: the raw phase uses this config's spin_polls,
     // yield_polls and max_wait too (see `raw_phase`).
@@ -288,10 +356,17 @@ pub fn run_bench(
     let mut eps = Vec::new();
     for (n, node) in nodes.iter().enumerate() {
         if node.node() as usize != n {
-            return Err(format!("node {n} is given out of order"));
+            return Err(RpcBenchError::OutOfOrder {
+                index: n,
+                node: node.node(),
+            });
         }
         for t in 0..cfg.threads {
-            eps.push(node.endpoint(t).map_err(|e| e.to_string())?);
+            eps.push(node.endpoint(t).map_err(|source| RpcBenchError::Endpoint {
+                node: node.node(),
+                thread: t,
+                source,
+            })?);
         }
     }
     let total = eps.len();
@@ -312,10 +387,12 @@ pub fn run_bench(
             .map(|_| (sync(total + 1), sync(total + 1)))
             .collect(),
     );
-    let hist = Arc::new(Mutex::new(
-        Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?,
-    ));
-    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let hist = Arc::new(Mutex::new(Histogram::<u64>::new_with_bounds(
+        1,
+        60_000_000_000,
+        3,
+    )?));
+    let errors = Arc::new(Mutex::new(Vec::<RpcBenchError>::new()));
     let mut handles = Vec::new();
     for ep in eps {
         let (cfg, rt_cfg, phases, hist, errors) = (
@@ -347,7 +424,7 @@ pub fn run_bench(
                             credits = cr;
                             ep = Some(e);
                         }
-                        Err(msg) => errors.lock().unwrap().push(msg),
+                        Err(e) => errors.lock().unwrap().push(e),
                     }
                 }
                 (raw_count, rpcs, stats, counters, credits)
@@ -373,15 +450,15 @@ pub fn run_bench(
     let mut counters = CounterSnapshot::default();
     let mut credits = 0;
     for h in handles {
-        let (r, n, st, c, cr) = h.join().map_err(|_| "bench thread panicked".to_string())?;
+        let (r, n, st, c, cr) = h.join().map_err(|_| RpcBenchError::ThreadPanicked)?;
         raw_datagrams += r;
         rpcs += n;
         stats.merge(&st);
         counters.merge(&c);
         credits = cr;
     }
-    if let Some(e) = errors.lock().unwrap().first() {
-        return Err(e.clone());
+    if let Some(e) = errors.lock().unwrap().drain(..).next() {
+        return Err(e);
     }
     let h = hist.lock().unwrap();
     let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;

@@ -12,70 +12,88 @@
 //! `UnknownRegion`, `OutOfBounds`) and touches nothing, so a stale catalog yields an
 //! error and an abort, never a wrong read.
 
-use crate::layout::TableDesc;
+use crate::layout::{LayoutError, TableDesc};
 use ambidex_transport::{NodeId, Perms, RegionDesc};
 use serde::{Deserialize, Serialize};
-use std::fmt;
 
 /// Largest table id a catalog files (the transaction layer's limit too).
 pub const MAX_TABLE_ID: u32 = 1024;
 
 /// Why a descriptor was not filed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CatalogError {
     /// The descriptor's node is outside the cluster.
+    #[error("table descriptor of node {node} in a cluster of {nodes}")]
     UnknownNode { node: NodeId, nodes: u16 },
     /// The table id is above [`MAX_TABLE_ID`].
+    #[error("table id {0} above the limit {MAX_TABLE_ID}")]
     TableIdTooLarge(u32),
     /// The layout does not fit the region, or is malformed.
+    #[error("node {node} table {table}: bad descriptor: {why}")]
     BadLayout {
         node: NodeId,
         table: u32,
-        why: String,
+        /// What the layout check found.
+        #[source]
+        why: LayoutError,
     },
     /// The region does not allow what the protocol needs (READ, WRITE and atomics).
+    #[error("node {node} table {table}: region not registered for READ, WRITE and atomics")]
     MissingPerms { node: NodeId, table: u32 },
     /// A different descriptor is already filed for this (node, table).
+    #[error("node {node} table {table}: a different descriptor is already known")]
     Conflict { node: NodeId, table: u32 },
     /// A log region descriptor whose rings do not fit its region, are misaligned, or
     /// whose region does not allow READ and WRITE.
-    BadLogRegion { node: NodeId, why: String },
+    #[error("node {node}: bad log region descriptor: {why}")]
+    BadLogRegion {
+        node: NodeId,
+        /// What [`LogRegionDesc::validate`] found.
+        #[source]
+        why: LogRegionError,
+    },
     /// A different log region is already filed for this node.
+    #[error("node {node}: a different log region descriptor is already known")]
     LogConflict { node: NodeId },
 }
 
-impl fmt::Display for CatalogError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CatalogError::UnknownNode { node, nodes } => {
-                write!(f, "table descriptor of node {node} in a cluster of {nodes}")
-            }
-            CatalogError::TableIdTooLarge(t) => {
-                write!(f, "table id {t} above the limit {MAX_TABLE_ID}")
-            }
-            CatalogError::BadLayout { node, table, why } => {
-                write!(f, "node {node} table {table}: bad descriptor: {why}")
-            }
-            CatalogError::MissingPerms { node, table } => write!(
-                f,
-                "node {node} table {table}: region not registered for READ, WRITE and atomics"
-            ),
-            CatalogError::Conflict { node, table } => write!(
-                f,
-                "node {node} table {table}: a different descriptor is already known"
-            ),
-            CatalogError::BadLogRegion { node, why } => {
-                write!(f, "node {node}: bad log region descriptor: {why}")
-            }
-            CatalogError::LogConflict { node } => write!(
-                f,
-                "node {node}: a different log region descriptor is already known"
-            ),
-        }
-    }
+/// Why a [`LogRegionDesc`] is not a usable log region ([`LogRegionDesc::validate`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LogRegionError {
+    /// The region does not allow READ (the start-up check) and WRITE (the records).
+    #[error("region not registered for READ and WRITE")]
+    MissingPerms,
+    /// The first ring is not [`LOG_RING_ALIGN`]-aligned or starts inside the 32-byte
+    /// superblock.
+    #[error("first ring at {base} (misaligned or inside the superblock)")]
+    BadBase {
+        /// Offset of the first ring.
+        base: u64,
+    },
+    /// The ring size is not a multiple of [`LOG_RING_ALIGN`] or is below
+    /// [`LOG_RING_MIN_BYTES`].
+    #[error(
+        "ring of {ring_bytes} bytes (a multiple of {LOG_RING_ALIGN}, at least {LOG_RING_MIN_BYTES})"
+    )]
+    BadRingSize {
+        /// Bytes per ring.
+        ring_bytes: u64,
+    },
+    /// The rings run past the end of the region (or their extent overflows).
+    #[error(
+        "{rings} rings of {ring_bytes} bytes from {base} overrun a region of {region_len} bytes"
+    )]
+    Overrun {
+        /// Number of rings.
+        rings: u32,
+        /// Bytes per ring.
+        ring_bytes: u64,
+        /// Offset of the first ring.
+        base: u64,
+        /// Bytes of the region.
+        region_len: u64,
+    },
 }
-
-impl std::error::Error for CatalogError {}
 
 /// Where a node's log rings are: one ring of `ring_bytes` per coordinator (node,
 /// thread) that logs to this node, the i-th at `base + i * ring_bytes` of `region`.
@@ -98,34 +116,32 @@ pub const LOG_RING_MIN_BYTES: u64 = 256;
 impl LogRegionDesc {
     /// Checks that the rings fit the region and are aligned, and that the region
     /// allows READ (the start-up check) and WRITE (the records).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), LogRegionError> {
         if !self.region.perms.contains(Perms::READ | Perms::WRITE) {
-            return Err("region not registered for READ and WRITE".into());
+            return Err(LogRegionError::MissingPerms);
         }
         if !self.base.is_multiple_of(LOG_RING_ALIGN) || self.base < 32 {
-            return Err(format!(
-                "first ring at {} (misaligned or inside the superblock)",
-                self.base
-            ));
+            return Err(LogRegionError::BadBase { base: self.base });
         }
         if self.rings > 0
             && (!self.ring_bytes.is_multiple_of(LOG_RING_ALIGN)
                 || self.ring_bytes < LOG_RING_MIN_BYTES)
         {
-            return Err(format!(
-                "ring of {} bytes (a multiple of {LOG_RING_ALIGN}, at least {LOG_RING_MIN_BYTES})",
-                self.ring_bytes
-            ));
+            return Err(LogRegionError::BadRingSize {
+                ring_bytes: self.ring_bytes,
+            });
         }
         let end = (self.rings as u64)
             .checked_mul(self.ring_bytes)
             .and_then(|b| b.checked_add(self.base));
         match end {
             Some(e) if e <= self.region.len => Ok(()),
-            _ => Err(format!(
-                "{} rings of {} bytes from {} overrun a region of {} bytes",
-                self.rings, self.ring_bytes, self.base, self.region.len
-            )),
+            _ => Err(LogRegionError::Overrun {
+                rings: self.rings,
+                ring_bytes: self.ring_bytes,
+                base: self.base,
+                region_len: self.region.len,
+            }),
         }
     }
 
@@ -220,11 +236,7 @@ impl Catalog {
         }
         desc.layout
             .validate(desc.region.len)
-            .map_err(|e| CatalogError::BadLayout {
-                node,
-                table,
-                why: e.to_string(),
-            })?;
+            .map_err(|why| CatalogError::BadLayout { node, table, why })?;
         if !desc.region.perms.contains(Perms::ALL) {
             return Err(CatalogError::MissingPerms { node, table });
         }

@@ -28,7 +28,7 @@ mod thread_slot;
 
 pub use bench::{run_bench, StoreBenchConfig, StoreBenchReport};
 pub use btree::OrderedIndex;
-pub use catalog::{Catalog, CatalogError, LogRegionDesc};
+pub use catalog::{Catalog, CatalogError, LogRegionDesc, LogRegionError};
 pub use layout::{Header, LockOwner, OwnerRangeError, TableConfig, TableDesc, TableLayout};
 pub use loc_cache::{Loc, LocationCache};
 pub use remote::{RemoteError, RemoteGet, RemoteReader, RemoteStats};

@@ -65,6 +65,56 @@ pub fn ring_bytes_for(mtu: usize, recv_depth: usize) -> usize {
     want.next_power_of_two()
 }
 
+/// Why [`RxBlock::attach`] refused a mapping: its header does not describe a receive block
+/// of this cluster with the expected layout.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RxBlockError {
+    /// The mapping is shorter than a receive block's header.
+    #[error("receive block smaller than its header ({len} bytes, header needs {header})")]
+    TooSmall {
+        /// Bytes mapped.
+        len: usize,
+        /// Bytes of the header.
+        header: usize,
+    },
+    /// The header's magic word is not the receive-block magic: never formatted, or
+    /// overwritten.
+    #[error("receive block not initialised (bad magic {found:#x})")]
+    BadMagic {
+        /// The magic word found.
+        found: u64,
+    },
+    /// The block was formatted for another cluster id.
+    #[error("receive block belongs to another cluster (cluster id {found}, expected {expected})")]
+    OtherCluster {
+        /// The cluster id in the header.
+        found: u64,
+        /// This process's cluster id.
+        expected: u64,
+    },
+    /// The header's sender count or ring size differs from this configuration's, or the
+    /// mapping is too short for that layout.
+    #[error(
+        "receive block layout does not match the cluster configuration \
+         ({senders} senders of {ring_bytes} ring bytes in {len} mapped bytes; \
+         expected {expected_senders} senders of {expected_ring_bytes} bytes in {need})"
+    )]
+    LayoutMismatch {
+        /// Senders recorded in the header.
+        senders: u64,
+        /// Ring bytes per sender recorded in the header.
+        ring_bytes: u64,
+        /// Bytes mapped.
+        len: usize,
+        /// Senders this configuration expects.
+        expected_senders: usize,
+        /// Ring bytes per sender this configuration expects.
+        expected_ring_bytes: usize,
+        /// Bytes the expected layout needs.
+        need: usize,
+    },
+}
+
 /// A receive block mapped in this process.
 #[derive(Clone)]
 pub struct RxBlock {
@@ -102,9 +152,12 @@ impl RxBlock {
         cluster_id: u64,
         senders: usize,
         ring_bytes: usize,
-    ) -> Result<RxBlock, String> {
+    ) -> Result<RxBlock, RxBlockError> {
         if map.len() < header_len() {
-            return Err("receive block smaller than its header".into());
+            return Err(RxBlockError::TooSmall {
+                len: map.len(),
+                header: header_len(),
+            });
         }
         let b = RxBlock {
             map,
@@ -112,17 +165,34 @@ impl RxBlock {
             ring_bytes,
         };
         let h = b.header();
-        if h.magic.load(Ordering::Acquire) != RX_MAGIC {
-            return Err("receive block not initialised (bad magic)".into());
+        let magic = h.magic.load(Ordering::Acquire);
+        if magic != RX_MAGIC {
+            return Err(RxBlockError::BadMagic { found: magic });
         }
-        if h.cluster_id.load(Ordering::Relaxed) != cluster_id {
-            return Err("receive block belongs to another cluster".into());
+        let found_cluster = h.cluster_id.load(Ordering::Relaxed);
+        if found_cluster != cluster_id {
+            return Err(RxBlockError::OtherCluster {
+                found: found_cluster,
+                expected: cluster_id,
+            });
         }
-        if h.senders.load(Ordering::Relaxed) != senders as u64
-            || h.ring_bytes.load(Ordering::Relaxed) != ring_bytes as u64
-            || b.map.len() < Self::layout_len(senders, ring_bytes)
+        let (found_senders, found_ring_bytes) = (
+            h.senders.load(Ordering::Relaxed),
+            h.ring_bytes.load(Ordering::Relaxed),
+        );
+        let need = Self::layout_len(senders, ring_bytes);
+        if found_senders != senders as u64
+            || found_ring_bytes != ring_bytes as u64
+            || b.map.len() < need
         {
-            return Err("receive block layout does not match the cluster configuration".into());
+            return Err(RxBlockError::LayoutMismatch {
+                senders: found_senders,
+                ring_bytes: found_ring_bytes,
+                len: b.map.len(),
+                expected_senders: senders,
+                expected_ring_bytes: ring_bytes,
+                need,
+            });
         }
         Ok(b)
     }

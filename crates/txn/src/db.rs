@@ -10,6 +10,7 @@
 //! graph. Deletes leave tombstones so a key's versions form one chain; tombstones are
 //! not collected yet (their number is bounded by the keys ever inserted).
 
+use crate::error::{DbError, OutOfRoom, StartupCheckError, TableFull};
 use crate::log_ring::{LogRegion, LogRingConfig};
 use ambidex_cluster::{ConfigCell, Configuration, NodeState, Placement};
 use ambidex_rpc::RpcError;
@@ -58,7 +59,7 @@ pub struct NodeDb {
     /// coroutines' one-sided READs (the start-up check's and the one-sided phases').
     scratch: Vec<Region>,
     /// The start-up check's outcome: remote tables verified, or why it failed.
-    verified: Mutex<Option<Result<usize, String>>>,
+    verified: Mutex<Option<Result<usize, StartupCheckError>>>,
     /// Requests the handlers answered with `BadRequest` (malformed, unknown table, lock
     /// not held): counted drops of untrusted input.
     pub bad_requests: AtomicU64,
@@ -122,7 +123,7 @@ impl NodeDb {
         transport: &dyn NodeTransport,
         placement: Placement,
         specs: &[TableSpec],
-    ) -> Result<Arc<NodeDb>, String> {
+    ) -> Result<Arc<NodeDb>, DbError> {
         Self::with_log_rings(transport, placement, specs, LogRingConfig::default())
     }
 
@@ -134,7 +135,7 @@ impl NodeDb {
         placement: Placement,
         specs: &[TableSpec],
         rings: LogRingConfig,
-    ) -> Result<Arc<NodeDb>, String> {
+    ) -> Result<Arc<NodeDb>, DbError> {
         let config = Configuration {
             epoch: transport.config().epoch,
             incarnations: vec![1; placement.nodes() as usize],
@@ -151,43 +152,48 @@ impl NodeDb {
         config: Configuration,
         specs: &[TableSpec],
         rings: LogRingConfig,
-    ) -> Result<Arc<NodeDb>, String> {
+    ) -> Result<Arc<NodeDb>, DbError> {
         let node = transport.node();
         let placement = &config.placement;
         if placement.nodes() > LockOwner::MAX_NODES {
-            return Err(format!(
-                "{} nodes: lock words name at most {} nodes",
-                placement.nodes(),
-                LockOwner::MAX_NODES
-            ));
+            return Err(DbError::TooManyNodes {
+                nodes: placement.nodes(),
+                max: LockOwner::MAX_NODES,
+            });
         }
-        let max_id = specs.iter().map(|s| s.id).max().unwrap_or(0) as usize;
+        let max_id = specs.iter().map(|s| s.id).max().unwrap_or(0);
         if max_id > 1024 {
-            return Err("table ids must be at most 1024".into());
+            return Err(DbError::TableIdTooLarge {
+                table: max_id,
+                max: 1024,
+            });
         }
+        let max_id = max_id as usize;
         let mut tables: Vec<Option<(TableSpec, Table)>> = (0..=max_id).map(|_| None).collect();
         for s in specs {
             if tables[s.id as usize].is_some() {
-                return Err(format!("table id {} registered twice", s.id));
+                return Err(DbError::DuplicateTable { table: s.id });
             }
             let cfg = TableConfig::new(s.capacity_per_node.max(16), META + s.value_size);
-            let t = Table::create_registered(transport, s.id, &cfg).map_err(|e| {
-                format!(
-                    "cannot create table {} ({}) on node {node}: {e}",
-                    s.id, s.name
-                )
+            let t = Table::create_registered(transport, s.id, &cfg).map_err(|source| {
+                DbError::CreateTable {
+                    node,
+                    table: s.id,
+                    name: s.name.clone(),
+                    source,
+                }
             })?;
             tables[s.id as usize] = Some((s.clone(), t));
         }
-        let threads = transport.config().threads_per_node as usize;
+        let threads = transport.config().threads_per_node;
         let scratch = (0..threads)
             .map(|t| {
                 transport
                     .register(SCRATCH_PER_WORKER * SCRATCH_WORKERS, Perms::ALL)
-                    .map_err(|e| {
-                        format!(
-                            "node {node}: cannot register the scratch region of thread {t}: {e}"
-                        )
+                    .map_err(|source| DbError::Scratch {
+                        node,
+                        thread: t,
+                        source,
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -268,63 +274,57 @@ impl NodeDb {
     }
 
     /// The catalog of a cluster whose every node's database is in `dbs` (in process).
-    pub fn catalog_of(dbs: &[Arc<NodeDb>]) -> Result<Catalog, String> {
+    pub fn catalog_of(dbs: &[Arc<NodeDb>]) -> Result<Catalog, DbError> {
         let nodes = dbs.first().map_or(0, |d| d.nodes);
         let mut cat = Catalog::new(nodes);
         for db in dbs {
             cat.extend(db.table_descs())
                 .and_then(|()| cat.insert_log(db.log_region_desc()))
-                .map_err(|e| format!("node {}: {e}", db.node))?;
+                .map_err(|source| DbError::Catalog {
+                    node: db.node,
+                    source,
+                })?;
         }
         Ok(cat)
     }
 
     /// Sets the cluster's catalog, once: it must be of this cluster and hold this
     /// node's own tables as they are.
-    pub fn set_catalog(&self, cat: Catalog) -> Result<(), String> {
+    pub fn set_catalog(&self, cat: Catalog) -> Result<(), DbError> {
         // Every descriptor is checked already: a `Catalog` is built only by filing
         // (`Catalog::insert`), and one from another process is filed again when it is
         // deserialized.
+        let node = self.node;
         if cat.nodes() != self.nodes {
-            return Err(format!(
-                "node {}: a catalog of {} nodes for a cluster of {}",
-                self.node,
-                cat.nodes(),
-                self.nodes
-            ));
+            return Err(DbError::CatalogSize {
+                node,
+                catalog: cat.nodes(),
+                cluster: self.nodes,
+            });
         }
         let mine = self.table_descs();
-        if cat.of_node(self.node) != mine.as_slice() {
-            return Err(format!(
-                "node {}: the catalog does not hold this node's own tables as they are",
-                self.node
-            ));
+        if cat.of_node(node) != mine.as_slice() {
+            return Err(DbError::CatalogOwnTables { node });
         }
-        if cat.log_region(self.node) != Some(&self.log_region_desc()) {
-            return Err(format!(
-                "node {}: the catalog does not hold this node's own log region as it is",
-                self.node
-            ));
+        if cat.log_region(node) != Some(&self.log_region_desc()) {
+            return Err(DbError::CatalogOwnLogRegion { node });
         }
         for n in 0..cat.nodes() {
             if cat.log_region(n).is_none() {
-                return Err(format!(
-                    "node {}: the catalog has no log region of node {n}",
-                    self.node
-                ));
+                return Err(DbError::CatalogNoLogRegion { node, of: n });
             }
             if cat.of_node(n).len() != mine.len() {
-                return Err(format!(
-                    "node {}: the catalog has {} tables of node {n}, this node {}",
-                    self.node,
-                    cat.of_node(n).len(),
-                    mine.len()
-                ));
+                return Err(DbError::CatalogTableCount {
+                    node,
+                    of: n,
+                    catalog: cat.of_node(n).len(),
+                    mine: mine.len(),
+                });
             }
         }
         let mut slot = self.catalog.write().unwrap_or_else(|e| e.into_inner());
         if slot.is_some() {
-            return Err(format!("node {}: the catalog is already set", self.node));
+            return Err(DbError::CatalogAlreadySet { node });
         }
         *slot = Some(Arc::new(cat));
         Ok(())
@@ -340,28 +340,29 @@ impl NodeDb {
         node: NodeId,
         tables: Vec<TableDesc>,
         log: LogRegionDesc,
-    ) -> Result<(), String> {
+    ) -> Result<(), DbError> {
         if node == self.node {
-            return Err(format!(
-                "node {}: its own descriptors are replaced by a new database, not an update",
-                self.node
-            ));
+            return Err(DbError::ReplaceOwn { node });
         }
         let mut slot = self.catalog.write().unwrap_or_else(|e| e.into_inner());
         let cat = slot
             .as_ref()
-            .ok_or_else(|| format!("node {}: no catalog to update", self.node))?;
+            .ok_or(DbError::NoCatalog { node: self.node })?;
         if tables.len() != cat.of_node(self.node).len() {
-            return Err(format!(
-                "node {}: node {node} restarted with {} tables, this node has {}",
-                self.node,
-                tables.len(),
-                cat.of_node(self.node).len()
-            ));
+            return Err(DbError::RestartedTableCount {
+                node: self.node,
+                restarted: node,
+                tables: tables.len(),
+                mine: cat.of_node(self.node).len(),
+            });
         }
         let mut next = (**cat).clone();
         next.replace_node(node, tables, Some(log))
-            .map_err(|e| format!("node {}: node {node}'s new descriptors: {e}", self.node))?;
+            .map_err(|source| DbError::RestartedDescriptors {
+                node: self.node,
+                restarted: node,
+                source,
+            })?;
         *slot = Some(Arc::new(next));
         Ok(())
     }
@@ -391,10 +392,14 @@ impl NodeDb {
     /// or stale key, region, length) or a mismatch is an error naming the node and
     /// table or log region. Needs [`NodeDb::scratch_region`] attached to `ctx`'s
     /// runtime.
-    pub async fn verify_remote_tables(&self, ctx: &ambidex_rpc::Ctx) -> Result<usize, String> {
+    pub async fn verify_remote_tables(
+        &self,
+        ctx: &ambidex_rpc::Ctx,
+    ) -> Result<usize, StartupCheckError> {
+        let node = self.node;
         let cat = self
             .catalog()
-            .ok_or_else(|| format!("node {}: no catalog to verify", self.node))?;
+            .ok_or(StartupCheckError::NoCatalog { node })?;
         let descs: Vec<TableDesc> = cat
             .iter()
             .filter(|d| d.region.node != self.node)
@@ -408,44 +413,57 @@ impl NodeDb {
         let gone = |n: NodeId| !self.config().with(|c| c.placement.is_member(n));
         // One READ per batch: a batch's READs share this coroutine's scratch slice.
         for d in &descs {
-            let words = match self.read_superblock(ctx, d.region.at(0)).await {
+            let (owner, table, region) = (d.region.node, d.table_id, d.region.id);
+            let found = match self.read_superblock(ctx, d.region.at(0)).await {
                 Ok(w) => [w[0], w[1], w[2]],
-                Err(_) if gone(d.region.node) => continue,
-                Err(e) => return Err(self.check_error(d, &e)),
+                Err(_) if gone(owner) => continue,
+                Err(source) => {
+                    return Err(StartupCheckError::TableRead {
+                        node,
+                        owner,
+                        table,
+                        region,
+                        source,
+                    })
+                }
             };
             let want = [MAGIC, d.table_id as u64, d.layout.len];
-            if words != want {
-                return Err(self.check_error(
-                    d,
-                    &format!(
-                        "superblock (magic, table, len) = {:#x}, {}, {} but the descriptor \
-                         says {:#x}, {}, {}",
-                        words[0], words[1], words[2], want[0], want[1], want[2]
-                    ),
-                ));
+            if found != want {
+                return Err(StartupCheckError::TableMismatch {
+                    node,
+                    owner,
+                    table,
+                    region,
+                    found,
+                    want,
+                });
             }
             verified += 1;
         }
         let members = self.config().with(|c| c.placement.member_mask());
-        for n in (0..cat.nodes()).filter(|&n| n != self.node && members & (1 << n) != 0) {
-            let what = format!("node {n}'s log region");
+        for owner in (0..cat.nodes()).filter(|&n| n != node && members & (1 << n) != 0) {
             let d = cat
-                .log_region(n)
-                .ok_or_else(|| self.log_check_error(&what, "not in the catalog"))?;
-            let words = match self.read_superblock(ctx, d.region.at(0)).await {
+                .log_region(owner)
+                .ok_or(StartupCheckError::LogMissing { node, owner })?;
+            let found = match self.read_superblock(ctx, d.region.at(0)).await {
                 Ok(w) => w,
-                Err(_) if gone(n) => continue,
-                Err(e) => return Err(self.log_check_error(&what, &e)),
+                Err(_) if gone(owner) => continue,
+                Err(source) => {
+                    return Err(StartupCheckError::LogRead {
+                        node,
+                        owner,
+                        source,
+                    })
+                }
             };
             let want = LogRegion::superblock_of(d);
-            if words != want {
-                return Err(self.log_check_error(
-                    &what,
-                    &format!(
-                        "superblock (magic, base, ring bytes, rings) = {words:#x?} but the \
-                         descriptor says {want:#x?}"
-                    ),
-                ));
+            if found != want {
+                return Err(StartupCheckError::LogMismatch {
+                    node,
+                    owner,
+                    found,
+                    want,
+                });
             }
         }
         Ok(verified)
@@ -460,7 +478,7 @@ impl NodeDb {
         &self,
         ctx: &ambidex_rpc::Ctx,
         at: ambidex_transport::RemoteAddr,
-    ) -> Result<[u64; 4], String> {
+    ) -> Result<[u64; 4], RpcError> {
         let start = ctx.now_ns();
         loop {
             match Self::read_superblock_once(ctx, at).await {
@@ -470,7 +488,7 @@ impl NodeDb {
                 {
                     ctx.yield_now().await
                 }
-                r => return r.map_err(|e| e.to_string()),
+                r => return r,
             }
         }
     }
@@ -490,17 +508,6 @@ impl NodeDb {
         })?)
     }
 
-    fn log_check_error(&self, what: &str, why: &str) -> String {
-        format!("node {}: start-up check of {what} failed: {why}", self.node)
-    }
-
-    fn check_error(&self, d: &TableDesc, why: &str) -> String {
-        format!(
-            "node {}: start-up check of node {}'s table {} (region {}) failed: {why}",
-            self.node, d.region.node, d.table_id, d.region.id
-        )
-    }
-
     /// The region thread `thread`'s coroutines READ into, and the bytes per coroutine id
     /// (attach it with `Runtime::attach_scratch`). `None` for a thread this node does
     /// not have.
@@ -510,27 +517,23 @@ impl NodeDb {
     }
 
     /// Records the start-up check's outcome (the first one counts).
-    pub fn record_verification(&self, r: Result<usize, String>) {
+    pub fn record_verification(&self, r: Result<usize, StartupCheckError>) {
         self.verified.lock().unwrap().get_or_insert(r);
     }
 
     /// The start-up check's outcome: `None` if it has not finished (or no catalog).
-    pub fn verification(&self) -> Option<Result<usize, String>> {
+    pub fn verification(&self) -> Option<Result<usize, StartupCheckError>> {
         self.verified.lock().unwrap().clone()
     }
 
     /// The number of remote tables the start-up check verified, or why there is none
     /// (it failed, did not run, or did not finish): never a silent zero.
-    pub fn remote_tables_verified(&self) -> Result<usize, String> {
+    pub fn remote_tables_verified(&self) -> Result<usize, StartupCheckError> {
+        let node = self.node;
         match self.verification() {
             Some(r) => r,
-            None if self.catalog().is_none() => {
-                Err(format!("node {}: started without a catalog", self.node))
-            }
-            None => Err(format!(
-                "node {}: the start-up check of the other nodes' tables did not finish",
-                self.node
-            )),
+            None if self.catalog().is_none() => Err(StartupCheckError::NoCatalogAtStart { node }),
+            None => Err(StartupCheckError::Unfinished { node }),
         }
     }
 
@@ -552,29 +555,31 @@ impl NodeDb {
     }
 
     /// Stores `value` for `key` if this node holds a copy of it; returns whether it did.
-    pub fn load(&self, table: u32, key: u64, value: &[u8]) -> Result<bool, String> {
-        if !self
-            .config()
-            .with(|c| c.placement.stores(self.node, table, key))
-        {
+    pub fn load(&self, table: u32, key: u64, value: &[u8]) -> Result<bool, DbError> {
+        let node = self.node;
+        if !self.config().with(|c| c.placement.stores(node, table, key)) {
             return Ok(false);
         }
         let (spec, t) = self
             .table(table)
-            .ok_or_else(|| format!("unknown table {table}"))?;
+            .ok_or(DbError::UnknownTable { node, table })?;
         if value.len() != spec.value_size {
-            return Err(format!(
-                "value of {} bytes for table {} of {}-byte values",
-                value.len(),
-                spec.name,
-                spec.value_size
-            ));
+            return Err(DbError::ValueSize {
+                node,
+                name: spec.name.clone(),
+                len: value.len(),
+                expected: spec.value_size,
+            });
         }
         let mut v = Vec::with_capacity(META + value.len());
         v.extend_from_slice(&LOAD_VERSION.to_le_bytes());
         v.extend_from_slice(value);
-        t.insert(key, &v)
-            .map_err(|e| format!("loading key {key} into {}: {e}", spec.name))?;
+        t.insert(key, &v).map_err(|source| DbError::Load {
+            node,
+            key,
+            name: spec.name.clone(),
+            source,
+        })?;
         Ok(true)
     }
 
@@ -587,28 +592,23 @@ impl NodeDb {
     /// An error naming every table of this node that refused committed data for want
     /// of room (a backup's, a copy's or a recovery's write: [`Table::full_refusals`]),
     /// so a run that met one is not a sound run. (The caller names the node.)
-    pub fn room_check(&self) -> Result<(), String> {
-        let full: Vec<String> = self
+    pub fn room_check(&self) -> Result<(), OutOfRoom> {
+        let tables: Vec<TableFull> = self
             .tables
             .iter()
             .flatten()
             .filter(|(_, t)| t.full_refusals() > 0)
-            .map(|(spec, t)| {
-                format!(
-                    "table {} ({} items of room) refused {} committed writes",
-                    spec.name,
-                    t.capacity(),
-                    t.full_refusals()
-                )
+            .map(|(spec, t)| TableFull {
+                table: spec.id,
+                name: spec.name.clone(),
+                capacity: t.capacity(),
+                refusals: t.full_refusals(),
             })
             .collect();
-        if full.is_empty() {
+        if tables.is_empty() {
             Ok(())
         } else {
-            Err(format!(
-                "out of room: {} (raise the tables' capacity_per_node)",
-                full.join("; ")
-            ))
+            Err(OutOfRoom { tables })
         }
     }
 

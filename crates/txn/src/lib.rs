@@ -42,6 +42,7 @@
 pub mod actions;
 mod committer;
 pub mod db;
+pub mod error;
 pub mod handlers;
 pub mod history;
 pub mod log;
@@ -59,6 +60,11 @@ pub use ambidex_cluster::{Configuration, Placement};
 /// The owner a lock word names (re-exported from the store for users of the actions).
 pub use ambidex_store::LockOwner;
 pub use db::{NodeDb, TableSpec};
+pub use error::{
+    DbError, EtcdError, OutOfRoom, RestartError, RunError, RunFailure, StartError,
+    StartupCheckError, TableFull,
+};
+pub use log_ring::LogRegionSetupError;
 pub use messages::WriteKind;
 pub use policy::{Policy, PolicyError};
 pub use stats::{AbortReason, Phase, TxnStats};

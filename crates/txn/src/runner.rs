@@ -10,6 +10,9 @@
 //! another still needs it; in a node process, until the launcher says every node's
 //! workers are done.
 
+use crate::error::{
+    DbError, EtcdError, RestartError, RunError, RunFailure, StartError, StartupCheckError,
+};
 use crate::recovery::{RecoveryStats, ThreadRecovery};
 use crate::{HistorySink, NodeDb, TxnConfig, TxnStats, TxnThread};
 use ambidex_cluster::{Agent, ClusterState, Configuration, EmbeddedManager, Event, ManagerClient};
@@ -48,7 +51,7 @@ pub type SinkFactory = Arc<dyn Fn(NodeId, ThreadId) -> Box<dyn HistorySink> + Se
 /// current configuration (which it is not a member of): the same tables, capacities and
 /// log rings as the other nodes', in new regions (`NodeDb::with_config`).
 pub type DbFactory =
-    Arc<dyn Fn(&SharedNode, Configuration) -> Result<Arc<NodeDb>, String> + Send + Sync>;
+    Arc<dyn Fn(&SharedNode, Configuration) -> Result<Arc<NodeDb>, DbError> + Send + Sync>;
 
 #[derive(Clone)]
 pub struct RunSpec {
@@ -178,15 +181,16 @@ pub fn run(
     dbs: &[Arc<NodeDb>],
     spec: &RunSpec,
     worker: Worker,
-) -> Result<RunResult, String> {
+) -> Result<RunResult, RunError> {
     if nodes.len() != dbs.len() || nodes.is_empty() {
-        return Err("one database per node is needed".into());
+        return Err(RunError::NodeCount {
+            nodes: nodes.len(),
+            dbs: dbs.len(),
+        });
     }
     if let Some((n, _)) = spec.restart {
         if spec.manager.is_none() || spec.fresh_db.is_none() || spec.kill.map(|k| k.0) != Some(n) {
-            return Err(format!(
-                "restarting node {n} needs a manager, RunSpec::fresh_db, and node {n} killed"
-            ));
+            return Err(RunError::RestartSpec { node: n });
         }
     }
     let threads = nodes[0].config().threads_per_node;
@@ -208,7 +212,10 @@ pub fn run(
                 ms.lease,
                 clock.clone(),
             )
-            .map_err(|e| format!("cannot start node {}'s agent: {e}", db.node))?;
+            .map_err(|e| RunError::Agent {
+                node: db.node,
+                source: Arc::new(e),
+            })?;
             agents.push(Some(a));
         }
     }
@@ -254,7 +261,7 @@ pub fn run(
                 // be taken again.
                 for h in std::mem::take(&mut handles[n as usize]) {
                     if h.join().is_err() {
-                        crew.fail(format!("a thread of killed node {n} panicked"));
+                        crew.fail(RunFailure::KilledThreadPanicked { node: n });
                     }
                 }
                 let args = RestartArgs {
@@ -275,7 +282,7 @@ pub fn run(
                         restarted = Some(r);
                     }
                     Err(e) => {
-                        crew.fail(e);
+                        crew.fail(e.into());
                         break;
                     }
                 }
@@ -297,7 +304,7 @@ pub fn run(
     let mut errors = Vec::new();
     for h in handles.into_iter().flatten() {
         if h.join().is_err() {
-            errors.push("a node thread panicked".to_string());
+            errors.push(RunFailure::NodeThreadPanicked);
         }
     }
     errors.extend(crew.error.lock().unwrap().take());
@@ -310,13 +317,13 @@ pub fn run(
     let (cluster, events) = match &manager {
         Some(m) => match m.finish() {
             Ok((state, events, failure)) => {
-                if let Some(f) = failure {
-                    errors.push(format!("the cluster could not go on: {f}"));
+                if let Some(why) = failure {
+                    errors.push(RunFailure::ClusterStopped { why });
                 }
                 (Some(state), events)
             }
             Err(e) => {
-                errors.push(e);
+                errors.push(e.into());
                 (None, Vec::new())
             }
         },
@@ -326,11 +333,10 @@ pub fn run(
     let gone = killed.filter(|_| restarted.is_none());
     for db in &current {
         if Some(db.node) != gone && db.cluster().fenced() {
-            errors.push(format!(
-                "node {} was fenced: {}",
-                db.node,
-                db.cluster().why().unwrap_or_default()
-            ));
+            errors.push(RunFailure::Fenced {
+                node: db.node,
+                why: db.cluster().why().unwrap_or_default(),
+            });
         }
     }
     let mut verified = 0;
@@ -340,11 +346,11 @@ pub fn run(
     {
         match db.remote_tables_verified() {
             Ok(n) => verified += n,
-            Err(e) => errors.push(e),
+            Err(e) => errors.push(e.into()),
         }
     }
     if !errors.is_empty() {
-        return Err(errors.join("; "));
+        return Err(RunError::Failed(errors));
     }
     let mut r = RunResult {
         elapsed: start.elapsed(),
@@ -387,7 +393,7 @@ impl Manager {
         spec: &ManagerSpec,
         dbs: &[Arc<NodeDb>],
         clock: SharedClock,
-    ) -> Result<Manager, String> {
+    ) -> Result<Manager, EtcdError> {
         let config = (*dbs[0].config().load()).clone();
         match &spec.kind {
             ManagerKind::Embedded => Ok(Manager::Embedded(EmbeddedManager::start(
@@ -398,11 +404,14 @@ impl Manager {
                 let eps: Vec<&str> = endpoints.iter().map(String::as_str).collect();
                 let created =
                     ambidex_cluster::EtcdManager::bootstrap(&eps, cluster, config, spec.lease)
-                        .map_err(|e| format!("cannot bootstrap cluster {cluster} in etcd: {e}"))?;
+                        .map_err(|source| EtcdError::Bootstrap {
+                            cluster: cluster.clone(),
+                            source,
+                        })?;
                 if !created {
-                    return Err(format!(
-                        "cluster {cluster} already exists in etcd: a run needs a new one"
-                    ));
+                    return Err(EtcdError::Exists {
+                        cluster: cluster.clone(),
+                    });
                 }
                 Ok(Manager::Etcd {
                     endpoints: endpoints.clone(),
@@ -422,7 +431,7 @@ impl Manager {
         incarnation: u64,
         lease: Duration,
         clock: &SharedClock,
-    ) -> Result<Box<dyn ManagerClient>, String> {
+    ) -> Result<Box<dyn ManagerClient>, EtcdError> {
         match self {
             Manager::Embedded(m) => Ok(Box::new(m.client(db.node, incarnation))),
             #[cfg(feature = "etcd")]
@@ -446,7 +455,7 @@ impl Manager {
 
     /// The final state, the events in time order and why the cluster stopped, if it
     /// did (after the agents are gone).
-    fn finish(&self) -> Result<(ClusterState, Vec<Event>, Option<String>), String> {
+    fn finish(&self) -> Result<(ClusterState, Vec<Event>, Option<String>), EtcdError> {
         match self {
             Manager::Embedded(m) => Ok((m.state(), m.events(), m.failure())),
             #[cfg(feature = "etcd")]
@@ -456,8 +465,13 @@ impl Manager {
                 events,
             } => {
                 let eps: Vec<&str> = endpoints.iter().map(String::as_str).collect();
-                let (state, failed) = ambidex_cluster::EtcdManager::state(&eps, cluster)
-                    .map_err(|e| format!("cannot read cluster {cluster}'s final state: {e}"))?;
+                let (state, failed) =
+                    ambidex_cluster::EtcdManager::state(&eps, cluster).map_err(|source| {
+                        EtcdError::FinalState {
+                            cluster: cluster.clone(),
+                            source,
+                        }
+                    })?;
                 let mut events = events.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 events.sort_by_key(|e| e.at_ns);
                 Ok((state, events, failed))
@@ -470,6 +484,7 @@ impl Manager {
 /// processes report the manager's events from these).
 #[cfg(feature = "etcd")]
 pub mod etcd {
+    use crate::error::EtcdError;
     use ambidex_cluster::{
         ClusterState, EtcdClient, Event, Grant, ManagerClient, ManagerError, Stage,
     };
@@ -498,11 +513,11 @@ pub mod etcd {
             lease: Duration,
             clock: &SharedClock,
             sink: Arc<Mutex<Vec<Event>>>,
-        ) -> Result<Recording, String> {
+        ) -> Result<Recording, EtcdError> {
             let eps: Vec<&str> = endpoints.iter().map(String::as_str).collect();
             let (node, incarnation) = member;
             let inner = EtcdClient::connect(&eps, cluster, node, incarnation, lease)
-                .map_err(|e| format!("node {node} cannot connect to etcd: {e}"))?;
+                .map_err(|source| EtcdError::Connect { node, source })?;
             // The client counts its events from when it connected.
             Ok(Recording {
                 inner,
@@ -565,48 +580,46 @@ struct RestartArgs<'a> {
 /// next incarnation, every node's catalog gets its new descriptors (the joiner the
 /// whole catalog), and its agent (joining) and threads start. Its threads wait, holding
 /// no lease, until the agent moved them to the configuration that admits it.
-fn restart_node(a: RestartArgs<'_>) -> Result<(Agent, Restarted, Vec<JoinHandle<()>>), String> {
+fn restart_node(
+    a: RestartArgs<'_>,
+) -> Result<(Agent, Restarted, Vec<JoinHandle<()>>), RestartError> {
     let (n, at_ns) = (a.node, a.clock.now_ns());
     let (fresh, ms) = match (&a.spec.fresh_db, &a.spec.manager) {
         (Some(f), Some(m)) => (f, m),
-        _ => {
-            return Err(format!(
-                "restarting node {n} needs a manager and a fresh_db"
-            ))
-        }
+        _ => return Err(RestartError::Spec { node: n }),
     };
     let transport = a
         .nodes
         .get(n as usize)
-        .ok_or_else(|| format!("no node {n} to restart"))?;
+        .ok_or(RestartError::NoNode { node: n })?;
     let survivor = a
         .current
         .iter()
         .find(|d| d.node != n)
-        .ok_or_else(|| format!("node {n} has nobody to rejoin"))?;
+        .ok_or(RestartError::NobodyToRejoin { node: n })?;
     let config = (*survivor.config().load()).clone();
     let incarnation = config
         .incarnations
         .get(n as usize)
         .map(|i| i + 1)
-        .ok_or_else(|| format!("node {n} is not in the configuration"))?;
+        .ok_or(RestartError::NotInConfiguration { node: n })?;
     transport
         .restart()
-        .map_err(|e| format!("cannot restart node {n}: {e}"))?;
+        .map_err(|source| RestartError::Transport { node: n, source })?;
     let db = fresh(transport, config)?;
     db.set_incarnation(incarnation);
     if db.node != n {
-        return Err(format!(
-            "the fresh database of node {n} is node {}'s",
-            db.node
-        ));
+        return Err(RestartError::WrongNode {
+            node: n,
+            got: db.node,
+        });
     }
     if let Some(cat) = survivor.catalog() {
         let (tables, log) = (db.table_descs(), db.log_region_desc());
         let mut whole = (*cat).clone();
         whole
             .replace_node(n, tables.clone(), Some(log))
-            .map_err(|e| format!("node {n}'s new descriptors: {e}"))?;
+            .map_err(|source| RestartError::Descriptors { node: n, source })?;
         db.set_catalog(whole)?;
         for d in a.current.iter().filter(|d| d.node != n) {
             d.replace_in_catalog(n, tables.clone(), log)?;
@@ -621,7 +634,10 @@ fn restart_node(a: RestartArgs<'_>) -> Result<(Agent, Restarted, Vec<JoinHandle<
         n,
         incarnation,
     )
-    .map_err(|e| format!("cannot start node {n}'s agent: {e}"))?;
+    .map_err(|e| RestartError::Agent {
+        node: n,
+        source: Arc::new(e),
+    })?;
     let threads = transport.config().threads_per_node as usize;
     a.crew
         .live
@@ -653,8 +669,8 @@ pub struct Crew {
     pub stop: Arc<AtomicBool>,
     /// Set when the runtimes may stop serving (with [`Serve::UntilDrained`]).
     pub drain: Arc<AtomicBool>,
-    /// The first error of a thread that could not start.
-    pub error: Arc<Mutex<Option<String>>>,
+    /// The first failure of a thread (it could not start, or panicked) or of a restart.
+    pub error: Arc<Mutex<Option<RunFailure>>>,
     /// What each thread reported when it ended.
     pub results: Arc<Mutex<Vec<ThreadResult>>>,
     /// The threads' recovery counters, summed as they end.
@@ -674,7 +690,7 @@ impl Crew {
         }
     }
 
-    fn fail(&self, e: String) {
+    fn fail(&self, e: RunFailure) {
         self.error.lock().unwrap().get_or_insert(e);
     }
 }
@@ -738,7 +754,11 @@ fn spawn_node_until(
                 let ret = returned.clone();
                 let started = node
                     .endpoint(t)
-                    .map_err(|e| format!("endpoint {n}.{t}: {e}"))
+                    .map_err(|source| StartError::Endpoint {
+                        node: n,
+                        thread: t,
+                        source,
+                    })
                     .and_then(|ep| {
                         start_thread(
                             ep,
@@ -757,7 +777,7 @@ fn spawn_node_until(
                 let (mut rt, th) = match started {
                     Ok(x) => x,
                     Err(e) => {
-                        crew.fail(e);
+                        crew.fail(e.into());
                         crew.live.fetch_sub(coroutines, Ordering::SeqCst);
                         return;
                     }
@@ -802,7 +822,11 @@ fn spawn_node_until(
                         .cloned()
                         .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                         .unwrap_or_else(|| "a panic".into());
-                    crew.fail(format!("thread {t} of node {n} panicked: {what}"));
+                    crew.fail(RunFailure::ThreadPanicked {
+                        node: n,
+                        thread: t,
+                        what,
+                    });
                     crew.stop.store(true, Ordering::SeqCst);
                     give_up_rest();
                     return;
@@ -818,7 +842,11 @@ fn spawn_node_until(
         match spawned {
             Ok(h) => handles.push(h),
             Err(e) => {
-                crew.fail(format!("cannot start thread {t} of node {n}: {e}"));
+                crew.fail(RunFailure::Spawn {
+                    node: n,
+                    thread: t,
+                    source: Arc::new(e),
+                });
                 crew.live.fetch_sub(coroutines, Ordering::SeqCst);
             }
         }
@@ -842,21 +870,30 @@ pub fn start_thread<F, Fut, D>(
     stop: Arc<AtomicBool>,
     worker: F,
     done: D,
-) -> Result<(Runtime, Rc<TxnThread>), String>
+) -> Result<(Runtime, Rc<TxnThread>), StartError>
 where
     F: Fn(WorkerCtx) -> Fut + 'static,
     Fut: Future<Output = ()> + 'static,
     D: Fn(usize) + 'static,
 {
     let addr = ep.addr();
+    let (node, thread) = (addr.node, addr.thread);
     let ep = match &spec.fault {
         Some(f) => {
-            FaultyEndpoint::wrap(ep, f.clone()).map_err(|e| format!("fault injector: {e}"))?
+            FaultyEndpoint::wrap(ep, f.clone()).map_err(|source| StartError::FaultInjector {
+                node,
+                thread,
+                source,
+            })?
         }
         None => ep,
     };
-    let mut rt = Runtime::with_clock(ep, spec.rpc.clone(), clock)
-        .map_err(|e| format!("RPC runtime of thread {}.{}: {e}", addr.node, addr.thread))?;
+    let mut rt =
+        Runtime::with_clock(ep, spec.rpc.clone(), clock).map_err(|source| StartError::Runtime {
+            node,
+            thread,
+            source,
+        })?;
     let th = TxnThread::install(&mut rt, db.clone(), spec.txn.clone());
     if let Some(h) = history {
         th.set_history(h);
@@ -867,9 +904,13 @@ where
     let verify = addr.thread == 0 && db.catalog().is_some();
     let (scratch, per_worker) = db
         .scratch_region(addr.thread)
-        .ok_or_else(|| format!("node {} has no thread {}", addr.node, addr.thread))?;
+        .ok_or(StartError::NoScratch { node, thread })?;
     rt.attach_scratch(scratch, per_worker)
-        .map_err(|e| format!("scratch of thread {}.{}: {e}", addr.node, addr.thread))?;
+        .map_err(|source| StartError::Scratch {
+            node,
+            thread,
+            source,
+        })?;
     let (worker, done) = (Rc::new(worker), Rc::new(done));
     // With a catalog, every thread's workers start once the node's start-up check has
     // passed; if it failed they start with `stop` set (they return at once, and the run
@@ -914,10 +955,7 @@ where
             if !member() {
                 while !(member() && state.running(ctx.step_ns())) {
                     if state.fenced() || stop.load(Ordering::Relaxed) {
-                        db.record_verification(Err(format!(
-                            "node {}: stopped before it joined the cluster",
-                            db.node
-                        )));
+                        db.record_verification(Err(StartupCheckError::NotJoined { node: db.node }));
                         return;
                     }
                     ctx.yield_now().await;

@@ -130,7 +130,8 @@ fn copies_reach_only_syncing_copies_in_stage_run() {
     // And the node's room check, which every run's final check passes through, names it.
     let e = db
         .room_check()
-        .expect_err("a full table passed the room check");
+        .expect_err("a full table passed the room check")
+        .to_string();
     assert!(e.contains("out of room: table"), "{e}");
     assert!(e.contains("refused"), "{e}");
     assert!(c.dbs[(target + 1) % c.dbs.len()].room_check().is_ok());

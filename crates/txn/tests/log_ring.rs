@@ -1011,7 +1011,8 @@ fn bad_ring_sizes_are_clear_errors() {
         };
         let e = NodeDb::with_log_rings(&*f.nodes()[0], p.clone(), &[], rings)
             .err()
-            .expect("a bad ring size accepted");
+            .expect("a bad ring size accepted")
+            .to_string();
         assert!(e.contains("log rings of"), "{e}");
     }
     // Without remote log replicas (R = 1) there are no rings, whatever their size.

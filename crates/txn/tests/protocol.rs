@@ -172,7 +172,8 @@ fn a_panicking_worker_fails_the_run_instead_of_hanging() {
     let started = std::time::Instant::now();
     let e = runner::run(&c.nodes, &c.dbs, &spec, worker)
         .err()
-        .expect("a panicking worker passed");
+        .expect("a panicking worker passed")
+        .to_string();
     assert!(e.contains("planted worker panic"), "{e}");
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }

@@ -554,7 +554,7 @@ fn run_once<W: Workload>(
     let (cpu, elapsed) = timer
         .join()
         .map_err(|_| "timer thread panicked".to_string())?;
-    let res = res?;
+    let res = res.map_err(|e| e.to_string())?;
     let tally = std::mem::replace(&mut *total.lock().unwrap(), Tally::new(types));
     let check = dbs
         .iter()
@@ -563,7 +563,8 @@ fn run_once<W: Workload>(
     let verified = dbs
         .iter()
         .map(|d| d.remote_tables_verified().map(|n| n as u64))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
     let mut report = assemble_report(
         cfg,
         &**wl,

@@ -137,7 +137,8 @@ pub fn node_client(
             std::time::Duration::from_millis(c.lease_ms),
             &clock,
             sink,
-        )?;
+        )
+        .map_err(|e| e.to_string())?;
         Ok(Box::new(client))
     }
     #[cfg(not(feature = "etcd"))]

@@ -89,16 +89,17 @@ pub fn build_nodes<W: Workload>(
     let dbs: Vec<Arc<NodeDb>> = transports
         .iter()
         .map(|t| NodeDb::new(&**t, placement.clone(), &specs))
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
     load_parallel(wl, &dbs, seed, opts)?;
     wl.after_load(&dbs)?;
     if !opts.no_catalog
         && dbs.len() == placement.nodes() as usize
         && dbs.iter().enumerate().all(|(i, d)| d.node as usize == i)
     {
-        let cat = NodeDb::catalog_of(&dbs)?;
+        let cat = NodeDb::catalog_of(&dbs).map_err(|e| e.to_string())?;
         for db in &dbs {
-            db.set_catalog(cat.clone())?;
+            db.set_catalog(cat.clone()).map_err(|e| e.to_string())?;
         }
     }
     Ok(dbs)

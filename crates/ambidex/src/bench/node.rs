@@ -36,7 +36,10 @@ type Check =
 /// workload's own share of the check; and its copies' digests.
 fn node_check<W: Workload>(wl: Arc<W>) -> Check {
     Box::new(move |db| {
-        let check = db.room_check().and_then(|()| wl.check_node(db));
+        let check = db
+            .room_check()
+            .map_err(|e| e.to_string())
+            .and_then(|()| wl.check_node(db));
         (check, replica_digests(&*wl, db))
     })
 }
@@ -213,7 +216,8 @@ impl WorkloadVisitor<LoadedNode> for Rejoin<'_> {
             self.config,
             &wl.tables(),
             LogRingConfig::default(),
-        )?;
+        )
+        .map_err(|e| e.to_string())?;
         db.set_incarnation(self.incarnation);
         // Not the first incarnation's transactions again.
         let seed = cfg.run.seed ^ self.incarnation.wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -294,7 +298,7 @@ impl LoadedNode {
 
     /// The cluster's catalog (every node's descriptors, from the launcher), once.
     pub fn set_catalog(&self, cat: Catalog) -> Result<(), String> {
-        self.db.set_catalog(cat)
+        self.db.set_catalog(cat).map_err(|e| e.to_string())
     }
 
     /// Starts every thread of this node on its transport, workers in the warmup phase:
@@ -380,17 +384,19 @@ impl RunningNode {
         tables: Vec<TableDesc>,
         log: LogRegionDesc,
     ) -> Result<(), String> {
-        self.db.replace_in_catalog(node, tables, log)
+        self.db
+            .replace_in_catalog(node, tables, log)
+            .map_err(|e| e.to_string())
     }
 
     /// True once every worker of this node has returned (the node still serves
     /// requests); an error if a thread of this node failed.
     pub fn workers_done(&self) -> Result<bool, String> {
         if let Some(e) = self.crew.error.lock().unwrap().clone() {
-            return Err(e);
+            return Err(e.to_string());
         }
         if let Some(Err(e)) = self.db.verification() {
-            return Err(e);
+            return Err(e.to_string());
         }
         Ok(self.crew.live.load(Ordering::SeqCst) == 0)
     }
@@ -405,7 +411,7 @@ impl RunningNode {
             h.join().map_err(|_| "a node thread panicked".to_string())?;
         }
         if let Some(e) = self.crew.error.lock().unwrap().clone() {
-            return Err(e);
+            return Err(e.to_string());
         }
         if let Some(rec) = &self.recorder {
             rec.flush()
@@ -435,7 +441,10 @@ impl RunningNode {
         );
         r.policy = self.policy;
         r.load_seconds = self.load_seconds;
-        r.remote_tables_verified = self.db.remote_tables_verified()? as u64;
+        r.remote_tables_verified = self
+            .db
+            .remote_tables_verified()
+            .map_err(|e| e.to_string())? as u64;
         r.cpu_seconds = self.measured.0;
         r.measured_s = self.measured.1;
         r.max_rss_bytes = cputime::max_rss_bytes();

@@ -1014,13 +1014,14 @@ impl Sim {
         }
         let transport = self.net.node(n);
         transport.restart().map_err(|e| e.to_string())?;
-        let db = NodeDb::with_config(&*transport, config, &self.specs, LogRingConfig::default())?;
+        let db = NodeDb::with_config(&*transport, config, &self.specs, LogRingConfig::default())
+            .map_err(|e| e.to_string())?;
         if let Some(cat) = self.dbs[survivor].catalog() {
             let mut whole = (*cat).clone();
             whole
                 .replace_node(n, db.table_descs(), Some(db.log_region_desc()))
                 .map_err(|e| e.to_string())?;
-            db.set_catalog(whole)?;
+            db.set_catalog(whole).map_err(|e| e.to_string())?;
             self.catalog_pending.push(n);
         }
         // The agent first: the node holds no lease from here on.
@@ -1311,7 +1312,8 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
                         let idx = (slot * threads_per_node as usize + t as usize) * coroutines + c;
                         running_done[idx].set(false);
                     },
-                )?;
+                )
+                .map_err(|e| e.to_string())?;
                 threads.push(NodeThread {
                     addr: EndpointAddr::new(n, t),
                     rec: ThreadRecovery::new(&rt, &th),

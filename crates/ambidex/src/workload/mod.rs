@@ -70,7 +70,7 @@ impl<'a> Loader<'a> {
     pub fn put(&self, table: u32, key: u64, value: &[u8]) -> Result<(), String> {
         for db in self.dbs {
             if self.owns(db.node) {
-                db.load(table, key, value)?;
+                db.load(table, key, value).map_err(|e| e.to_string())?;
             }
         }
         Ok(())

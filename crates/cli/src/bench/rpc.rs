@@ -79,7 +79,7 @@ pub fn run(a: &Args) -> Result<RpcBenchReport, String> {
         duration_s: a.duration,
         rounds: a.rounds,
     };
-    run_bench(&cfg, cluster.nodes.clone())
+    run_bench(&cfg, cluster.nodes.clone()).map_err(|e| e.to_string())
 }
 
 pub fn print_summary(a: &Args, r: &RpcBenchReport) {

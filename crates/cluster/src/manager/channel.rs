@@ -178,7 +178,19 @@ impl Default for ChannelInbox {
 
 /// Sends one manager message (the object to put under the line's `"manager"` key); an
 /// error means the channel is closed.
-pub type SendLine = Box<dyn FnMut(serde_json::Value) -> Result<(), String> + Send>;
+pub type SendLine = Box<dyn FnMut(serde_json::Value) -> Result<(), SendLineError> + Send>;
+
+/// Why a [`SendLine`] could not send a manager message (the call then fails as
+/// [`ManagerError::Unreachable`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SendLineError {
+    /// Writing the line failed (the pipe or file under the channel is closed or broken).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The channel's other end is gone (an in-memory channel whose receiver was dropped).
+    #[error("the control channel is closed")]
+    Closed,
+}
 
 /// A node's [`ManagerClient`] over its control channel.
 pub struct ChannelClient {
@@ -360,7 +372,7 @@ mod tests {
         });
         let client = inbox.client(
             node,
-            Box::new(move |v| tx.send(v).map_err(|e| e.to_string())),
+            Box::new(move |v| tx.send(v).map_err(|_| SendLineError::Closed)),
             timeout,
         );
         (client, inbox)
@@ -451,8 +463,11 @@ mod tests {
         ));
         assert!(t.elapsed() < Duration::from_secs(1));
         // A sender that fails is Unreachable too.
-        let mut c =
-            ChannelInbox::new().client(0, Box::new(|_| Err("gone".into())), Duration::from_secs(5));
+        let mut c = ChannelInbox::new().client(
+            0,
+            Box::new(|_| Err(SendLineError::Closed)),
+            Duration::from_secs(5),
+        );
         assert!(matches!(c.renew(), Err(ManagerError::Unreachable(_))));
     }
 
@@ -462,7 +477,7 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let mut c = inbox.client(
             0,
-            Box::new(move |v| tx.send(v).map_err(|e| e.to_string())),
+            Box::new(move |v| tx.send(v).map_err(|_| SendLineError::Closed)),
             Duration::from_secs(2),
         );
         let waiter = std::thread::spawn(move || c.renew());

@@ -26,7 +26,8 @@ pub mod writer;
 
 pub use format::{End, LoggedTxn, LoggedWrite, RecordError};
 pub use region::{
-    ring_index, scan_ring, LogRegion, LogRingConfig, RingHead, RingRef, RingScan, ScanMode,
+    ring_index, scan_ring, LogRegion, LogRegionSetupError, LogRingConfig, RingHead, RingRef,
+    RingScan, ScanMode,
 };
 pub use writer::RingWriter;
 

@@ -16,8 +16,10 @@
 //! plain numbers and a full ring is `tail − head = ring_bytes`.
 
 use super::format::{self, classify, End, LoggedTxn, SlotHead, SlotKind};
-use ambidex_store::LogRegionDesc;
-use ambidex_transport::{NodeId, NodeTransport, Perms, Region, RegionMemory, ThreadId};
+use ambidex_store::{LogRegionDesc, LogRegionError};
+use ambidex_transport::{
+    NodeId, NodeTransport, Perms, Region, RegionMemory, ThreadId, TransportError,
+};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -350,6 +352,61 @@ pub struct LogRegion {
     heads: Vec<Mutex<RingHead>>,
 }
 
+/// Why a node's log region could not be made ([`LogRegion::create`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LogRegionSetupError {
+    /// The configured ring size is not a multiple of the alignment or is too small.
+    #[error(
+        "node {node}: log rings of {ring_bytes} bytes (a multiple of {align}, at least {min})"
+    )]
+    RingSize {
+        /// This node.
+        node: NodeId,
+        /// The configured bytes per ring.
+        ring_bytes: u64,
+        /// What a ring's size must be a multiple of.
+        align: u64,
+        /// The smallest ring.
+        min: u64,
+    },
+    /// The region's size (rings times ring size, plus the superblock) overflows.
+    #[error("node {node}: log rings of {ring_bytes} bytes overflow ({rings} rings)")]
+    Overflow {
+        /// This node.
+        node: NodeId,
+        /// Rings the region needs.
+        rings: u32,
+        /// The configured bytes per ring.
+        ring_bytes: u64,
+    },
+    /// The transport refused the region.
+    #[error("node {node}: cannot register the log region ({len} bytes): {source}")]
+    Register {
+        /// This node.
+        node: NodeId,
+        /// Bytes of the region.
+        len: u64,
+        /// The transport's error.
+        #[source]
+        source: TransportError,
+    },
+    /// The region's descriptor fails the catalog's check.
+    #[error("node {node}: log ring configuration: {source}")]
+    Descriptor {
+        /// This node.
+        node: NodeId,
+        /// What the check found.
+        #[source]
+        source: LogRegionError,
+    },
+    /// The region has no room for its superblock.
+    #[error("node {node}: log region too small for its superblock")]
+    SuperblockTooSmall {
+        /// This node.
+        node: NodeId,
+    },
+}
+
 impl LogRegion {
     /// Registers the log region of `transport`'s node (READ and WRITE, a fresh key)
     /// with a ring per coordinator (node, thread) that logs here, and writes its
@@ -359,7 +416,7 @@ impl LogRegion {
         nodes: u16,
         replication: u16,
         cfg: &LogRingConfig,
-    ) -> Result<LogRegion, String> {
+    ) -> Result<LogRegion, LogRegionSetupError> {
         let node = transport.node();
         let threads = transport.config().threads_per_node;
         let rings = if replication > 1 {
@@ -374,18 +431,24 @@ impl LogRegion {
             ambidex_store::catalog::LOG_RING_MIN_BYTES,
         );
         if rings > 0 && (!ring_bytes.is_multiple_of(align) || ring_bytes < min) {
-            return Err(format!(
-                "node {node}: log rings of {ring_bytes} bytes (a multiple of {align}, at \
-                 least {min})"
-            ));
+            return Err(LogRegionSetupError::RingSize {
+                node,
+                ring_bytes,
+                align,
+                min,
+            });
         }
         let len = (rings as u64)
             .checked_mul(ring_bytes)
             .and_then(|b| b.checked_add(RING_BASE))
-            .ok_or_else(|| format!("node {node}: log rings of {ring_bytes} bytes overflow"))?;
+            .ok_or(LogRegionSetupError::Overflow {
+                node,
+                rings,
+                ring_bytes,
+            })?;
         let region = transport
             .register(len as usize, Perms::READ | Perms::WRITE)
-            .map_err(|e| format!("node {node}: cannot register the log region: {e}"))?;
+            .map_err(|source| LogRegionSetupError::Register { node, len, source })?;
         let desc = LogRegionDesc {
             region: region.desc,
             base: RING_BASE,
@@ -393,15 +456,13 @@ impl LogRegion {
             rings,
         };
         desc.validate()
-            .map_err(|e| format!("node {node}: log ring configuration: {e}"))?;
+            .map_err(|source| LogRegionSetupError::Descriptor { node, source })?;
         let mut sb = Vec::with_capacity(SUPERBLOCK);
         for w in Self::superblock_of(&desc) {
             sb.extend_from_slice(&w.to_le_bytes());
         }
         if !region.mem.write(0, &sb) {
-            return Err(format!(
-                "node {node}: log region too small for its superblock"
-            ));
+            return Err(LogRegionSetupError::SuperblockTooSmall { node });
         }
         // This node reads its rings whole only in a recovery (their writers are remote,
         // and with some policies nobody writes them): page them in now, so that the
