@@ -66,7 +66,7 @@ pub enum Error {
     /// (fetch keys to write with `get_for_update`: the protocol locks them when it
     /// fetches them), a key deleted and then written, a key inserted and then deleted.
     #[error("table {table}: key {key}: {what}")]
-    Unsupported {
+    KeyMisuse {
         /// The table's name.
         table: String,
         /// The key, packed.
@@ -97,6 +97,9 @@ pub enum Error {
     /// A node's tables could not be set up (registered, or their descriptors shared).
     #[error("cannot set up a node's tables: {0}")]
     Tables(#[from] ambidex_txn::DbError),
+    /// Something the application API does not do (yet): what, and what to do instead.
+    #[error("not supported: {0}")]
+    NotSupported(&'static str),
     /// The cluster stopped (shut down, or failed: [`Cluster::shutdown`] says why) before
     /// the transaction could run or finish.
     ///

@@ -152,7 +152,7 @@ impl<'a> Tx<'a> {
                 Some(i) => {
                     let e = &self.entries[i];
                     if mode != Mode::Read && e.mode == Mode::Read {
-                        return Err(Error::Unsupported {
+                        return Err(Error::KeyMisuse {
                             table: table.name.to_string(),
                             key,
                             what: "read in this transaction, then fetched for update: fetch keys to write with get_for_update from the start",
@@ -290,7 +290,7 @@ impl<'a> Tx<'a> {
     pub fn delete<K: Key, V: Value>(&mut self, table: &Table<K, V>, key: K) -> Result<(), Error> {
         let key = key.to_u64();
         let name = &table.name;
-        let unsupported = |what| Error::Unsupported {
+        let unsupported = |what| Error::KeyMisuse {
             table: name.to_string(),
             key,
             what,
@@ -334,7 +334,7 @@ impl<'a> Tx<'a> {
         mode: Mode,
         bytes: Vec<u8>,
     ) -> Result<(), Error> {
-        let unsupported = |what| Error::Unsupported {
+        let unsupported = |what| Error::KeyMisuse {
             table: table.name.to_string(),
             key,
             what,

@@ -74,9 +74,16 @@ impl Config {
         Ok(c)
     }
 
-    /// Writes the configuration (JSON) for node processes.
+    /// Writes the configuration for node processes: TOML for a `*.toml` path (as
+    /// [`Config::read`] reads it back), JSON otherwise.
     pub fn write(&self, path: &Path) -> Result<(), ConfigError> {
-        let text = serde_json::to_string_pretty(self).expect("a config serializes");
+        let text = match path.extension().and_then(|e| e.to_str()) {
+            Some("toml") => toml::to_string_pretty(self).map_err(|e| ConfigError::Io {
+                path: path.to_path_buf(),
+                error: format!("cannot write it as TOML: {e}"),
+            })?,
+            _ => serde_json::to_string_pretty(self).expect("a config serializes"),
+        };
         std::fs::write(path, text + "\n").map_err(|e| ConfigError::Io {
             path: path.to_path_buf(),
             error: e.to_string(),

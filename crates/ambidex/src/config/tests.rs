@@ -72,10 +72,12 @@ fn toml_and_json_files_read_the_same_over_the_base() {
     base.rpc.rto_min_ms = 1.0;
     let s = Config::read(&t, &base).unwrap();
     assert_eq!((s.rpc.rto_min_ms, s.rpc.give_up_ms), (1.0, 7.0));
-    // A written file reads back the same.
-    let w = file("w.json", "");
-    a.write(&w).unwrap();
-    assert_eq!(Config::read(&w, &Config::default()).unwrap(), a);
+    // A written file reads back the same, in either format.
+    for name in ["w.json", "w.toml"] {
+        let w = file(name, "");
+        a.write(&w).unwrap();
+        assert_eq!(Config::read(&w, &Config::default()).unwrap(), a, "{name}");
+    }
 }
 
 #[test]
