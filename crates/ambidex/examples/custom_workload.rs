@@ -6,10 +6,13 @@
 //! registers it under a name, and runs it through the benchmark driver (a 3-node
 //! in-process cluster, `ambidex bench`'s report) and through the deterministic simulator
 //! (seeds with faults; the history checked for serializability, replicas compared, the
-//! invariant checked). A program that also links `ambidex-cli` gets the whole command
-//! line for it: `ambidex_cli::main_with(registry)` then `bench --workload counters`.
+//! invariant checked). Linking `ambidex-cli` too gives it the whole command line:
+//! with arguments, this program is `ambidex` with one more workload
+//! (`ambidex_cli::main_with`).
 //!
-//! `cargo run --release --example custom_workload`
+//! `cargo run --release --example custom_workload` (the benchmark and 5 seeds), or
+//! `cargo run --release --example custom_workload -- bench --workload counters` (any
+//! `ambidex` command: `sim --workload counters --seeds 0..100`, `bench --help`...).
 
 use ambidex::schema::per_node_capacity;
 use ambidex::workload::{
@@ -150,9 +153,30 @@ fn register(r: &mut impl Registrar) {
     );
 }
 
-fn main() -> Result<(), String> {
+/// The built-in workloads and this one.
+fn registry() -> Registry {
     let mut registry = Registry::new();
+    ambidex_workloads::register(&mut registry);
     register(&mut registry);
+    registry
+}
+
+fn main() -> std::process::ExitCode {
+    if std::env::args().len() > 1 {
+        return ambidex_cli::main_with(registry());
+    }
+    match demo() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("custom_workload: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The benchmark and the simulator, called from code.
+fn demo() -> Result<(), String> {
+    let registry = registry();
 
     // The benchmark: 3 nodes in this process, every counter on 3 of them.
     let mut cfg = Config::default();
@@ -190,5 +214,11 @@ fn main() -> Result<(), String> {
 
 #[test]
 fn runs() {
-    main().unwrap();
+    demo().unwrap();
+    // The command line, as `custom_workload bench --workload counters` runs it.
+    let args = ["ambidex", "bench", "--workload", "counters", "--duration", "0.3", "--warmup", "0"];
+    assert_eq!(
+        ambidex_cli::main_with_args(registry(), args),
+        std::process::ExitCode::SUCCESS
+    );
 }

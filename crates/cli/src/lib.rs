@@ -131,11 +131,22 @@ enum BenchCommand {
 /// a program that adds its own passes a registry with them too, and its `bench`, `sim`
 /// and `node` commands run them (node processes are started from the same binary).
 pub fn main_with(reg: Registry) -> ExitCode {
+    main_with_args(reg, std::env::args_os())
+}
+
+/// [`main_with`] on the arguments `args` (the first is the program's name), as a
+/// program that builds its own command line, or a test, calls it. Once per process: the
+/// registry is the process's.
+pub fn main_with_args<I, T>(reg: Registry, args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
     if REGISTRY.set(reg).is_err() {
         eprintln!("ambidex: error: main_with was called twice");
         return ExitCode::FAILURE;
     }
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(args);
     let result = match cli.command {
         Command::Bench { what: None, run } => workload(None, &run),
         Command::Bench {

@@ -25,7 +25,7 @@
 //! before looking at the next line, as DrTM+H's phase study (§5) ran it.
 //!
 //! **Ordered indexes.** The transaction layer has no range scans, so the two scans the
-//! mix needs run on the home node's `ambidex_store::OrderedIndex` (owner-local): NEW_ORDER
+//! mix needs run on the home node's `ambidex::workload::OrderedIndex` (owner-local): NEW_ORDER
 //! by (w, d, o_id) (Delivery's oldest new order) and ORDER by (w, d, c_id, o_id)
 //! (OrderStatus's last order of a customer). Only home-warehouse transactions scan, and
 //! they run on the home node, so every scan is local. NewOrder enters its NEW_ORDER
