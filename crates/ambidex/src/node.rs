@@ -31,7 +31,15 @@ pub struct TxnHandle<T> {
 
 impl<T> TxnHandle<T> {
     /// Waits for the transaction; its closure's value once committed, or the error.
+    /// On a node's own thread (inside another transaction's closure) it cannot wait,
+    /// and says so ([`Error::NotSupported`]): the thread would wait for itself.
     pub fn join(self) -> Result<T, Error> {
+        if crate::service::on_node_thread() {
+            return Err(Error::NotSupported(
+                "waiting for a transaction inside another one (on a node's thread): \
+                 run one transaction's work in one closure",
+            ));
+        }
         self.rx.recv().unwrap_or(Err(Error::Stopped))
     }
 }

@@ -130,6 +130,17 @@ impl Shared {
     }
 }
 
+thread_local! {
+    /// Set on a node's threads: waiting there for a transaction would stop the very
+    /// thread that has to run it.
+    static NODE_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True on a node's own threads (inside a transaction's closure, for instance).
+pub(crate) fn on_node_thread() -> bool {
+    NODE_THREAD.with(|f| f.get())
+}
+
 /// The worker every coroutine of every node thread runs: jobs from its thread's queue
 /// until the cluster stops and the queue is empty.
 pub(crate) fn job_server(shared: Arc<Shared>) -> Worker {
@@ -137,6 +148,7 @@ pub(crate) fn job_server(shared: Arc<Shared>) -> Worker {
         let shared = shared.clone();
         Box::pin(async move {
             if w.coroutine == 0 {
+                NODE_THREAD.with(|f| f.set(true));
                 shared.started.fetch_add(1, Ordering::SeqCst);
             }
             let w = Rc::new(w);

@@ -236,6 +236,16 @@ fn errors_say_what_failed_and_whether_to_retry() {
     assert!(matches!(e, Error::Aborted { reason: AbortReason::VersionChanged }), "{e}");
     assert!(matches!(cluster.node(3), Err(Error::NoSuchNode { node: 3, nodes: 3 })));
 
+    // A transaction that waits for another inside its closure is refused, not hung.
+    let (t, n) = (nums.clone(), node.clone());
+    let e = node
+        .run(async move |_tx| {
+            let t = t.clone();
+            n.run(async move |tx| tx.get(&t, 5).await).map(|_| ())
+        })
+        .unwrap_err();
+    assert!(matches!(e, Error::NotSupported(_)), "{e}");
+
     cluster.shutdown().unwrap();
     let t = nums.clone();
     assert!(matches!(
