@@ -29,10 +29,12 @@ fn increment(node: &Node, t: &Table<u64, u64>, key: u64) -> Result<u64, Error> {
         });
         let t2 = t.clone();
         match r {
-            Err(Error::NotFound { .. }) => match node.run(async move |tx| tx.insert(&t2, key, &1)) {
-                Err(Error::AlreadyExists { .. }) => continue, // another node created it
-                other => return other.map(|()| 1),
-            },
+            Err(Error::NotFound { .. }) => {
+                match node.run(async move |tx| tx.insert(&t2, key, &1)) {
+                    Err(Error::AlreadyExists { .. }) => continue, // another node created it
+                    other => return other.map(|()| 1),
+                }
+            }
             other => return other,
         }
     }
@@ -43,11 +45,17 @@ fn wait_for(node: &Node, t: &Table<u64, u64>, key: u64, n: u64) -> Result<(), Er
     let t0 = Instant::now();
     loop {
         let t1 = t.clone();
-        if node.read(async move |tx| tx.get(&t1, key).await)?.unwrap_or(0) >= n {
+        if node
+            .read(async move |tx| tx.get(&t1, key).await)?
+            .unwrap_or(0)
+            >= n
+        {
             return Ok(());
         }
         if t0.elapsed() > Duration::from_secs(30) {
-            return Err(Error::user(format!("counter {key} stayed below {n} for 30 s")));
+            return Err(Error::user(format!(
+                "counter {key} stayed below {n} for 30 s"
+            )));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -95,7 +103,11 @@ fn launch() -> Result<(), Box<dyn std::error::Error>> {
     let path = std::env::temp_dir().join(format!("ambidex-counters-{}.toml", std::process::id()));
     cfg.write(&path)?;
     // Under `cargo test` this binary is a test harness: run this example's test again.
-    let args: &[&str] = if cfg!(test) { &["runs", "--exact", "--nocapture"] } else { &[] };
+    let args: &[&str] = if cfg!(test) {
+        &["runs", "--exact", "--nocapture"]
+    } else {
+        &[]
+    };
     let children = (0..NODES)
         .map(|n| {
             Command::new(std::env::current_exe()?)
@@ -110,7 +122,9 @@ fn launch() -> Result<(), Box<dyn std::error::Error>> {
     for (n, c) in children.into_iter().enumerate() {
         let out = c.wait_with_output()?;
         let text = String::from_utf8_lossy(&out.stdout);
-        let total = text.lines().find_map(|l| l.strip_prefix(&format!("node {n} total ")));
+        let total = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("node {n} total ")));
         match (out.status.success(), total) {
             (true, Some(t)) => totals.push(t.trim().parse::<u64>()?),
             _ => return Err(format!("node {n} failed ({}): {text}", out.status).into()),

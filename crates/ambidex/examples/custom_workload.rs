@@ -41,7 +41,8 @@ struct Local {
 }
 
 fn counter(b: Option<&[u8]>) -> i64 {
-    b.and_then(|b| b.try_into().ok()).map_or(0, i64::from_le_bytes)
+    b.and_then(|b| b.try_into().ok())
+        .map_or(0, i64::from_le_bytes)
 }
 
 impl Workload for Counters {
@@ -72,7 +73,12 @@ impl Workload for Counters {
         (0..self.keys).try_for_each(|k| out.put(COUNTERS, k, &0i64.to_le_bytes()))
     }
 
-    async fn run_one(&self, w: &WorkerCtx, rng: &mut SmallRng, local: &mut Local) -> (usize, Outcome) {
+    async fn run_one(
+        &self,
+        w: &WorkerCtx,
+        rng: &mut SmallRng,
+        local: &mut Local,
+    ) -> (usize, Outcome) {
         let (a, b) = (rng.gen_range(0..self.keys), rng.gen_range(0..self.keys));
         let mut t = Txn::begin(&w.ctx, &w.th);
         if rng.gen_bool(0.5) {
@@ -201,9 +207,7 @@ fn demo() -> Result<(), String> {
         let s = ambidex::sim::run(&registry, &sim)?;
         println!(
             "sim seed {seed}: {} committed, serializable {}, check {}",
-            s.committed,
-            s.serializable,
-            s.workload_check
+            s.committed, s.serializable, s.workload_check
         );
         if !s.passed() {
             return Err(s.failure_report());
@@ -216,7 +220,16 @@ fn demo() -> Result<(), String> {
 fn runs() {
     demo().unwrap();
     // The command line, as `custom_workload bench --workload counters` runs it.
-    let args = ["ambidex", "bench", "--workload", "counters", "--duration", "0.3", "--warmup", "0"];
+    let args = [
+        "ambidex",
+        "bench",
+        "--workload",
+        "counters",
+        "--duration",
+        "0.3",
+        "--warmup",
+        "0",
+    ];
     assert_eq!(
         ambidex_cli::main_with_args(registry(), args),
         std::process::ExitCode::SUCCESS

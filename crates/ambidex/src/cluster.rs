@@ -57,7 +57,11 @@ impl ClusterReport {
             committed: txn.committed,
             read_only_committed: txn.read_only_committed,
             aborted: txn.aborted,
-            aborts: txn.aborts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            aborts: txn
+                .aborts
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
             elapsed,
             cpu_seconds,
         }

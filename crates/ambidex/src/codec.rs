@@ -245,13 +245,13 @@ impl Slot {
         match self {
             Slot::Fixed(_) => V::decode(b),
             Slot::Variable { .. } => {
-                let p: [u8; PREFIX] = b
-                    .get(..PREFIX)
-                    .and_then(|p| p.try_into().ok())
-                    .ok_or(DecodeError::Length {
-                        want: PREFIX,
-                        got: b.len(),
-                    })?;
+                let p: [u8; PREFIX] =
+                    b.get(..PREFIX)
+                        .and_then(|p| p.try_into().ok())
+                        .ok_or(DecodeError::Length {
+                            want: PREFIX,
+                            got: b.len(),
+                        })?;
                 let len = u32::from_le_bytes(p) as usize;
                 let rest = &b[PREFIX..];
                 if len > rest.len() {
@@ -308,7 +308,10 @@ mod tests {
     #[test]
     fn a_value_longer_than_its_slot_is_refused() {
         let mut b = Vec::new();
-        assert_eq!(Slot::Variable { max: 3 }.encode(&"four".to_string(), &mut b), Err(4));
+        assert_eq!(
+            Slot::Variable { max: 3 }.encode(&"four".to_string(), &mut b),
+            Err(4)
+        );
         assert_eq!(
             Slot::Variable { max: 4 }.decode::<String>(&[9, 0, 0, 0, b'a', 0, 0, 0]),
             Err(DecodeError::Prefix { len: 9, slot: 4 })

@@ -149,11 +149,7 @@ enum Attempt<T> {
 
 /// Runs `f` in read-write transactions until one commits, an error is not worth a
 /// retry, or the retry policy gives up.
-async fn read_write<T, F>(
-    w: &WorkerCtx,
-    f: &mut F,
-    retry: &RetryPolicy,
-) -> Result<T, Error>
+async fn read_write<T, F>(w: &WorkerCtx, f: &mut F, retry: &RetryPolicy) -> Result<T, Error>
 where
     F: AsyncFnMut(&mut Tx<'_>) -> Result<T, Error>,
 {
@@ -174,11 +170,7 @@ where
 }
 
 /// [`read_write`] for read-only transactions.
-async fn read_only<T, F>(
-    w: &WorkerCtx,
-    f: &mut F,
-    retry: &RetryPolicy,
-) -> Result<T, Error>
+async fn read_only<T, F>(w: &WorkerCtx, f: &mut F, retry: &RetryPolicy) -> Result<T, Error>
 where
     F: AsyncFnMut(&mut ReadTx<'_>) -> Result<T, Error>,
 {

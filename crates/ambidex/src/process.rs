@@ -132,7 +132,13 @@ impl NodeProcess {
         let want = self.shared.threads as usize;
         let t0 = Instant::now();
         while self.shared.started() < want {
-            if let Some(e) = self.crew.error.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            if let Some(e) = self
+                .crew
+                .error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+            {
                 return Err(ambidex_txn::RunError::Failed(vec![e]).into());
             }
             if t0.elapsed() > START_TIMEOUT {
@@ -171,11 +177,23 @@ impl NodeProcess {
         if panicked {
             return Err(Error::ClusterPanicked);
         }
-        if let Some(e) = self.crew.error.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        if let Some(e) = self
+            .crew
+            .error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
             return Err(ambidex_txn::RunError::Failed(vec![e]).into());
         }
         let mut txn = TxnStats::default();
-        for r in self.crew.results.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for r in self
+            .crew
+            .results
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
             txn.merge(&r.0);
         }
         Ok(ClusterReport::new(

@@ -24,10 +24,14 @@ pub enum SchemaError {
     #[error("table name {0:?} must be 1 to 64 bytes")]
     BadName(String),
     /// A variable-length value type was declared without a maximum length.
-    #[error("table {0}: its values have no fixed size: declare it with Schema::table_with_max_len")]
+    #[error(
+        "table {0}: its values have no fixed size: declare it with Schema::table_with_max_len"
+    )]
     NeedsMaxLen(String),
     /// The maximum value length is 0 or larger than [`MAX_VALUE_LEN`].
-    #[error("table {table}: a maximum value length of {len} bytes (allowed: 1 to {MAX_VALUE_LEN})")]
+    #[error(
+        "table {table}: a maximum value length of {len} bytes (allowed: 1 to {MAX_VALUE_LEN})"
+    )]
     BadMaxLen {
         /// The table.
         table: String,

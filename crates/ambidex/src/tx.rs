@@ -8,10 +8,10 @@
 //! own writes.
 
 use crate::codec::{Key, Value};
-use std::sync::Arc;
 use crate::error::Error;
 use crate::schema::Table;
 use ambidex_txn::{AbortReason, ItemId, Txn, WriteKind};
+use std::sync::Arc;
 
 /// What a transaction does with one key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,11 +129,14 @@ impl<'a> Tx<'a> {
 
     fn encode<K, V: Value>(table: &Table<K, V>, v: &V) -> Result<Vec<u8>, Error> {
         let mut b = Vec::with_capacity(table.slot.size());
-        table.slot.encode(v, &mut b).map_err(|len| Error::ValueTooLarge {
-            table: table.name.to_string(),
-            len,
-            max: table.slot.max_value(),
-        })?;
+        table
+            .slot
+            .encode(v, &mut b)
+            .map_err(|len| Error::ValueTooLarge {
+                table: table.name.to_string(),
+                len,
+                max: table.slot.max_value(),
+            })?;
         Ok(b)
     }
 

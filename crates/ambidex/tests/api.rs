@@ -91,7 +91,11 @@ fn transfers_and_audits(c: &Config, transfers: usize) -> (usize, usize, i64) {
                     tx.get(&idle, k).await?;
                 }
                 let vb = tx.get_many(&t, &b).await?;
-                Ok(va.iter().zip(&vb).map(|(x, y)| x.unwrap_or(0) + y.unwrap_or(0)).collect())
+                Ok(va
+                    .iter()
+                    .zip(&vb)
+                    .map(|(x, y)| x.unwrap_or(0) + y.unwrap_or(0))
+                    .collect())
             })
             .unwrap();
         audits += 1;
@@ -116,8 +120,14 @@ fn transfers_and_audits(c: &Config, transfers: usize) -> (usize, usize, i64) {
 fn transfers_keep_the_total_and_every_snapshot_sees_it() {
     let (wrong, audits, end) = transfers_and_audits(&config(), 2000);
     assert_eq!(end, ACCOUNTS as i64 * INITIAL);
-    assert_eq!(wrong, 0, "read-only sums that missed the total, of {audits}");
-    assert!(audits >= 10, "only {audits} audits ran beside the transfers");
+    assert_eq!(
+        wrong, 0,
+        "read-only sums that missed the total, of {audits}"
+    );
+    assert!(
+        audits >= 10,
+        "only {audits} audits ran beside the transfers"
+    );
 }
 
 /// The audit above catches a protocol that skips validation: read-only sums that mix
@@ -151,7 +161,10 @@ fn errors_say_what_failed_and_whether_to_retry() {
     let e = node
         .run(async move |tx| tx.get_for_update(&t, 5).await.map(|_| ()))
         .unwrap_err();
-    assert!(matches!(&e, Error::NotFound { table, key: 5 } if table == "nums"), "{e}");
+    assert!(
+        matches!(&e, Error::NotFound { table, key: 5 } if table == "nums"),
+        "{e}"
+    );
     assert!(!e.retryable());
 
     let t = nums.clone();
@@ -164,7 +177,10 @@ fn errors_say_what_failed_and_whether_to_retry() {
     let e = node
         .run(async move |tx| tx.insert(&t, 1, &"nine char".to_string()))
         .unwrap_err();
-    assert!(matches!(&e, Error::ValueTooLarge { len: 9, max: 8, .. }), "{e}");
+    assert!(
+        matches!(&e, Error::ValueTooLarge { len: 9, max: 8, .. }),
+        "{e}"
+    );
 
     // Read, then written: refused with what to do instead.
     let t = nums.clone();
@@ -197,7 +213,10 @@ fn errors_say_what_failed_and_whether_to_retry() {
             panic!("bug in the application")
         })
         .unwrap_err();
-    assert!(matches!(&e, Error::Panicked(m) if m.contains("bug in the application")), "{e}");
+    assert!(
+        matches!(&e, Error::Panicked(m) if m.contains("bug in the application")),
+        "{e}"
+    );
     let t = nums.clone();
     let v = node
         .run(async move |tx| {
@@ -224,7 +243,16 @@ fn errors_say_what_failed_and_whether_to_retry() {
             Err::<(), _>(Error::from(AbortReason::LockedAtExecute))
         })
         .unwrap_err();
-    assert!(matches!(e, Error::GaveUp { attempts: 3, last: AbortReason::LockedAtExecute }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::GaveUp {
+                attempts: 3,
+                last: AbortReason::LockedAtExecute
+            }
+        ),
+        "{e}"
+    );
     assert!(e.retryable());
     assert_eq!(runs.load(Ordering::SeqCst), 3);
     // Without retries, the abort itself comes back.
@@ -233,8 +261,19 @@ fn errors_say_what_failed_and_whether_to_retry() {
         .with_retry(RetryPolicy::never())
         .run(async move |_tx| Err::<(), _>(Error::from(AbortReason::VersionChanged)))
         .unwrap_err();
-    assert!(matches!(e, Error::Aborted { reason: AbortReason::VersionChanged }), "{e}");
-    assert!(matches!(cluster.node(3), Err(Error::NoSuchNode { node: 3, nodes: 3 })));
+    assert!(
+        matches!(
+            e,
+            Error::Aborted {
+                reason: AbortReason::VersionChanged
+            }
+        ),
+        "{e}"
+    );
+    assert!(matches!(
+        cluster.node(3),
+        Err(Error::NoSuchNode { node: 3, nodes: 3 })
+    ));
 
     // A transaction that waits for another inside its closure is refused, not hung.
     let (t, n) = (nums.clone(), node.clone());
@@ -272,7 +311,8 @@ fn variable_length_values_deletes_and_read_your_writes() {
         tags: vec!["math".into(), "engines".into()],
     };
     let (t, p2) = (profiles.clone(), p.clone());
-    node.run(async move |tx| tx.insert(&t, (7, 1), &Json(p2.clone()))).unwrap();
+    node.run(async move |tx| tx.insert(&t, (7, 1), &Json(p2.clone())))
+        .unwrap();
     let t = profiles.clone();
     let got = node.read(async move |tx| tx.get(&t, (7, 1)).await).unwrap();
     assert_eq!(got, Some(Json(p)));
@@ -286,6 +326,9 @@ fn variable_length_values_deletes_and_read_your_writes() {
         .unwrap();
     assert_eq!(after, None);
     let t = profiles.clone();
-    assert_eq!(node.read(async move |tx| tx.get(&t, (7, 1)).await).unwrap(), None);
+    assert_eq!(
+        node.read(async move |tx| tx.get(&t, (7, 1)).await).unwrap(),
+        None
+    );
     cluster.shutdown().unwrap();
 }

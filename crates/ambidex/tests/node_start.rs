@@ -19,7 +19,9 @@ fn nodes_started_separately_form_one_cluster() {
     let cfg = shm_config();
     transports::create(&cfg.cluster).unwrap();
     let mut schema = Schema::new();
-    let kv = schema.table_with_max_len::<u64, String>("kv", 100, 32).unwrap();
+    let kv = schema
+        .table_with_max_len::<u64, String>("kv", 100, 32)
+        .unwrap();
     let nodes: Vec<_> = (0..3)
         .map(|n| Node::start(&cfg, n, &schema).unwrap())
         .collect();

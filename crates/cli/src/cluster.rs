@@ -7,11 +7,11 @@
 //! ([`BenchCluster`]) through the same launcher and only waits for them to exit.
 
 use crate::manager_host::{answer_line, write_line, Stdin};
+use ambidex::config::{ClusterSection, Transport};
+use ambidex::transports;
 use ambidex_cluster::EmbeddedManager;
 use ambidex_transport::local::LocalFabric;
 use ambidex_transport::{NodeId, SharedNode};
-use ambidex::config::{ClusterSection, Transport};
-use ambidex::transports;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -2,9 +2,7 @@
 //! FILE` and the flags every run command shares. A flag given beats the file, the file
 //! beats the command's defaults.
 
-use ambidex::config::{
-    Commit, Execute, Lock, Log, ManagerKind, PassiveAck, PhaseChoice, Validate,
-};
+use ambidex::config::{Commit, Execute, Lock, Log, ManagerKind, PassiveAck, PhaseChoice, Validate};
 use ambidex::Config;
 use std::path::PathBuf;
 

@@ -68,14 +68,14 @@
 //! status 3. Commands may also be written as bare words (`start`), for people; other
 //! fields of a command object are ignored.
 
-use ambidex_cluster::manager::channel::ChannelInbox;
-use ambidex_cluster::{Agent, ClusterState, Event, ManagerClient};
-use ambidex_store::{Catalog, LogRegionDesc, TableDesc};
-use ambidex::config::{ManagerKind, Transport};
 use ambidex::bench::etcd_membership;
 use ambidex::bench::lost::{arm_commit_kill, begins_since_armed, CommitMoment};
 use ambidex::bench::node::{load_node, rejoin_node, LoadedNode, RunningNode};
+use ambidex::config::{ManagerKind, Transport};
 use ambidex::{transports, Config};
+use ambidex_cluster::manager::channel::ChannelInbox;
+use ambidex_cluster::{Agent, ClusterState, Event, ManagerClient};
+use ambidex_store::{Catalog, LogRegionDesc, TableDesc};
 use serde::Deserialize;
 use std::io::{BufRead, Read, Write};
 use std::path::Path;
@@ -291,7 +291,14 @@ fn run_inner(
                 config,
                 incarnation,
                 run_ms,
-            })) => rejoin_node(crate::registry(), &cfg, transport, *config, incarnation, run_ms as f64)?,
+            })) => rejoin_node(
+                crate::registry(),
+                &cfg,
+                transport,
+                *config,
+                incarnation,
+                run_ms as f64,
+            )?,
             Ok(Input::Cmd(c)) => {
                 return Err(format!(
                     "a node started with --rejoin needs the rejoin command first, not {}",

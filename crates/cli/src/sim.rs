@@ -2,10 +2,10 @@
 //! with every history checked (`crates/sim`, `docs/simulation.md`).
 
 use crate::config_args::{set, ConfigArgs};
-use ambidex::sim::SimReport;
-use ambidex::config::InjectedBug;
 use ambidex::bench::report::{one_sided_line, policy_line};
 use ambidex::bench::PolicyReport;
+use ambidex::config::InjectedBug;
+use ambidex::sim::SimReport;
 use ambidex::Config;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -93,9 +93,7 @@ fn parse_seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
 /// The simulation's configuration: the simulator's defaults, `--config FILE`, then the
 /// flags; validated.
 fn config(a: &Args) -> Result<Config, String> {
-    let mut c = a
-        .cfg
-        .resolve(&ambidex::sim::defaults("smallbank", 0))?;
+    let mut c = a.cfg.resolve(&ambidex::sim::defaults("smallbank", 0))?;
     set(&mut c.run.workload, a.workload.clone());
     crate::registry().entry_exists(&c.run.workload)?;
     set(&mut c.run.seed, a.seed);

@@ -61,7 +61,6 @@ impl std::str::FromStr for WorkloadKind {
     }
 }
 
-
 impl From<WorkloadKind> for String {
     fn from(k: WorkloadKind) -> String {
         k.name().to_string()
@@ -138,8 +137,16 @@ pub fn register(r: &mut impl Registrar) {
         },
     );
     for (name, about, only_new_order) in [
-        ("tpcc", "TPC-C's five-transaction mix (consistency conditions 1-4 checked)", false),
-        ("tpcc-no", "DrTM+H's TPC-C variant: NewOrder only, always distributed", true),
+        (
+            "tpcc",
+            "TPC-C's five-transaction mix (consistency conditions 1-4 checked)",
+            false,
+        ),
+        (
+            "tpcc-no",
+            "DrTM+H's TPC-C variant: NewOrder only, always distributed",
+            true,
+        ),
     ] {
         r.add(
             WorkloadInfo {

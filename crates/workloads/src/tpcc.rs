@@ -98,10 +98,10 @@ use crate::common::{
     add_i64, get_i64, homed_key, nurand, part_i64, per_node_capacity, primary_rows, put_i64,
     put_u32, rand_str, urand, Loader, Outcome, Workload, LOGICAL_BITS,
 };
-use ambidex::workload::Txn;
-use ambidex::workload::Stage;
-use ambidex::workload::OrderedIndex;
 use ambidex::workload::local::{self as actions, Status};
+use ambidex::workload::OrderedIndex;
+use ambidex::workload::Stage;
+use ambidex::workload::Txn;
 use ambidex::workload::WorkerCtx;
 use ambidex::workload::{AbortReason, NodeDb, Placement, TableSpec, WriteKind};
 use rand::rngs::SmallRng;
@@ -1639,7 +1639,11 @@ impl Workload for Tpcc {
     /// The consistency summary, with `failover` (what taking warehouses over did) once
     /// some warehouse changed hands.
     /// TPC-C's consistency conditions.
-    fn check_verdict(&self, _summary: &serde_json::Value, ok: bool) -> (Option<bool>, Option<bool>) {
+    fn check_verdict(
+        &self,
+        _summary: &serde_json::Value,
+        ok: bool,
+    ) -> (Option<bool>, Option<bool>) {
         (None, Some(ok))
     }
 

@@ -2,12 +2,12 @@
 //! `Workload::check_combine`) agree with the whole-cluster `Workload::check`, catch the
 //! same violations, and reject malformed parts without panicking.
 
+use ambidex::bench::build_and_load;
+use ambidex::workload::Workload;
 use ambidex_txn::{NodeDb, Placement};
 use ambidex_workloads::common::primary_rows;
 use ambidex_workloads::smallbank::{self, SmallBank};
 use ambidex_workloads::tpcc::{Tpcc, TpccParams};
-use ambidex::bench::build_and_load;
-use ambidex::workload::Workload;
 use std::sync::Arc;
 
 fn combined<W: Workload>(wl: &W, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
@@ -134,8 +134,8 @@ fn local_nodes(p: &ambidex_txn::Placement) -> Vec<ambidex_transport::SharedNode>
 /// old placement, and the dead node's accounts would be missing from the combination.
 #[test]
 fn nodes_left_in_different_epochs_check_under_the_final_configuration() {
-    use ambidex_cluster::{ClusterState, Configuration, Stage};
     use ambidex::bench::node::check_under;
+    use ambidex_cluster::{ClusterState, Configuration, Stage};
     let p = Placement::new(3, 3).unwrap();
     let bank = SmallBank::new(p.clone(), 1, 0.01);
     let dbs = build_and_load(&bank, p.clone(), &local_nodes(&p), 5, false).unwrap();

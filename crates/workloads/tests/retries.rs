@@ -5,13 +5,13 @@
 //! every attempt records the input it drew, and the worker's sequence of attempts shows
 //! whether an aborted attempt was followed by the same input.
 
-use ambidex_txn::runner::WorkerCtx;
-use ambidex_txn::{AbortReason, TableSpec, WriteKind};
-use ambidex_workloads::common::Loader;
 use ambidex::bench::lost::Txn;
 use ambidex::bench::run_workload;
 use ambidex::workload::{Outcome, Workload};
 use ambidex::Config;
+use ambidex_txn::runner::WorkerCtx;
+use ambidex_txn::{AbortReason, TableSpec, WriteKind};
+use ambidex_workloads::common::Loader;
 use rand::rngs::SmallRng;
 use rand::Rng;
 use std::sync::{Arc, Mutex};

@@ -3,8 +3,8 @@
 //! after that writer started. Node clocks are skewed by up to 500 ms under `chaos`, so
 //! without the offsets the same check fails.
 
-use ambidex_history::TxnRecord;
 use ambidex::sim::defaults;
+use ambidex_history::TxnRecord;
 use ambidex_workloads::WorkloadKind;
 use std::collections::HashMap;
 

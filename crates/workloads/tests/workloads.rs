@@ -1,12 +1,12 @@
 //! End-to-end runs of every workload on small in-process clusters: invariants, TATP's
 //! population and found rates, TPC-C consistency, and the report's shape.
 
-use ambidex_txn::Placement;
-use ambidex_workloads::common::primary_rows;
-use ambidex_workloads::tatp::{self, Tatp};
 use ambidex::bench::sweep_coroutines;
 use ambidex::config::Transport;
 use ambidex::Config;
+use ambidex_txn::Placement;
+use ambidex_workloads::common::primary_rows;
+use ambidex_workloads::tatp::{self, Tatp};
 use ambidex_workloads::WorkloadKind;
 use std::collections::HashMap;
 
@@ -208,7 +208,8 @@ fn tpce_invariants_hold_under_fasst_and_drtm_h() {
 fn object_store_runs_and_sweeps() {
     let mut base = cfg(WorkloadKind::ObjectStore, 0.01, 0.4);
     (base.run.r, base.run.w, base.run.warmup_s) = (3, 1, 0.1);
-    let (points, reports) = sweep_coroutines(&ambidex_workloads::registry(), &base, &[1, 4]).unwrap();
+    let (points, reports) =
+        sweep_coroutines(&ambidex_workloads::registry(), &base, &[1, 4]).unwrap();
     assert_eq!(points.len(), 2);
     assert_eq!((points[0].coroutines, points[1].coroutines), (1, 4));
     for r in &reports {

@@ -2,9 +2,9 @@
 //! the raw datagram rate of the same transport measured in the same run so the RPC
 //! layer's cost shows as a ratio. All nodes run as threads of this process.
 
-use ambidex_rpc::bench::{run_bench, RpcBenchConfig, RpcBenchReport};
 use ambidex::config::{ClusterSection, Transport};
 use ambidex::transports::InProcess;
+use ambidex_rpc::bench::{run_bench, RpcBenchConfig, RpcBenchReport};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct Args {

@@ -7,10 +7,10 @@
 //! `window` batches of `batch` READs in flight, only the last of each batch signaled.
 
 use crate::cluster::BenchCluster;
+use ambidex::config::{ClusterSection, Transport};
 use ambidex_transport::cputime;
 use ambidex_transport::wait::Backoff;
 use ambidex_transport::*;
-use ambidex::config::{ClusterSection, Transport};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 

@@ -8,14 +8,10 @@
 use crate::cluster::{Launch, NodeProcesses};
 use crate::config_args::{set, ConfigArgs};
 use crate::manager_host::ManagerHost;
-use ambidex_history::Salvaged;
+use crate::plot::{plot, Plot};
 use ambidex::bench::combine::combine_live_reports;
 use ambidex::bench::combine::{node_policy, same_policy};
-use ambidex::config::{
-    fresh_etcd_cluster, ClusterSection, FaultSection, ManagerKind, RunSection,
-};
 use ambidex::bench::etcd_membership;
-use crate::plot::{plot, Plot};
 use ambidex::bench::report::{one_sided_line, policy_line};
 use ambidex::bench::survival::{
     recovery, Kill, ManagerEvent, NodeFailure, Restart, RestartNotDone,
@@ -24,7 +20,9 @@ use ambidex::bench::{
     combine_node_reports, run_bench, sweep_coroutines, BenchReport, NodeReport, SweepPoint,
 };
 use ambidex::config::Transport;
+use ambidex::config::{fresh_etcd_cluster, ClusterSection, FaultSection, ManagerKind, RunSection};
 use ambidex::{transports, Config};
+use ambidex_history::Salvaged;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
