@@ -100,7 +100,7 @@ pub fn open_node_with(
 
 /// Every node of a cluster opened in this process. Dropping it removes the shm directory.
 pub struct InProcess {
-    pub cluster: ClusterSection,
+    cluster: ClusterSection,
     pub nodes: Vec<SharedNode>,
     _fabric: Option<std::sync::Arc<LocalFabric>>,
 }

@@ -252,7 +252,7 @@ pub(crate) trait WorkloadVisitor<R> {
 }
 
 /// What every worker coroutine adds up.
-pub struct Tally {
+pub(crate) struct Tally {
     pub(crate) per_type: Vec<TypeReport>,
     pub(crate) aborts: BTreeMap<String, u64>,
     pub(crate) hist: Histogram<u64>,
@@ -273,7 +273,7 @@ pub const TIMELINE_MAX_BUCKETS: usize = 8_640_000;
 const HIST_MAX_NS: u64 = 100_000_000_000;
 
 impl Tally {
-    pub fn new(types: usize) -> Tally {
+    pub(crate) fn new(types: usize) -> Tally {
         Tally {
             per_type: vec![TypeReport::default(); types],
             aborts: BTreeMap::new(),
@@ -588,7 +588,7 @@ fn run_once<W: Workload>(
 }
 
 /// What a finished run measured, before it becomes a [`BenchReport`].
-pub struct ReportParts<'a> {
+pub(crate) struct ReportParts<'a> {
     pub transport: &'a str,
     /// The policy every node ran.
     pub policy: Policy,
@@ -607,7 +607,7 @@ pub struct ReportParts<'a> {
 }
 
 /// The report of a run (in-process or combined from node processes).
-pub fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) -> BenchReport {
+pub(crate) fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) -> BenchReport {
     let ReportParts {
         transport,
         policy,

@@ -165,7 +165,7 @@ pub enum ManagerKind {
 }
 
 impl ManagerKind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ManagerKind::None => "none",
             ManagerKind::Embedded => "embedded",
@@ -514,7 +514,7 @@ impl Config {
         }
     }
 
-    pub fn placement(&self) -> Result<Placement, ConfigError> {
+    pub(crate) fn placement(&self) -> Result<Placement, ConfigError> {
         Placement::new(self.cluster.nodes, self.cluster.replication).map_err(|e| {
             ConfigError::Invalid {
                 field: "cluster.replication",

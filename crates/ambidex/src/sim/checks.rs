@@ -189,6 +189,8 @@ pub struct Dump {
 }
 
 impl Dump {
+    /// The rows of every node (the tests' dump; a run dumps its members only).
+    #[cfg(test)]
     pub fn of(dbs: &[Arc<NodeDb>], tables: &[u32]) -> Dump {
         Dump::of_members(dbs, tables, u64::MAX)
     }

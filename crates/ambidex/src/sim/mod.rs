@@ -34,7 +34,7 @@
 //! single-threaded with the driver's per-unit streams; nothing iterates a randomly
 //! seeded hash map where order matters (the log replicas' map is only looked up).
 
-pub mod checks;
+pub(crate) mod checks;
 pub mod profile;
 
 pub use profile::{FaultProfile, PROFILES};
@@ -462,7 +462,7 @@ impl WorkloadVisitor<SimReport> for SimRun<'_> {
 /// workloads size some tables for long benchmark runs (TATP's CALL_FORWARDING has
 /// 100,000 spare rows); touching pages of such tables would dominate a seed's time.
 pub const SIM_TABLE_ROOM: usize = 16_384;
-pub const SIM_ROOM_PER_STEP: usize = 4;
+pub(crate) const SIM_ROOM_PER_STEP: usize = 4;
 /// The steps a run with a long partition is given room for at least: the run goes on
 /// until the partition healed (about 150,000 steps at the default give-up time), and a
 /// step inserts well under a row per table (TPC-C: about 0.2 order lines).
@@ -524,7 +524,7 @@ const QUIESCE_STEPS: u64 = 2_000_000;
 /// Every node's lease (simulated time): renewed at a fifth of it by its agent, which
 /// the scheduler steps every [`AGENT_EVERY_NS`]; the manager ticks as often.
 pub const LEASE: Duration = Duration::from_millis(10);
-pub const AGENT_EVERY_NS: u64 = 1_000_000;
+pub(crate) const AGENT_EVERY_NS: u64 = 1_000_000;
 /// Steps a run goes on for once the cluster runs again after a reconfiguration (so
 /// transactions run in the new configuration), and the simulated time a run may take
 /// waiting for that at most.

@@ -52,7 +52,7 @@ impl Outcome {
 /// them, so no two threads insert into one table (the store's insert path has shared
 /// per-table counters that two writers would bounce between cores).
 pub struct Loader<'a> {
-    pub dbs: &'a [Arc<NodeDb>],
+    dbs: &'a [Arc<NodeDb>],
     mine: Vec<bool>,
     first: bool,
 }
