@@ -87,6 +87,8 @@
 //! `examples/counter_service.rs` (3 node processes over UDP on loopback) and
 //! `examples/custom_workload.rs`; each is also a test, so CI runs them.
 
+#![warn(missing_docs)]
+
 pub mod bench;
 mod cluster;
 pub mod codec;

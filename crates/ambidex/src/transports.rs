@@ -101,6 +101,7 @@ pub fn open_node_with(
 /// Every node of a cluster opened in this process. Dropping it removes the shm directory.
 pub struct InProcess {
     cluster: ClusterSection,
+    /// Every node's transport, indexed by node id.
     pub nodes: Vec<SharedNode>,
     _fabric: Option<std::sync::Arc<LocalFabric>>,
 }

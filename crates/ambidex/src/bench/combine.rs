@@ -23,10 +23,13 @@ use std::sync::Arc;
 /// treats it as untrusted input.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct NodeReport {
+    /// The reporting node's id.
     pub node: u16,
     /// The transaction policy this node's threads ran (required: the launcher refuses a
     /// report without it, or with another policy than the cluster's).
     pub policy: Policy,
+    /// Wall time (s) this node took to build its tables and load its share of the
+    /// workload.
     pub load_seconds: f64,
     /// Wall time of this node's measured window (between `measure` and `stop`).
     pub measured_s: f64,
@@ -36,6 +39,7 @@ pub struct NodeReport {
     pub max_rss_bytes: u64,
     /// Per transaction type (the workload's order): committed, aborted, found, not found.
     pub per_type: Vec<TypeReport>,
+    /// Aborted attempts in the measured window, by abort reason (`AbortReason::name`).
     pub aborts_by_reason: BTreeMap<String, u64>,
     /// The latency histogram of committed transactions (ns) as raw counts:
     /// `[value, count]` per recorded bucket (its highest equivalent value).
@@ -44,7 +48,11 @@ pub struct NodeReport {
     pub txn_layer: serde_json::Value,
     /// `RpcStats` of this node's threads (as serialized).
     pub rpc: serde_json::Value,
+    /// The transport's counters (datagrams, one-sided operations, drops and errors),
+    /// summed over this node's endpoints, whole run.
     pub transport_counters: CounterSnapshot,
+    /// Worker coroutines of this node that had not returned when the run ended; a
+    /// correct run has none.
     pub stuck_workers: usize,
     /// The workload's [`Workload::check_node`] result...
     pub check: serde_json::Value,
@@ -77,8 +85,11 @@ pub struct NodeReport {
 /// (as their tombstones); keys that never existed do not.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaDigest {
+    /// The table's id.
     pub table: u32,
+    /// The placement partition (`Placement::partition`) the rows belong to.
     pub partition: u32,
+    /// Rows stored, delete tombstones included.
     pub rows: u64,
     /// Wrapping sum of a 64-bit hash of (key, transaction version, value) per row.
     pub sum: u64,
@@ -168,15 +179,25 @@ impl NodeReport {
 /// releases, a log written where nobody reads it), so the run is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum NodePolicyError {
+    /// The node's `ready` event or report has no `policy`, or one that does not parse.
     #[error("node {node} did not say which transaction policy it runs: {why}")]
-    Unreadable { node: u16, why: String },
+    Unreadable {
+        /// The node.
+        node: u16,
+        /// What is missing or malformed.
+        why: String,
+    },
+    /// The node runs another policy than the cluster's.
     #[error(
         "node {node} runs transaction policy {ran}, the cluster's is {expected}: every node \
          must run the same policy (does its configuration differ from the launcher's?)"
     )]
     Mismatch {
+        /// The node.
         node: u16,
+        /// The policy the node runs.
         ran: PolicyReport,
+        /// The cluster's policy (the launcher's configuration).
         expected: PolicyReport,
     },
 }

@@ -4,7 +4,7 @@
 //!
 //! Multi-process runs (one `ambidex node` process per node, [`crate::bench::node`]) share the
 //! worker loop (`make_worker`), the per-thread settings ([`run_spec`]) and the report
-//! ([`assemble_report`]): each node sends a [`crate::NodeReport`] and
+//! (`assemble_report`): each node sends a [`NodeReport`](crate::bench::NodeReport) and
 //! [`crate::bench::combine_node_reports`] merges them into the same [`BenchReport`].
 //!
 //! Warmup: workers start together and run for `warmup_s`; a timer thread then flips the
@@ -33,19 +33,29 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Latency of the transactions committed in the measured window (µs), from the start of
+/// a transaction's first attempt to its commit (retries and their backoff included), at
+/// 1% resolution. All 0 when nothing committed.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct LatencyUs {
+    /// Median.
     pub p50: f64,
+    /// 90th percentile.
     pub p90: f64,
+    /// 99th percentile.
     pub p99: f64,
+    /// 99.9th percentile.
     pub p999: f64,
+    /// Mean.
     pub mean: f64,
+    /// Largest.
     pub max: f64,
 }
 
 /// Counts of one transaction type in the measured window.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct TypeReport {
+    /// Transactions of this type committed.
     pub committed: u64,
     /// Aborted attempts (each attempt of a transaction tried again counts).
     pub aborted: u64,
@@ -59,6 +69,7 @@ pub struct TypeReport {
     pub gave_up: u64,
     /// Committed transactions that found their row(s) (TATP; others: all committed).
     pub found: u64,
+    /// Committed transactions that did not find their row(s) (TATP's "not found").
     pub not_found: u64,
     /// found / committed.
     #[serde(default)]
@@ -68,27 +79,43 @@ pub struct TypeReport {
     pub expected_found_rate: Option<f64>,
 }
 
+/// What a benchmark run did (`ambidex bench`'s JSON report), in-process or combined from
+/// node processes. Counts and rates are of the measured window unless a field says
+/// otherwise; times are seconds unless the name gives another unit.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct BenchReport {
+    /// The workload's registered name (`run.workload`).
     pub workload: String,
+    /// The transport backend: `local`, `shm` or `udp`.
     pub transport: String,
     /// The configuration's preset name (`txn.mode`); `policy` is what ran.
     pub mode: String,
     /// Every phase's choice the run used, and its preset's name if it equals one.
     pub policy: PolicyReport,
+    /// Nodes in the cluster (`cluster.nodes`).
     pub nodes: u16,
+    /// Threads (runtimes) per node (`cluster.threads`).
     pub threads_per_node: u16,
+    /// Worker coroutines per thread.
     pub coroutines: usize,
+    /// Copies of every key, primary included (`cluster.replication`).
     pub replication: u16,
+    /// The workload's population multiplier ([`Config::scale`]).
     pub scale: f64,
+    /// Wall time taken to build the tables and load the workload: every node in
+    /// process, or until the last node process said it was loaded.
     pub load_seconds: f64,
+    /// Seconds run before the measured window (`run.warmup_s`).
     pub warmup_s: f64,
     /// Measured window (seconds).
     pub duration_s: f64,
+    /// Transactions committed.
     pub committed: u64,
+    /// Throughput: `committed` / `duration_s`.
     pub committed_per_s: f64,
     /// Process CPU time (all node threads) in the measured window.
     pub cpu_seconds: f64,
+    /// Transactions committed per CPU second: `committed` / `cpu_seconds`.
     pub committed_per_cpu_s: f64,
     /// Aborted attempts (a transaction tried again counts each aborted attempt).
     pub aborted: u64,
@@ -101,25 +128,37 @@ pub struct BenchReport {
     pub gave_up: u64,
     /// aborted / (committed + aborted): of every attempt, the share that aborted.
     pub abort_rate: f64,
+    /// Aborted attempts by abort reason (`AbortReason::name`: `locked_at_lock`,
+    /// `version_changed`, `user`, ...).
     pub aborts_by_reason: BTreeMap<String, u64>,
     /// Aborts other than the application's own (`user`: SmallBank's insufficient funds,
     /// TPC-C's 1% NewOrder rollback) over the attempts that were not application aborts:
     /// the conflict/failure rate of the protocol.
     pub conflict_abort_rate: f64,
+    /// Latency of committed transactions.
     pub latency_us: LatencyUs,
+    /// Counts per transaction type, by the workload's name for it.
     pub per_type: BTreeMap<String, TypeReport>,
     /// Mean µs per protocol phase (whole run, warmup included).
     pub phase_means_us: BTreeMap<String, f64>,
     /// The transaction layer's counters (whole run, warmup included).
     pub txn_layer: TxnStats,
+    /// The RPC runtimes' counters (requests, retransmissions, datagrams and doorbells,
+    /// drops, credit waits, one-sided operations), summed over every thread of every
+    /// node, whole run.
     pub rpc: ambidex_rpc::RpcStats,
     /// One-sided operations posted by every thread of every node (from `rpc`), whole
     /// run, warmup and start-up check included.
     pub one_sided: OneSidedCounts,
     /// Location-cache lookups of every coordinator (from `txn_layer`), whole run.
     pub location_cache: LocationCacheStats,
+    /// The transport's counters (datagrams, one-sided operations, drops and errors),
+    /// summed over every endpoint, whole run.
     pub transport_counters: CounterSnapshot,
+    /// Peak resident set size (bytes) of this process, or of the largest node process.
     pub max_rss_bytes: u64,
+    /// Worker coroutines that had not returned when the run ended; a correct run has
+    /// none.
     pub stuck_workers: usize,
     /// Other nodes' tables each node's start-up check read one-sided through the
     /// exchanged descriptors and verified (superblock against descriptor), by node.
@@ -166,10 +205,15 @@ pub struct BenchReport {
 /// One point of the coroutine sweep (FaSST Figure 10).
 #[derive(Clone, Debug, Serialize)]
 pub struct SweepPoint {
+    /// Worker coroutines per thread of this run.
     pub coroutines: usize,
+    /// Its throughput ([`BenchReport::committed_per_s`]).
     pub committed_per_s: f64,
+    /// Its transactions committed per CPU second.
     pub committed_per_cpu_s: f64,
+    /// Its median latency (µs).
     pub p50_us: f64,
+    /// Its 99th-percentile latency (µs).
     pub p99_us: f64,
 }
 

@@ -3,7 +3,7 @@
 //! ([`final_state`], and [`StateReader`] while it waits to restart a node); each node process connects its agent to etcd itself
 //! ([`node_client`]), so no manager call crosses the launcher's control pipes. The
 //! membership events are what each node's client published, reported with the node's
-//! report ([`crate::NodeReport::manager_events`]).
+//! report ([`NodeReport::manager_events`](crate::bench::NodeReport::manager_events)).
 //!
 //! Built only with the cargo feature `etcd`; without it every function says so (the
 //! configuration refuses `manager = "etcd"` first).
@@ -87,6 +87,7 @@ pub struct StateReader {
 }
 
 impl StateReader {
+    /// Connects to the etcd of `c` (`etcd_endpoints`) to read cluster `etcd_cluster`.
     pub fn connect(c: &ClusterSection) -> Result<StateReader, String> {
         #[cfg(feature = "etcd")]
         {

@@ -55,7 +55,7 @@ pub fn begins_since_armed() -> u64 {
 /// thread of this process while other coordinators of that thread are in the commit
 /// phase (suspended between their first commit-backup write and the end of
 /// commit-primary: `TxnThread::in_phase`) calls `die` (which kills the process).
-/// Several at once are preferred for a while, see [`PREFER_SEVERAL`].
+/// Several at once are preferred for a while (`PREFER_SEVERAL`).
 pub fn arm_commit_kill(die: Die) {
     let at = Instant::now();
     *COMMIT_KILL.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, die.clone()));
@@ -172,6 +172,8 @@ pub struct Txn<'c> {
 }
 
 impl<'c> Txn<'c> {
+    /// Begins a transaction of this thread's coordinator. With a commit-phase kill armed
+    /// ([`arm_commit_kill`]), this is where the process may die.
     pub fn begin(ctx: &'c Ctx, th: &Rc<TxnThread>) -> Txn<'c> {
         if COMMIT_KILL_ARMED.load(Ordering::Relaxed) {
             // The other coroutines of this thread are suspended where they are: some
@@ -210,32 +212,42 @@ impl<'c> Txn<'c> {
         }
     }
 
+    /// Adds `key` to the read set (no I/O until [`Txn::execute`]).
     pub fn read(&mut self, table: u32, key: u64) -> ItemId {
         self.note(table, key);
         self.t.read(table, key)
     }
 
+    /// Adds `key` to the write set with `kind` (no I/O until [`Txn::execute`]).
     pub fn write(&mut self, table: u32, key: u64, kind: WriteKind) -> ItemId {
         self.note(table, key);
         self.t.write(table, key, kind)
     }
 
+    /// The value fetched for `item` (`None` if the key is absent or not yet fetched).
     pub fn get(&self, item: ItemId) -> Option<&[u8]> {
         self.t.get(item)
     }
 
+    /// Sets the value an insert or update of `item` commits; panics if `item` is not an
+    /// insert or update of this transaction.
     pub fn set(&mut self, item: ItemId, value: &[u8]) {
         self.t.set(item, value)
     }
 
+    /// Fetches every key added since the last call with one doorbell: values and
+    /// versions of the read set, locks for the write set. On failure the transaction is
+    /// aborted (its locks released) and the reason returned.
     pub async fn execute(&mut self) -> Result<(), AbortReason> {
         self.t.execute().await
     }
 
+    /// Aborts: releases every lock held and counts the abort as the application's.
     pub async fn abort(self) {
         self.t.abort().await
     }
 
+    /// Runs the commit protocol; returns the committed transaction, or why it aborted.
     pub async fn commit(self) -> Result<Committed, AbortReason> {
         let r = self.t.commit().await;
         if let (Ok(_), Some(a), true) = (&r, &self.armed, self.touched) {

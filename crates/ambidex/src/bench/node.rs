@@ -56,6 +56,7 @@ pub struct LoadedNode {
     history: Option<std::path::PathBuf>,
     types: usize,
     db: Arc<NodeDb>,
+    /// Wall time (s) this node took to build its tables and load its share.
     pub load_seconds: f64,
     make_worker: MakeWorker,
     check: Check,

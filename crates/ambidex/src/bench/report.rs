@@ -13,8 +13,11 @@ use serde::Serialize;
 /// equals one, the DrTM+H Table 4 preset's name.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct PolicyReport {
+    /// The preset the policy equals (`fasst`, `farm`, `drtm-r`, `drtm-h`); `None`
+    /// (omitted from the JSON) for a policy that is no preset.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preset: Option<&'static str>,
+    /// Every phase's choice, flattened into the report's object (`"execute": "rpc"`, ...).
     #[serde(flatten)]
     pub policy: Policy,
 }
@@ -38,10 +41,16 @@ impl std::fmt::Display for PolicyReport {
 /// failed (summed `RpcStats`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct OneSidedCounts {
+    /// READs.
     pub reads: u64,
+    /// WRITEs.
     pub writes: u64,
+    /// Compare-and-swaps.
     pub cas: u64,
+    /// Fetch-and-adds.
     pub faa: u64,
+    /// Operations that failed: error completions, signaled or not, and the operations
+    /// of a refused post.
     pub failed: u64,
 }
 

@@ -9,7 +9,9 @@ use serde::Serialize;
 /// A node process that died during the run.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct NodeFailure {
+    /// The node's id.
     pub node: u16,
+    /// Its process id.
     pub pid: u32,
     /// "was killed by signal 9 (SIGKILL)", "exited with status 1", ...
     pub how: String,
@@ -21,8 +23,11 @@ pub struct NodeFailure {
 /// its commit phase when asked (`--kill NODE@commit:SECONDS`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Kill {
+    /// The node's id.
     pub node: u16,
+    /// Its process id.
     pub pid: u32,
+    /// When it was killed, or killed itself (ms since the run's start).
     pub at_ms: f64,
     /// A commit-phase kill: how many coordinators of the dying thread were between
     /// their first commit-backup write and the end of commit-primary (0: none came
@@ -34,7 +39,9 @@ pub struct Kill {
 /// A node process started again during the run (`--restart NODE@SECONDS`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Restart {
+    /// The node's id.
     pub node: u16,
+    /// The process id of its new process.
     pub pid: u32,
     /// Its new incarnation (the first is 1).
     pub incarnation: u64,
@@ -55,9 +62,11 @@ pub struct Restart {
 /// from outside).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RestartNotDone {
+    /// The node's id.
     pub node: u16,
     /// The restart's time (ms since the run's start).
     pub at_ms: f64,
+    /// Why it was not done.
     pub why: String,
 }
 
@@ -85,8 +94,12 @@ impl Restart {
 /// One of the manager's events.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ManagerEvent {
+    /// When the manager recorded it (ms since the run's start).
     pub at_ms: f64,
+    /// The manager's configuration epoch at the event.
     pub epoch: u32,
+    /// What happened: a lease expired, a node was revoked, a configuration was
+    /// published, adopted, recovered, every copy re-replicated, ...
     pub what: EventKind,
 }
 
@@ -122,9 +135,9 @@ pub struct Recovery {
     pub first_commit_ms: Option<f64>,
 }
 
-/// The recovery from the first failure (`None` without one).
-/// `first_lost_commit_ms`: [`crate::BenchReport::first_lost_commit_ns`], in ms since
-/// the run's start.
+/// The recovery from the first failure (`None` without one). `first_lost_commit_ms`:
+/// [`BenchReport::first_lost_commit_ns`](crate::bench::BenchReport::first_lost_commit_ns),
+/// in ms since the run's start.
 pub fn recovery(
     kills: &[Kill],
     failures: &[NodeFailure],

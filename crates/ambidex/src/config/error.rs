@@ -9,33 +9,63 @@ use std::path::PathBuf;
 /// What is wrong with a configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ConfigError {
-    /// The file cannot be opened or read.
-    Io { path: PathBuf, error: String },
+    /// The file cannot be opened, read or (by `Config::write`) written.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What failed: the operating system's error, or why the configuration cannot be
+        /// written in the file's format.
+        error: String,
+    },
     /// The file is over `MAX_FILE_BYTES` (1 MiB).
-    TooLarge { path: PathBuf },
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+    },
     /// The file's extension is neither `.toml` nor `.json`.
-    Extension { path: PathBuf },
+    Extension {
+        /// The file.
+        path: PathBuf,
+    },
     /// The file is not valid TOML/JSON, or has unknown fields or values of a wrong type.
-    Parse { path: PathBuf, error: String },
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (it names the line or the field).
+        error: String,
+    },
     /// A name that is not one of the known ones.
     UnknownName {
+        /// What kind of name: `transport`, `manager`, `injected bug`.
         what: &'static str,
+        /// The name given.
         name: String,
+        /// The known names, comma-separated.
         known: &'static str,
     },
     /// A transaction-policy preset that does not exist.
-    UnknownMode { mode: String },
+    UnknownMode {
+        /// The preset name given (`txn.mode`).
+        mode: String,
+    },
     /// A per-phase policy choice that does not exist (`txn.execute = "magic"`).
     UnknownChoice {
         /// The configuration field, `txn.execute`.
         field: &'static str,
         /// Its command-line flag, `--execute`.
         flag: &'static str,
+        /// The choice given.
         value: String,
+        /// The choices that exist.
         allowed: &'static [&'static str],
     },
     /// A value out of its range, or settings that contradict each other.
-    Invalid { field: &'static str, why: String },
+    Invalid {
+        /// The configuration field, `cluster.replication`.
+        field: &'static str,
+        /// What is wrong with it.
+        why: String,
+    },
 }
 
 impl fmt::Display for ConfigError {

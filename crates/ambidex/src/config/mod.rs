@@ -52,13 +52,18 @@ pub const DEFAULT_COROUTINES: usize = 20;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// `[cluster]`: the transport and the cluster's shape.
     pub cluster: ClusterSection,
+    /// `[rpc]`: retransmission and batching of the RPC runtime.
     pub rpc: RpcSection,
+    /// `[txn]`: the transaction policy.
     pub txn: TxnSection,
     /// The transport's fault injector on every endpoint (off when absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fault: Option<FaultSection>,
+    /// `[run]`: the workload and its parameters.
     pub run: RunSection,
+    /// `[sim]`: what only the simulator reads.
     pub sim: SimSection,
 }
 
@@ -76,6 +81,7 @@ pub enum Transport {
 }
 
 impl Transport {
+    /// The name a configuration and the command line give it: `local`, `shm`, `udp`.
     pub fn name(self) -> &'static str {
         match self {
             Transport::Local => "local",
@@ -111,7 +117,9 @@ impl std::str::FromStr for Transport {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterSection {
+    /// How the nodes exchange datagrams and reach each other's regions.
     pub transport: Transport,
+    /// Nodes in the cluster (ids 0..nodes).
     pub nodes: u16,
     /// Threads (runtimes) per node.
     pub threads: u16,
@@ -120,8 +128,11 @@ pub struct ClusterSection {
     /// Tells clusters sharing a network apart (default: ambidex's fixed id).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster_id: Option<u64>,
+    /// Largest datagram payload in bytes (default: the transport's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mtu: Option<usize>,
+    /// Receive-queue depth of every endpoint, in datagrams (default: the transport's);
+    /// the RPC credits are derived from it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recv_depth: Option<usize>,
     /// shm: the cluster directory (the launcher makes a fresh one when absent).
@@ -220,8 +231,13 @@ impl Default for ClusterSection {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RpcSection {
+    /// Floor of the retransmission timeout (ms), which otherwise follows the measured
+    /// round trip.
     pub rto_min_ms: f64,
+    /// Ceiling of the retransmission timeout (ms), which doubles on every expiry.
     pub rto_max_ms: f64,
+    /// A request unanswered this long (ms) after it was first sent fails, and its
+    /// destination is suspected failed.
     pub give_up_ms: f64,
     /// Coalesce requests (and responses) to one endpoint into one datagram.
     pub coalesce: bool,
@@ -259,6 +275,7 @@ pub enum InjectedBug {
 }
 
 impl InjectedBug {
+    /// Its name in a configuration and on the command line (`--inject-bug NAME`).
     pub fn name(self) -> &'static str {
         match self {
             InjectedBug::SkipValidation => "skip-validation",
@@ -335,13 +352,17 @@ impl Default for TxnSection {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FaultSection {
+    /// Seed of the injector's random stream (each node's is derived from it).
     pub seed: u64,
+    /// Dropped.
     pub drop: f64,
+    /// Delivered twice.
     pub duplicate: f64,
     /// Held back until after the endpoint's next batch.
     pub reorder: f64,
     /// Held back for a random time up to `max_delay_us`.
     pub delay: f64,
+    /// Longest delay (µs) of a delayed datagram; at most 10 s.
     pub max_delay_us: u64,
 }
 
@@ -391,9 +412,12 @@ pub struct RunSection {
     /// spec-size tables per warehouse (at most 1; its size is `warehouses_per_node`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scale: Option<f64>,
+    /// Seed of the loader's and the workers' random streams (the simulator: of the
+    /// whole run).
     pub seed: u64,
-    /// Object store: keys read (r) and written (w) per transaction.
+    /// Object store: keys read per transaction (r).
     pub r: usize,
+    /// Object store: of those, keys written (w).
     pub w: usize,
     /// Object store: allow several keys of a transaction on one primary.
     pub same_node: bool,
@@ -506,6 +530,7 @@ impl Config {
             .unwrap_or(DEFAULT_WAREHOUSES_PER_NODE)
     }
 
+    /// The object store's O(r, w) parameters (`run.r`, `run.w`, `run.same_node`).
     pub fn objstore(&self) -> ObjStoreParams {
         ObjStoreParams {
             reads: self.run.r,

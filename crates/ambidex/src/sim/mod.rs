@@ -72,14 +72,20 @@ use std::time::Duration;
 pub enum Scripted {
     /// The nodes of `side` are cut off from the others during `[from_ns, until_ns)`.
     Partition {
+        /// The nodes cut off from the rest.
         side: Vec<NodeId>,
+        /// When the partition starts (simulated ns).
         from_ns: u64,
+        /// When it heals (simulated ns).
         until_ns: u64,
     },
     /// `node` is not scheduled during `[from_ns, until_ns)`.
     Pause {
+        /// The node not scheduled.
         node: NodeId,
+        /// When the pause starts (simulated ns).
         from_ns: u64,
+        /// When it ends (simulated ns).
         until_ns: u64,
     },
 }
@@ -319,30 +325,44 @@ pub fn command(cfg: &Config) -> String {
 /// Transactions of one type.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct TypeCount {
+    /// Transactions committed.
     pub committed: u64,
+    /// Attempts aborted.
     pub aborted: u64,
 }
 
 /// What a run did and what its checks found.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct SimReport {
+    /// The workload's name.
     pub workload: String,
+    /// The run's seed (`run.seed`): the same seed and configuration give the same run.
     pub seed: u64,
+    /// The fault profile's name (`sim.faults`).
     pub faults: String,
+    /// The deliberately broken protocol the run used (`txn.inject_bug`), if any.
     pub bug: Option<String>,
+    /// The `ambidex sim` command line that reproduces the run.
     pub command: String,
     /// Every phase's choice the run used, and its preset's name if it equals one.
     pub policy: PolicyReport,
-    /// Steps run before the workers were stopped, and while quiescing.
+    /// Scheduler steps run before the workers were stopped.
     pub steps: u64,
+    /// Steps run after that, until the cluster was quiescent.
     pub quiesce_steps: u64,
     /// Simulated nanoseconds the run took (including quiescing).
     pub sim_time_ns: u64,
+    /// Transactions committed (the whole run: a simulation has no warmup).
     pub committed: u64,
+    /// Attempts aborted.
     pub aborted: u64,
+    /// Aborted attempts by abort reason (`AbortReason::name`).
     pub aborts_by_reason: BTreeMap<String, u64>,
+    /// Commits and aborts per transaction type, by the workload's name for it.
     pub per_type: BTreeMap<String, TypeCount>,
+    /// Partitions started (the profile's and the scripted ones).
     pub partitions: u64,
+    /// Node pauses started (the profile's and the scripted ones).
     pub pauses: u64,
     /// Nodes crashed (the `crash` and `crash-restart` profiles), in order.
     pub crashes: Vec<CrashEvent>,
@@ -356,19 +376,26 @@ pub struct SimReport {
     /// What the nodes' recoveries and re-replications did, summed over threads.
     pub recovery: RecoveryStats,
     /// Transactions whose coordinator died (or was fenced) before it knew their
-    /// outcome, as the checks took them: committed (someone saw a write of theirs, or
-    /// it is installed) or aborted.
+    /// outcome that the checks took as committed (someone saw a write of theirs, or it
+    /// is installed).
     pub unknown_committed: u64,
+    /// Such transactions the checks took as aborted (the others).
     pub unknown_aborted: u64,
+    /// What the simulated network did: datagrams sent, delivered and dropped (by
+    /// cause), duplicated, delayed, reordered; one-sided operations; crashes.
     pub net: SimNetStats,
+    /// The RPC runtimes' counters, summed over every runtime (crashed nodes' included).
     pub rpc: RpcStats,
+    /// The transaction layer's counters, summed over every thread (crashed nodes'
+    /// included).
     pub txn_layer: TxnStats,
     /// One-sided operations posted by every runtime (from `rpc`).
     pub one_sided: OneSidedCounts,
     /// Location-cache lookups of every coordinator (from `txn_layer`).
     pub location_cache: LocationCacheStats,
-    /// Transactions in the recorded history, and the checker's summary line.
+    /// Transactions in the recorded history (what the serializability checker checked).
     pub history_transactions: u64,
+    /// Whether the checker found the recorded history serializable.
     pub serializable: bool,
     /// The workload's own check (its summary or the violation).
     pub workload_check: serde_json::Value,
@@ -378,9 +405,12 @@ pub struct SimReport {
     pub remote_tables_verified: u64,
     /// Every check that failed; empty for a passing run.
     pub failures: Vec<String>,
-    /// Hash of every network event; hash of the final stored state; both combined.
+    /// Hash of every network event, 16 hex digits.
     pub trace_hash: String,
+    /// Hash of the final stored state of the members (keys, versions, values) and of
+    /// the commit, abort and history counts, 16 hex digits.
     pub state_digest: String,
+    /// Both combined: equal for two runs of the same seed and configuration.
     pub run_hash: String,
     /// The configuration the run was given.
     pub config: Config,
@@ -395,6 +425,7 @@ pub struct SimReport {
 /// One crash of a run.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CrashEvent {
+    /// The node that crashed.
     pub node: NodeId,
     /// Simulated ns.
     pub at_ns: u64,
@@ -412,7 +443,10 @@ pub struct CrashEvent {
 /// The manager's side of a run.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ClusterReport {
+    /// The configuration epoch at the end (1: the cluster never reconfigured).
     pub epoch: u32,
+    /// The stage of that epoch at the end: `run`, or `adopt` / `recover` if a
+    /// reconfiguration did not finish.
     pub stage: String,
     /// Bit i: node i is a member at the end.
     pub members: u64,
@@ -433,6 +467,7 @@ impl SimReport {
         )
     }
 
+    /// Whether every check passed (no `failures`).
     pub fn passed(&self) -> bool {
         self.failures.is_empty()
     }
@@ -522,7 +557,7 @@ const QUIESCE_NS: u64 = 10_000_000_000;
 const QUIESCE_STEPS: u64 = 2_000_000;
 
 /// Every node's lease (simulated time): renewed at a fifth of it by its agent, which
-/// the scheduler steps every [`AGENT_EVERY_NS`]; the manager ticks as often.
+/// the scheduler steps every `AGENT_EVERY_NS` (1 ms); the manager ticks as often.
 pub const LEASE: Duration = Duration::from_millis(10);
 pub(crate) const AGENT_EVERY_NS: u64 = 1_000_000;
 /// Steps a run goes on for once the cluster runs again after a reconfiguration (so
@@ -658,9 +693,11 @@ struct RestartPlan {
 /// One restart of a crashed node (the `crash-restart` profile), simulated ns.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RestartEvent {
+    /// The node that restarted.
     pub node: NodeId,
     /// The new incarnation.
     pub incarnation: u64,
+    /// When its previous incarnation crashed.
     pub crashed_at_ns: u64,
     /// When the manager removed the crashed incarnation (`None`: never).
     pub removed_at_ns: Option<u64>,

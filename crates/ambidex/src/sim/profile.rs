@@ -1,11 +1,12 @@
 //! Fault profiles: what the simulated network and scheduler do to a run, by name.
 //!
 //! Every run has a configuration manager and leases (10 ms of simulated time; see
-//! `crate::LEASE`). The first profiles keep to faults the nodes ride out without a
-//! reconfiguration: lost, duplicated, reordered and delayed datagrams and one-sided
-//! operations, partitions that heal, and node pauses (a node not scheduled for a
-//! while, as a long GC pause or a descheduled VM), all shorter than the RPC layer's
-//! give-up time (`rpc.give_up_ms`, see [`crate::defaults`]) and than a lease.
+//! [`LEASE`](super::LEASE)). The first profiles keep to faults the nodes ride out
+//! without a reconfiguration: lost, duplicated, reordered and delayed datagrams and
+//! one-sided operations, partitions that heal, and node pauses (a node not scheduled
+//! for a while, as a long GC pause or a descheduled VM), all shorter than the RPC
+//! layer's give-up time (`rpc.give_up_ms`, see [`defaults`](super::defaults)) and than
+//! a lease.
 //!
 //! Three profiles make the cluster reconfigure:
 //! - `crash` crashes one node per seed ([`ambidex_transport_sim::SimNet::crash`]) in a
@@ -32,15 +33,18 @@ use serde::Serialize;
 /// One named fault profile.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FaultProfile {
+    /// Its name (`sim.faults`, `--faults`), one of [`PROFILES`].
     pub name: &'static str,
     /// The network's seeded faults.
     pub net: SimFaults,
     /// Mean simulated time between partitions (0: none); each isolates a random
     /// non-empty proper subset of the nodes for a duration in `partition_ns`.
     pub partition_every_ns: u64,
+    /// A partition's duration (simulated ns), uniform in `[min, max]`.
     pub partition_ns: (u64, u64),
     /// Mean simulated time between node pauses (0: none), each lasting `pause_ns`.
     pub pause_every_ns: u64,
+    /// A pause's duration (simulated ns), uniform in `[min, max]`.
     pub pause_ns: (u64, u64),
     /// Each node's clock is offset by up to this much (nodes' clocks are not synchronized).
     pub clock_skew_ns: u64,

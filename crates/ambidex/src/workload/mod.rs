@@ -36,15 +36,20 @@ pub mod local {
 /// How one transaction attempt ended, as the workload sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Committed; `found` is false for a transaction that completed without finding its
-    /// row (TATP's "not found" cases, counted as committed per WORKLOADS.md).
-    Committed { found: bool },
+    /// Committed.
+    Committed {
+        /// False for a transaction that completed without finding its row (TATP's "not
+        /// found" cases, counted as committed per WORKLOADS.md).
+        found: bool,
+    },
     /// Aborted by the protocol (conflict, timeout) or by the application.
     Aborted(AbortReason),
 }
 
 impl Outcome {
+    /// Committed, having found its row(s).
     pub const FOUND: Outcome = Outcome::Committed { found: true };
+    /// Committed without finding its row.
     pub const NOT_FOUND: Outcome = Outcome::Committed { found: false };
 }
 
@@ -97,11 +102,16 @@ pub trait Workload: Send + Sync + 'static {
     /// Per-worker-coroutine state (counters the workload checks at the end).
     type Local: Default + 'static;
 
+    /// The workload's name in reports (usually the name it is registered under).
     fn name(&self) -> &'static str;
+    /// The tables it uses: id, name, value size and the keys one node must hold.
     fn tables(&self) -> Vec<TableSpec>;
     /// Names of the transaction types, indexed as `run_one` reports them.
     fn txn_types(&self) -> &'static [&'static str];
+    /// How many independent units loading is split into.
     fn load_units(&self) -> u64;
+    /// Generates unit `unit` (of `0..load_units()`) from `rng`, that unit's own stream,
+    /// and stores its rows through `out`.
     fn load_unit(&self, unit: u64, rng: &mut SmallRng, out: &Loader<'_>) -> Result<(), String>;
     /// Called once after every unit is loaded (building indexes and such).
     fn after_load(&self, _dbs: &[Arc<NodeDb>]) -> Result<(), String> {
