@@ -206,7 +206,7 @@ impl Agent {
 
     /// Starts the agent of a restarted node, `node` as `incarnation` (its client's),
     /// which is not a member yet: it asks to join, waits for a configuration that has
-    /// it as a member ([`join_cluster`]), moves `state` to it, and then works as
+    /// it as a member ([`AgentCore::join`]), moves `state` to it, and then works as
     /// [`Agent::start`]'s. Until then the node holds no lease, so its threads neither
     /// serve nor run transactions. A refusal fences it.
     pub fn join(

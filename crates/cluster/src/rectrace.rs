@@ -1,5 +1,5 @@
 //! Recovery timings on stderr, for finding where a reconfiguration's time goes: with
-//! `AMBIDEX_RECTRACE=1` in the environment, each [`rectrace!`](crate::rectrace) prints
+//! `AMBIDEX_RECTRACE=1` in the environment, each [`rectrace!`](crate::rectrace!) prints
 //! `rectrace <unix ns> <pid> <what>` (the system clock, comparable across the processes
 //! of one host). Off, a trace point is one relaxed load.
 
@@ -21,7 +21,7 @@ pub fn on() -> bool {
     }
 }
 
-/// Prints one trace line (callers check [`on`] first: [`rectrace!`](crate::rectrace)).
+/// Prints one trace line (callers check [`on`] first: [`rectrace!`](crate::rectrace!)).
 pub fn emit(what: std::fmt::Arguments<'_>) {
     let ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

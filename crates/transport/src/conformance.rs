@@ -6,7 +6,7 @@
 //! process. Peers speak a tiny command protocol over datagrams, so a check can ask a peer
 //! for its region descriptors, make it echo, flood, or hammer a word with its own CPU.
 //!
-//! A backend's test file implements [`Fixture`] and expands [`conformance_tests!`].
+//! A backend's test file implements [`Fixture`] and expands [`conformance_tests!`](crate::conformance_tests).
 
 use crate::region::Region;
 use crate::types::*;

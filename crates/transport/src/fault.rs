@@ -3,7 +3,7 @@
 //! NIC they ride a reliable connection).
 //!
 //! The same seed and the same sequence of calls give the same decisions; delayed
-//! datagrams are released by the [`Clock`] the endpoint is given (the process's system
+//! datagrams are released by the [`Clock`](crate::Clock) the endpoint is given (the process's system
 //! clock by default), never by reading `Instant` itself.
 
 use crate::clock::{duration_ns, SharedClock, SystemClock};

@@ -220,7 +220,7 @@ impl Drop for InPhase {
 /// of a lock owner; never handed out as a transaction's own).
 const SHARED_SLOT: u16 = LockOwner::MAX_SLOTS - 1;
 
-/// The coordinator (node, thread) that gave transaction id `txn` (see [`ID_BASE`]).
+/// The coordinator (node, thread) that gave transaction id `txn` (see `ID_BASE`).
 pub fn coordinator_of(txn: u64) -> (NodeId, ThreadId) {
     (
         ((txn >> (SEQ_BITS + 8)) & 0xff) as NodeId,

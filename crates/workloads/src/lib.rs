@@ -12,7 +12,7 @@
 //! - [`stress`]: FaSST's stress test (groups of keys read, set or deleted whole).
 //! - [`tpce`]: TPC-E's customer position, a distributed read-only transaction, with 1%
 //!   market feeds (DrTM+H §5.5); LAST_TRADE's volume and feed-snapshot invariants.
-//! - [`registry`]: [`register`] puts them all into a registry under their names
+//! - [`registry`](mod@registry): [`register`] puts them all into a registry under their names
 //!   ([`WorkloadKind`]), with their default scales for benchmarks and simulations; the
 //!   benchmark driver (`ambidex::bench`), node processes and the simulator
 //!   (`ambidex::sim`) run them from there, as they run an application's workloads.

@@ -2,7 +2,7 @@
 //! managers behind it. The embedded one ([`embedded`]) runs the [`Membership`] state
 //! machine in one place (the launcher of a local, shm or udp cluster) and answers
 //! nodes directly (in process) or over their control channel ([`Request`] and
-//! [`Response`] are what crosses it). The etcd one ([`etcd`], cargo feature `etcd`)
+//! [`Response`] are what crosses it). The etcd one (`etcd`, cargo feature `etcd`)
 //! keeps the state and the leases in etcd, and every node takes the manager's
 //! decisions itself.
 //!

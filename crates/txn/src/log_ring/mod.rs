@@ -10,7 +10,7 @@
 //! truncated, and a record that landed for a transaction that aborted is voided first.
 //! A thread's last worker drains its rings at the end of a run.
 //!
-//! - [`format`]: the bytes of a ring (records with header and trailer, pads, voids)
+//! - [`format`](mod@format): the bytes of a ring (records with header and trailer, pads, voids)
 //!   and their checked decoding.
 //! - [`region`]: a node's log region (the replica side): its rings, their heads,
 //!   truncation, and reading a ring for recovery ([`LogRegion::scan`]).

@@ -2,7 +2,7 @@
 //! writes, then every primary installs them and releases the locks: by COMMIT_PRIMARY
 //! RPC, or with [`policy::Commit::Write`] by one-sided WRITEs of the value followed on
 //! the same queue by the header's release (a CAS from the locked word; see
-//! [`crate::onesided::commit_image`]). Local copies are applied in place through the
+//! `crate::onesided::commit_image`). Local copies are applied in place through the
 //! item actions.
 //!
 //! Backups: with `Log::Rpc` (FaSST) every backup applies the writes by COMMIT_BACKUP
@@ -16,10 +16,10 @@
 //! coordinator's own node's backup copies, and the commit is one round trip (the
 //! primaries').
 //!
-//! The work is a [`CommitJob`]: the transaction's items, moved out of it. Without
+//! The work is a `CommitJob`: the transaction's items, moved out of it. Without
 //! passive ACK the transaction runs the job itself and returns once every primary
 //! acknowledged. With passive ACK (DrTM+H §3.2) it returns once its log is complete and
-//! hands the job to one of its thread's committers ([`crate::committer`]), which runs
+//! hands the job to one of its thread's committers (`crate::committer`), which runs
 //! the same steps and checks every acknowledgement off the critical path: a failed one
 //! is counted (`committed_incomplete`) and its log record kept for recovery, never
 //! dropped.

@@ -37,7 +37,7 @@
 //!
 //! Every byte read from the directory is untrusted: a process may be killed at any
 //! instruction, and a faulty one may write anything. Rings are validated by
-//! [`RxConsumer`]. Region-table entries are read with a sequence check and validated
+//! [`RxConsumer`](ambidex_transport::ring::RxConsumer). Region-table entries are read with a sequence check and validated
 //! (generation, id, permission bits, length, key, size of the region file) before a
 //! region file is mapped; anything wrong is [`AccessError::UnknownRegion`]. Files are
 //! mapped only after checking that they are large enough, so no access can fault.
