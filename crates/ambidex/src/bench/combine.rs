@@ -3,12 +3,12 @@
 //! ([`combine_node_reports`]), comparing every backup's rows with its primary's. A node
 //! report arrives from another process, so everything in it is checked.
 
-use crate::config::Config;
-use crate::workload::{Registry, Workload};
 use crate::bench::driver::{
     assemble_report, BenchReport, ReportParts, Tally, TypeReport, WorkloadVisitor,
 };
 use crate::bench::report::PolicyReport;
+use crate::config::Config;
+use crate::workload::{Registry, Workload};
 use ambidex_rpc::RpcStats;
 use ambidex_transport::CounterSnapshot;
 use ambidex_txn::stats::{LocationCacheStats, LogRingStats, PhaseMap};
@@ -756,13 +756,28 @@ mod tests {
         assert!(e.unwrap_err().contains("node 1"));
         let mut bad = good(2);
         bad.rpc["retransmits"] = serde_json::json!(u64::MAX);
-        assert!(combine_node_reports(&registry(), &cfg, "udp", 1.0, vec![good(0), good(1), bad]).is_err());
+        assert!(
+            combine_node_reports(&registry(), &cfg, "udp", 1.0, vec![good(0), good(1), bad])
+                .is_err()
+        );
         let mut bad = good(0);
         bad.latency_ns = vec![[u64::MAX, 1]];
-        assert!(combine_node_reports(&registry(), &cfg, "udp", 1.0, vec![bad, good(1), good(2)]).is_err());
+        assert!(
+            combine_node_reports(&registry(), &cfg, "udp", 1.0, vec![bad, good(1), good(2)])
+                .is_err()
+        );
         // A missing node, or one twice.
-        assert!(combine_node_reports(&registry(), &cfg, "udp", 1.0, vec![good(0), good(1)]).is_err());
-        assert!(combine_node_reports(&registry(), &cfg, "udp", 1.0, vec![good(0), good(1), good(1)]).is_err());
+        assert!(
+            combine_node_reports(&registry(), &cfg, "udp", 1.0, vec![good(0), good(1)]).is_err()
+        );
+        assert!(combine_node_reports(
+            &registry(),
+            &cfg,
+            "udp",
+            1.0,
+            vec![good(0), good(1), good(1)]
+        )
+        .is_err());
     }
 
     /// A node that ran another policy than the cluster's is refused by name, and a
@@ -772,11 +787,24 @@ mod tests {
         let mut cfg = Config::default();
         cfg.run.scale = Some(0.001);
         let good = plain_report;
-        combine_node_reports(&registry(), &cfg, "udp", 1.0, vec![good(0), good(1), good(2)]).unwrap();
+        combine_node_reports(
+            &registry(),
+            &cfg,
+            "udp",
+            1.0,
+            vec![good(0), good(1), good(2)],
+        )
+        .unwrap();
         let mut odd = good(2);
         odd.policy.passive_ack = ambidex_txn::policy::PassiveAck::On;
-        let e = combine_node_reports(&registry(), &cfg, "udp", 1.0, vec![good(0), good(1), odd.clone()])
-            .unwrap_err();
+        let e = combine_node_reports(
+            &registry(),
+            &cfg,
+            "udp",
+            1.0,
+            vec![good(0), good(1), odd.clone()],
+        )
+        .unwrap_err();
         assert!(
             e.contains("node 2 runs transaction policy no preset:")
                 && e.contains("passive-ack on")
@@ -837,8 +865,14 @@ mod tests {
                 ..Default::default()
             }
         };
-        let r = combine_node_reports(&registry(), &cfg, "shm", 1.0, vec![node(0, 1), node(1, 2), node(2, 3)])
-            .unwrap();
+        let r = combine_node_reports(
+            &registry(),
+            &cfg,
+            "shm",
+            1.0,
+            vec![node(0, 1), node(1, 2), node(2, 3)],
+        )
+        .unwrap();
         assert_eq!((r.location_cache.hits, r.location_cache.stale), (6, 3));
         assert_eq!((r.one_sided.reads, r.one_sided.failed), (36, 3));
         assert_eq!(r.policy.preset, Some("fasst"));
@@ -893,10 +927,15 @@ mod tests {
         // Against the initial placement, the missing node 2 is a failure.
         let full = [d(0, 1, 2, 5, 77), d(1, 9, 0, 0, 0), d(2, 9, 1, 0, 0)];
         assert!(compare_replicas(&full[..2], &p).is_ok());
-        assert!(
-            combine_live_reports(&registry(), &Config::default(), "shm", 1.0, full[..2].to_vec(), None)
-                .unwrap_err()
-                .contains("got nodes [0, 1]")
-        );
+        assert!(combine_live_reports(
+            &registry(),
+            &Config::default(),
+            "shm",
+            1.0,
+            full[..2].to_vec(),
+            None
+        )
+        .unwrap_err()
+        .contains("got nodes [0, 1]"));
     }
 }

@@ -14,11 +14,11 @@
 //! cover exactly the counted window. The transaction layer's own `TxnStats` (phase means)
 //! cover the whole run, warmup included.
 
-use crate::config::Config;
-use crate::workload::{worker_seed, Outcome, Registry, Workload};
 use crate::bench::load::build_and_load;
 use crate::bench::report::{OneSidedCounts, PolicyReport};
+use crate::config::Config;
 use crate::transports::InProcess;
+use crate::workload::{worker_seed, Outcome, Registry, Workload};
 use ambidex_rpc::RpcStats;
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
 use ambidex_txn::runner::{self, RunSpec, Worker, WorkerCtx};
@@ -273,7 +273,8 @@ fn with_workload(
     if counts.contains(&0) {
         return Err("threads and coroutines must be at least 1".into());
     }
-    reg.entry(&cfg.run.workload)?.bench(cfg, Run { cfg, counts, out })
+    reg.entry(&cfg.run.workload)?
+        .bench(cfg, Run { cfg, counts, out })
 }
 
 /// [`run_all`] of one registered workload, once per coroutine count.
@@ -651,7 +652,11 @@ pub(crate) struct ReportParts<'a> {
 }
 
 /// The report of a run (in-process or combined from node processes).
-pub(crate) fn assemble_report<W: Workload>(cfg: &Config, wl: &W, p: ReportParts<'_>) -> BenchReport {
+pub(crate) fn assemble_report<W: Workload>(
+    cfg: &Config,
+    wl: &W,
+    p: ReportParts<'_>,
+) -> BenchReport {
     let ReportParts {
         transport,
         policy,

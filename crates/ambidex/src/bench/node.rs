@@ -10,12 +10,10 @@
 //! ([`RunningNode::workers_done`]) and serves on until [`RunningNode::finish`].
 
 use crate::bench::combine::{replica_digests, NodeReport, ReplicaDigest};
-use crate::workload::{Registry, Workload};
-use crate::config::Config;
-use crate::bench::driver::{
-    make_worker, run_spec, Tally, WorkloadVisitor, MEASURE, STOP, WARMUP,
-};
+use crate::bench::driver::{make_worker, run_spec, Tally, WorkloadVisitor, MEASURE, STOP, WARMUP};
 use crate::bench::load::build_and_load_node;
+use crate::config::Config;
+use crate::workload::{Registry, Workload};
 use ambidex_cluster::{ClusterState, Stage};
 use ambidex_rpc::RpcStats;
 use ambidex_store::{Catalog, LogRegionDesc, TableDesc};
@@ -103,11 +101,7 @@ pub(crate) struct Load<'a> {
     transport: SharedNode,
 }
 impl WorkloadVisitor<LoadedNode> for Load<'_> {
-    fn visit<W: Workload>(
-        self,
-        wl: Arc<W>,
-        placement: Placement,
-    ) -> Result<LoadedNode, String> {
+    fn visit<W: Workload>(self, wl: Arc<W>, placement: Placement) -> Result<LoadedNode, String> {
         let cfg = self.cfg;
         let t0 = Instant::now();
         let db = build_and_load_node(
@@ -203,11 +197,7 @@ pub(crate) struct Rejoin<'a> {
     run_ms: f64,
 }
 impl WorkloadVisitor<LoadedNode> for Rejoin<'_> {
-    fn visit<W: Workload>(
-        self,
-        wl: Arc<W>,
-        _placement: Placement,
-    ) -> Result<LoadedNode, String> {
+    fn visit<W: Workload>(self, wl: Arc<W>, _placement: Placement) -> Result<LoadedNode, String> {
         let cfg = self.cfg;
         let t0 = Instant::now();
         // The tables and rings every node has (`load::build_nodes`, `NodeDb::new`),

@@ -41,6 +41,12 @@ pub use profile::{FaultProfile, PROFILES};
 
 pub use crate::config::InjectedBug;
 
+use crate::bench::driver::{run_spec, WorkloadVisitor};
+use crate::bench::load::{build_nodes, LoadOptions};
+use crate::bench::report::policy_flags;
+use crate::bench::{OneSidedCounts, PolicyReport};
+use crate::config::Config;
+use crate::workload::{worker_seed, Outcome, Registry, Workload};
 use ambidex_cluster::{AgentCore, EventKind, Stage, SteppedClient, SteppedManager};
 use ambidex_history::TxnRecord;
 use ambidex_rpc::{Clock, ManualClock, RpcStats, Runtime, RuntimeConfig};
@@ -51,12 +57,6 @@ use ambidex_txn::recovery::{RecoveryStats, ThreadRecovery};
 use ambidex_txn::runner::{start_thread, ManagerSpec, RunSpec, WorkerCtx};
 use ambidex_txn::stats::LocationCacheStats;
 use ambidex_txn::{NodeDb, Phase, Placement, TableSpec, TxnStats, TxnThread};
-use crate::bench::driver::{run_spec, WorkloadVisitor};
-use crate::bench::load::{build_nodes, LoadOptions};
-use crate::bench::report::policy_flags;
-use crate::bench::{OneSidedCounts, PolicyReport};
-use crate::config::Config;
-use crate::workload::{worker_seed, Outcome, Registry, Workload};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -276,10 +276,7 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
 pub fn command(cfg: &Config) -> String {
     let mut c = format!(
         "ambidex sim --workload {} --seed {} --steps {} --faults {}",
-        cfg.run.workload,
-        cfg.run.seed,
-        cfg.sim.steps,
-        cfg.sim.faults
+        cfg.run.workload, cfg.run.seed, cfg.sim.steps, cfg.sim.faults
     );
     let d = defaults(cfg.run.workload.clone(), cfg.run.seed);
     if cfg.cluster.nodes != d.cluster.nodes {

@@ -278,4 +278,3 @@ pub fn worker_seed(seed: u64, node: u16, thread: u16, coroutine: usize) -> u64 {
     }
     x
 }
-
