@@ -171,7 +171,10 @@ impl Config {
             }
         }
         if r.workload.is_empty() || r.workload.len() > 64 {
-            return invalid("run.workload", format!("{:?} is not a workload name", r.workload));
+            return invalid(
+                "run.workload",
+                format!("{:?} is not a workload name", r.workload),
+            );
         }
         if let Some(n) = r.warehouses_per_node {
             if !(1..=100_000).contains(&n) {

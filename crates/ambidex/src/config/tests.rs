@@ -219,10 +219,7 @@ fn the_manager_is_embedded_by_default_and_none_turns_leases_off() {
     .unwrap();
     assert_eq!(c.cluster.manager, crate::config::ManagerKind::None);
     assert_eq!(c.cluster.lease_ms, 200);
-    assert!(c.run_spec(1, None)
-        .unwrap()
-        .manager
-        .is_none());
+    assert!(c.run_spec(1, None).unwrap().manager.is_none());
     // etcd needs its endpoints, and a build with the `etcd` feature.
     let field = |c: Config| match c.validate() {
         Err(ConfigError::Invalid { field, .. }) => field,

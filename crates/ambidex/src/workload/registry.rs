@@ -100,7 +100,12 @@ where
         Ok((Arc::new(wl), placement))
     }
 
-    fn visit<R>(&self, cfg: &Config, simulated: bool, v: impl WorkloadVisitor<R>) -> Result<R, String> {
+    fn visit<R>(
+        &self,
+        cfg: &Config,
+        simulated: bool,
+        v: impl WorkloadVisitor<R>,
+    ) -> Result<R, String> {
         let (wl, placement) = self.build(cfg, simulated)?;
         v.visit(wl, placement)
     }
