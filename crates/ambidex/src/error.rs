@@ -161,7 +161,7 @@ pub enum StartError {
     /// Its transport could not be opened (the local fabric, an shm directory, udp
     /// sockets).
     #[error("its transport: {0}")]
-    Transport(String),
+    Transport(#[source] crate::transports::OpenError),
     /// The thread that runs the cluster could not be spawned.
     #[error("cannot spawn the cluster's thread: {0}")]
     Spawn(#[source] std::io::Error),

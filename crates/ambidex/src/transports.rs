@@ -3,9 +3,9 @@
 //! runs (every node opened here, [`InProcess`]), node processes (one node,
 //! [`open_node`]) and the launcher ([`on_this_host`], [`create`], [`destroy`]).
 
-use crate::config::{ClusterSection, Transport};
+use crate::config::{ClusterSection, ConfigError, Transport};
 use ambidex_transport::local::LocalFabric;
-use ambidex_transport::{NodeId, SharedNode};
+use ambidex_transport::{NodeId, SharedNode, TransportError};
 use ambidex_transport_udp::UdpOptions;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -40,12 +40,47 @@ fn rand_u32() -> u32 {
     t ^ std::process::id().rotate_left(16)
 }
 
+/// Why a cluster's transport could not be created or a node of it opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The cluster's settings are invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// An shm cluster without its directory (`cluster.shm_dir`).
+    #[error("an shm cluster needs its shm_dir")]
+    NoShmDir,
+    /// A udp cluster without its nodes' addresses (`cluster.udp_addrs`).
+    #[error("a udp cluster needs udp_addrs (one base address per node)")]
+    NoUdpAddrs,
+    /// A node of a `local` cluster, which lives in one process.
+    #[error("a local cluster lives in one process; it has no node to open")]
+    LocalNode,
+    /// A node id outside the cluster.
+    #[error("node {node} is not in this {nodes}-node cluster")]
+    NoSuchNode {
+        /// The id asked for.
+        node: NodeId,
+        /// The cluster's nodes.
+        nodes: u16,
+    },
+    /// The backend refused (a missing or foreign shm directory, a port in use...).
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+}
+
+/// The transports' errors are text for the harness that still reports strings.
+impl From<OpenError> for String {
+    fn from(e: OpenError) -> String {
+        e.to_string()
+    }
+}
+
 /// Creates whatever the backend keeps outside the nodes (the shm directory).
-pub fn create(c: &ClusterSection) -> Result<(), String> {
+pub fn create(c: &ClusterSection) -> Result<(), OpenError> {
     if c.transport == Transport::Shm {
-        let dir = c.shm_dir.as_ref().ok_or("shm needs a cluster directory")?;
-        ambidex_transport_shm::ShmCluster::create(dir, &c.cluster_config()?)
-            .map_err(|e| e.to_string())?;
+        let dir = c.shm_dir.as_ref().ok_or(OpenError::NoShmDir)?;
+        ambidex_transport_shm::ShmCluster::create(dir, &c.cluster_config()?)?;
     }
     Ok(())
 }
@@ -59,7 +94,7 @@ pub fn destroy(c: &ClusterSection) {
 
 /// Opens node `node` of a multi-process cluster in this process (udp: one-sided
 /// retransmission at the backend's defaults).
-pub fn open_node(c: &ClusterSection, node: NodeId) -> Result<SharedNode, String> {
+pub fn open_node(c: &ClusterSection, node: NodeId) -> Result<SharedNode, OpenError> {
     open_node_with(c, node, UdpOptions::default())
 }
 
@@ -70,30 +105,30 @@ pub fn open_node_with(
     c: &ClusterSection,
     node: NodeId,
     udp: UdpOptions,
-) -> Result<SharedNode, String> {
+) -> Result<SharedNode, OpenError> {
     if node >= c.nodes {
-        return Err(format!(
-            "node {node} is not in this {}-node cluster",
-            c.nodes
-        ));
+        return Err(OpenError::NoSuchNode {
+            node,
+            nodes: c.nodes,
+        });
     }
     match c.transport {
-        Transport::Local => {
-            Err("a local cluster lives in one process; it has no node to open".into())
-        }
+        Transport::Local => Err(OpenError::LocalNode),
         Transport::Shm => {
-            let dir = c
-                .shm_dir
-                .as_ref()
-                .ok_or("an shm cluster needs its shm_dir")?;
-            ambidex_transport_shm::ShmNode::open(dir, node).map_err(|e| e.to_string())
+            let dir = c.shm_dir.as_ref().ok_or(OpenError::NoShmDir)?;
+            Ok(ambidex_transport_shm::ShmNode::open(dir, node)?)
         }
         Transport::Udp => {
             if c.udp_addrs.is_empty() {
-                return Err("a udp cluster needs udp_addrs (one base address per node)".into());
+                return Err(OpenError::NoUdpAddrs);
             }
-            ambidex_transport_udp::UdpNode::open_with(&c.cluster_config()?, &c.udp_addrs, node, udp)
-                .map_err(|e| e.to_string())
+            let cfg = c.cluster_config()?;
+            Ok(ambidex_transport_udp::UdpNode::open_with(
+                &cfg,
+                &c.udp_addrs,
+                node,
+                udp,
+            )?)
         }
     }
 }
@@ -108,16 +143,16 @@ pub struct InProcess {
 
 impl InProcess {
     /// Opens every node of `c` here (fresh shm directory or loopback ports if `c` has none).
-    pub fn open(c: &ClusterSection) -> Result<InProcess, String> {
+    pub fn open(c: &ClusterSection) -> Result<InProcess, OpenError> {
         Self::open_with(c, UdpOptions::default())
     }
 
     /// [`InProcess::open`] with the udp backend's options (see [`open_node_with`]).
-    pub fn open_with(c: &ClusterSection, udp: UdpOptions) -> Result<InProcess, String> {
+    pub fn open_with(c: &ClusterSection, udp: UdpOptions) -> Result<InProcess, OpenError> {
         let mut c = c.clone();
         on_this_host(&mut c);
         if c.transport == Transport::Local {
-            let f = LocalFabric::new(c.cluster_config()?).map_err(|e| e.to_string())?;
+            let f = LocalFabric::new(c.cluster_config()?)?;
             return Ok(InProcess {
                 nodes: f.nodes(),
                 cluster: c,

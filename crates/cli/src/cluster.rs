@@ -128,7 +128,7 @@ impl BenchCluster {
 pub fn open_peer(spec: &str, node: NodeId) -> Result<SharedNode, String> {
     let cluster: ClusterSection =
         serde_json::from_str(spec).map_err(|e| format!("bad cluster spec: {e}"))?;
-    transports::open_node(&cluster, node)
+    Ok(transports::open_node(&cluster, node)?)
 }
 
 // ----- the launcher's side of the control protocol (docs/cluster.md) -----
