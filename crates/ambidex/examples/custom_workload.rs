@@ -17,7 +17,7 @@
 use ambidex::schema::per_node_capacity;
 use ambidex::workload::{
     primary_rows, Loader, NodeDb, Outcome, Placement, Registrar, Registry, TableSpec, Txn,
-    WorkerCtx, Workload, WorkloadArgs, WorkloadInfo, WriteKind,
+    WorkerCtx, Workload, WorkloadArgs, WorkloadError, WorkloadInfo, WriteKind,
 };
 use ambidex::Config;
 use rand::rngs::SmallRng;
@@ -37,6 +37,15 @@ struct Counters {
 /// What one worker coroutine counted and has not folded in yet.
 #[derive(Default)]
 struct Local {
+    increments: i64,
+}
+
+/// The invariant broken: the counters do not add up to the increments committed.
+#[derive(Debug, thiserror::Error)]
+#[error("{counters} counters add up to {sum}, but {increments} increments committed")]
+struct Miscounted {
+    counters: usize,
+    sum: i64,
     increments: i64,
 }
 
@@ -69,8 +78,16 @@ impl Workload for Counters {
         1
     }
 
-    fn load_unit(&self, _unit: u64, _rng: &mut SmallRng, out: &Loader<'_>) -> Result<(), String> {
-        (0..self.keys).try_for_each(|k| out.put(COUNTERS, k, &0i64.to_le_bytes()))
+    fn load_unit(
+        &self,
+        _unit: u64,
+        _rng: &mut SmallRng,
+        out: &Loader<'_>,
+    ) -> Result<(), WorkloadError> {
+        for k in 0..self.keys {
+            out.put(COUNTERS, k, &0i64.to_le_bytes())?;
+        }
+        Ok(())
     }
 
     async fn run_one(
@@ -123,15 +140,17 @@ impl Workload for Counters {
             .fetch_add(counter(new) - counter(old), Ordering::SeqCst);
     }
 
-    fn check(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
+    fn check(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, WorkloadError> {
         let rows = primary_rows(dbs, COUNTERS);
         let sum: i64 = rows.iter().map(|(_, v)| counter(Some(v))).sum();
         let increments = self.increments.load(Ordering::SeqCst);
         if rows.len() as u64 != self.keys || sum != increments {
-            return Err(format!(
-                "{} counters add up to {sum}, but {increments} increments committed",
-                rows.len()
-            ));
+            return Err(Miscounted {
+                counters: rows.len(),
+                sum,
+                increments,
+            }
+            .into());
         }
         Ok(serde_json::json!({ "counters": rows.len(), "sum": sum }))
     }

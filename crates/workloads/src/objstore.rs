@@ -12,6 +12,7 @@ use crate::common::{add_i64, per_node_capacity, Loader, Outcome, Workload};
 use ambidex::config::ObjStoreParams;
 use ambidex::workload::Txn;
 use ambidex::workload::WorkerCtx;
+use ambidex::workload::WorkloadError;
 use ambidex::workload::{Placement, TableSpec, WriteKind};
 use rand::rngs::SmallRng;
 use rand::Rng;
@@ -36,12 +37,13 @@ impl ObjectStore {
         threads: u16,
         scale: f64,
         params: ObjStoreParams,
-    ) -> Result<ObjectStore, String> {
+    ) -> Result<ObjectStore, WorkloadError> {
         if params.reads == 0 || params.writes > params.reads || params.reads > MAX_KEYS {
             return Err(format!(
                 "O(r, w) needs 1 ≤ r ≤ {MAX_KEYS} and w ≤ r (got r = {}, w = {})",
                 params.reads, params.writes
-            ));
+            )
+            .into());
         }
         let keys =
             ((KEYS_PER_THREAD as f64 * scale) as u64 * placement.nodes() as u64 * threads as u64)
@@ -111,7 +113,12 @@ impl Workload for ObjectStore {
         self.keys.div_ceil(UNIT)
     }
 
-    fn load_unit(&self, unit: u64, rng: &mut SmallRng, out: &Loader<'_>) -> Result<(), String> {
+    fn load_unit(
+        &self,
+        unit: u64,
+        rng: &mut SmallRng,
+        out: &Loader<'_>,
+    ) -> Result<(), WorkloadError> {
         let mut v = [0u8; VALUE_SIZE];
         for k in unit * UNIT..((unit + 1) * UNIT).min(self.keys) {
             rng.fill(&mut v[8..]);

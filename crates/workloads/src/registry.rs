@@ -4,7 +4,7 @@
 
 use crate::{objstore, smallbank, stress, tatp, tpcc, tpce};
 use ambidex::config::ConfigError;
-use ambidex::workload::{Registrar, Registry, WorkloadArgs, WorkloadInfo};
+use ambidex::workload::{Registrar, Registry, WorkloadArgs, WorkloadError, WorkloadInfo};
 
 /// The built-in workloads, by the names they are registered under.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -207,7 +207,10 @@ pub fn registry() -> Registry {
 }
 
 /// TPC-C's parameters for a benchmark run or a simulation.
-fn tpcc_params(a: &WorkloadArgs<'_>, only_new_order: bool) -> Result<tpcc::TpccParams, String> {
+fn tpcc_params(
+    a: &WorkloadArgs<'_>,
+    only_new_order: bool,
+) -> Result<tpcc::TpccParams, WorkloadError> {
     let cfg = a.config;
     if cfg.run.scale.is_some_and(|s| s > 1.0) {
         return Err(ConfigError::Invalid {
@@ -216,7 +219,8 @@ fn tpcc_params(a: &WorkloadArgs<'_>, only_new_order: bool) -> Result<tpcc::TpccP
                   more warehouses: run.warehouses_per_node (--warehouses)"
                 .into(),
         }
-        .to_string());
+        .to_string()
+        .into());
     }
     let threads = cfg.cluster.threads;
     if !a.simulated {

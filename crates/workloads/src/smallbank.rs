@@ -21,6 +21,7 @@ use crate::common::{
 };
 use ambidex::workload::Txn;
 use ambidex::workload::WorkerCtx;
+use ambidex::workload::WorkloadError;
 use ambidex::workload::{AbortReason, NodeDb, Placement, TableSpec, WriteKind};
 use rand::rngs::SmallRng;
 use rand::Rng;
@@ -221,7 +222,12 @@ impl Workload for SmallBank {
         self.accounts.div_ceil(UNIT)
     }
 
-    fn load_unit(&self, unit: u64, rng: &mut SmallRng, out: &Loader<'_>) -> Result<(), String> {
+    fn load_unit(
+        &self,
+        unit: u64,
+        rng: &mut SmallRng,
+        out: &Loader<'_>,
+    ) -> Result<(), WorkloadError> {
         let mut sum = 0i64;
         let end = ((unit + 1) * UNIT).min(self.accounts);
         for id in unit * UNIT..end {
@@ -276,7 +282,7 @@ impl Workload for SmallBank {
         }
     }
 
-    fn check(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
+    fn check(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, WorkloadError> {
         let mut total = 0i64;
         for table in [SAVINGS, CHECKING] {
             let rows = primary_rows(dbs, table);
@@ -285,7 +291,8 @@ impl Workload for SmallBank {
                     "table {table} has {} accounts, {} loaded",
                     rows.len(),
                     self.accounts
-                ));
+                )
+                .into());
             }
             total += rows.iter().map(|(_, v)| get_i64(v, 0)).sum::<i64>();
         }
@@ -297,9 +304,7 @@ impl Workload for SmallBank {
             "committed_delta_cents": self.delta.load(Ordering::SeqCst),
         });
         if total != expected {
-            return Err(format!(
-                "total balance {total} != expected {expected} ({summary})"
-            ));
+            return Err(format!("total balance {total} != expected {expected} ({summary})").into());
         }
         Ok(summary)
     }
@@ -307,7 +312,7 @@ impl Workload for SmallBank {
     /// This node's primaries: their count and balance per table, with the committed
     /// deltas of the workers this process ran and the initial total (which every node
     /// process computes, since each generates every account while loading).
-    fn check_node(&self, db: &Arc<NodeDb>) -> Result<serde_json::Value, String> {
+    fn check_node(&self, db: &Arc<NodeDb>) -> Result<serde_json::Value, WorkloadError> {
         let dbs = std::slice::from_ref(db);
         let mut out = serde_json::Map::new();
         let mut total = 0i64;
@@ -329,7 +334,10 @@ impl Workload for SmallBank {
         Ok(out.into())
     }
 
-    fn check_combine(&self, parts: &[serde_json::Value]) -> Result<serde_json::Value, String> {
+    fn check_combine(
+        &self,
+        parts: &[serde_json::Value],
+    ) -> Result<serde_json::Value, WorkloadError> {
         if parts.is_empty() {
             return Err("no node checked its accounts".into());
         }
@@ -347,10 +355,9 @@ impl Workload for SmallBank {
         }
         for (table, n) in [(SAVINGS, rows[0]), (CHECKING, rows[1])] {
             if n as u64 != self.accounts {
-                return Err(format!(
-                    "table {table} has {n} accounts, {} loaded",
-                    self.accounts
-                ));
+                return Err(
+                    format!("table {table} has {n} accounts, {} loaded", self.accounts).into(),
+                );
             }
         }
         let expected = initial.saturating_add(delta);
@@ -379,9 +386,7 @@ impl Workload for SmallBank {
             "committed_delta_cents": delta,
         });
         if total != expected {
-            return Err(format!(
-                "total balance {total} != expected {expected} ({summary})"
-            ));
+            return Err(format!("total balance {total} != expected {expected} ({summary})").into());
         }
         Ok(summary)
     }

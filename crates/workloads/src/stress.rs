@@ -13,6 +13,7 @@
 use crate::common::{part_i64, primary_rows, Loader, Outcome, Workload};
 use ambidex::workload::Txn;
 use ambidex::workload::WorkerCtx;
+use ambidex::workload::WorkloadError;
 use ambidex::workload::{AbortReason, NodeDb, Placement, TableSpec, WriteKind};
 use rand::rngs::SmallRng;
 use rand::Rng;
@@ -136,7 +137,12 @@ impl Workload for Stress {
         self.groups.div_ceil(1024)
     }
 
-    fn load_unit(&self, unit: u64, rng: &mut SmallRng, out: &Loader<'_>) -> Result<(), String> {
+    fn load_unit(
+        &self,
+        unit: u64,
+        rng: &mut SmallRng,
+        out: &Loader<'_>,
+    ) -> Result<(), WorkloadError> {
         for g in unit * 1024..((unit + 1) * 1024).min(self.groups) {
             let v: u64 = rng.gen();
             for i in 0..GROUP as usize {
@@ -174,12 +180,13 @@ impl Workload for Stress {
         (ty, outcome)
     }
 
-    fn check(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
+    fn check(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, WorkloadError> {
         let violations = self.read_violations.load(Ordering::Relaxed);
         if violations > 0 {
             return Err(format!(
                 "{violations} committed read(s) saw a group neither whole nor absent"
-            ));
+            )
+            .into());
         }
         // The final state: every group whole (one value) or absent.
         let rows = primary_rows(dbs, STRESS);
@@ -196,7 +203,8 @@ impl Workload for Stress {
                 return Err(format!(
                     "group {g} ends with {} of {GROUP} keys present (or differing values)",
                     group.len()
-                ));
+                )
+                .into());
             }
             whole += 1;
             i = j;
@@ -209,7 +217,7 @@ impl Workload for Stress {
         }))
     }
 
-    fn check_node(&self, _db: &Arc<NodeDb>) -> Result<serde_json::Value, String> {
+    fn check_node(&self, _db: &Arc<NodeDb>) -> Result<serde_json::Value, WorkloadError> {
         // A group's keys have different primaries: the final state is checked in
         // process and in the simulator, not across node processes (not built).
         Ok(serde_json::json!({
@@ -218,16 +226,19 @@ impl Workload for Stress {
         }))
     }
 
-    fn check_combine(&self, parts: &[serde_json::Value]) -> Result<serde_json::Value, String> {
+    fn check_combine(
+        &self,
+        parts: &[serde_json::Value],
+    ) -> Result<serde_json::Value, WorkloadError> {
         let (mut reads, mut bad) = (0i64, 0i64);
         for (n, p) in parts.iter().enumerate() {
             reads = reads.saturating_add(part_i64(p, n, "committed_reads")?);
             bad = bad.saturating_add(part_i64(p, n, "read_violations")?);
         }
         if bad > 0 {
-            return Err(format!(
-                "{bad} committed read(s) saw a group neither whole nor absent"
-            ));
+            return Err(
+                format!("{bad} committed read(s) saw a group neither whole nor absent").into(),
+            );
         }
         Ok(serde_json::json!({ "committed_reads": reads, "read_violations": 0 }))
     }

@@ -35,6 +35,7 @@ use crate::common::{
 };
 use ambidex::workload::Txn;
 use ambidex::workload::WorkerCtx;
+use ambidex::workload::WorkloadError;
 use ambidex::workload::{AbortReason, Placement, TableSpec, WriteKind};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -322,7 +323,12 @@ impl Workload for Tatp {
         self.subscribers.div_ceil(UNIT)
     }
 
-    fn load_unit(&self, unit: u64, rng: &mut SmallRng, out: &Loader<'_>) -> Result<(), String> {
+    fn load_unit(
+        &self,
+        unit: u64,
+        rng: &mut SmallRng,
+        out: &Loader<'_>,
+    ) -> Result<(), WorkloadError> {
         let first = unit * UNIT + 1;
         let last = ((unit + 1) * UNIT).min(self.subscribers);
         let mut types = [1u64, 2, 3, 4];

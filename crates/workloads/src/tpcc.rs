@@ -103,6 +103,7 @@ use ambidex::workload::OrderedIndex;
 use ambidex::workload::Stage;
 use ambidex::workload::Txn;
 use ambidex::workload::WorkerCtx;
+use ambidex::workload::WorkloadError;
 use ambidex::workload::{AbortReason, NodeDb, Placement, TableSpec, WriteKind};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -1187,7 +1188,10 @@ impl Tpcc {
 
     /// TPC-C consistency conditions 1–4 (spec §3.3.2.1–4) on the primaries' rows, and
     /// the NEW_ORDER index against the table. Returns per-condition counts checked.
-    pub fn check_consistency(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
+    pub fn check_consistency(
+        &self,
+        dbs: &[Arc<NodeDb>],
+    ) -> Result<serde_json::Value, WorkloadError> {
         self.consistency(dbs, None)
     }
 
@@ -1198,7 +1202,7 @@ impl Tpcc {
         &self,
         dbs: &[Arc<NodeDb>],
         only: Option<u16>,
-    ) -> Result<serde_json::Value, String> {
+    ) -> Result<serde_json::Value, WorkloadError> {
         // A node checks the warehouses it runs in its configuration (its home ones
         // unless some failed over).
         let expected_warehouses = match only {
@@ -1235,7 +1239,8 @@ impl Tpcc {
                 "{} warehouses and {} districts found",
                 w_ytd.len(),
                 d_next.len()
-            ));
+            )
+            .into());
         }
         // Condition 1: W_YTD = Σ D_YTD.
         for (&w, &ytd) in &w_ytd {
@@ -1243,9 +1248,9 @@ impl Tpcc {
                 .map(|d| d_ytd.get(&wd(w, d)).copied().unwrap_or(0))
                 .sum();
             if sum != ytd {
-                return Err(format!(
-                    "condition 1: warehouse {w}: W_YTD {ytd} != sum(D_YTD) {sum}"
-                ));
+                return Err(
+                    format!("condition 1: warehouse {w}: W_YTD {ytd} != sum(D_YTD) {sum}").into(),
+                );
             }
         }
         // Per district: max O_ID, Σ O_OL_CNT; NEW_ORDER min, max, count; ORDER_LINE count.
@@ -1292,21 +1297,23 @@ impl Tpcc {
                     next - 1,
                     e.max_o,
                     e.no_max
-                ));
+                ).into());
             }
             // Condition 3: max(NO_O_ID) − min(NO_O_ID) + 1 = rows in NEW_ORDER.
             if e.no_count > 0 && e.no_max - e.no_min + 1 != e.no_count {
                 return Err(format!(
                     "condition 3: district ({w}, {d}): new orders {}..={} but {} rows",
                     e.no_min, e.no_max, e.no_count
-                ));
+                )
+                .into());
             }
             // Condition 4: Σ O_OL_CNT = rows in ORDER_LINE.
             if e.ol_cnt_sum != e.ol_rows {
                 return Err(format!(
                     "condition 4: district ({w}, {d}): sum(O_OL_CNT) = {} but {} order lines",
                     e.ol_cnt_sum, e.ol_rows
-                ));
+                )
+                .into());
             }
         }
         // The ordered indexes agree with the tables: at each member, the entries of the
@@ -1348,7 +1355,8 @@ impl Tpcc {
         if indexed_warehouses != expected_warehouses {
             return Err(format!(
                 "the members' indexes hold {indexed_warehouses} warehouses of {expected_warehouses}"
-            ));
+            )
+            .into());
         }
         Ok(serde_json::json!({
             "warehouses": w_ytd.len(),
@@ -1365,7 +1373,7 @@ impl Tpcc {
         d: u64,
         rng: &mut SmallRng,
         out: &Loader<'_>,
-    ) -> Result<(), String> {
+    ) -> Result<(), WorkloadError> {
         let p = &self.p;
         // The home node's indexes are filled by the loader thread that owns that node.
         let ix = out
@@ -1559,7 +1567,12 @@ impl Workload for Tpcc {
             + p.placement.nodes() as u64 * self.stock_chunks()
     }
 
-    fn load_unit(&self, unit: u64, rng: &mut SmallRng, out: &Loader<'_>) -> Result<(), String> {
+    fn load_unit(
+        &self,
+        unit: u64,
+        rng: &mut SmallRng,
+        out: &Loader<'_>,
+    ) -> Result<(), WorkloadError> {
         let p = &self.p;
         let dist_units = p.warehouses * DISTRICTS;
         let chunks = self.stock_chunks();
@@ -1647,7 +1660,7 @@ impl Workload for Tpcc {
         (None, Some(ok))
     }
 
-    fn check(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
+    fn check(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, WorkloadError> {
         let mut v = self.check_consistency(dbs)?;
         let f = &self.failover;
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -1671,13 +1684,16 @@ impl Workload for Tpcc {
         Ok(v)
     }
 
-    fn check_node(&self, db: &Arc<NodeDb>) -> Result<serde_json::Value, String> {
+    fn check_node(&self, db: &Arc<NodeDb>) -> Result<serde_json::Value, WorkloadError> {
         self.consistency(std::slice::from_ref(db), Some(db.node))
     }
 
     /// Every node checked its own warehouses; the cluster's summary is the sum, and
     /// every warehouse must have been found at its home.
-    fn check_combine(&self, parts: &[serde_json::Value]) -> Result<serde_json::Value, String> {
+    fn check_combine(
+        &self,
+        parts: &[serde_json::Value],
+    ) -> Result<serde_json::Value, WorkloadError> {
         const FIELDS: [&str; 5] = [
             "warehouses",
             "districts",
@@ -1692,10 +1708,7 @@ impl Workload for Tpcc {
             }
         }
         if sums[0] as u64 != self.p.warehouses || sums[1] as u64 != self.p.warehouses * DISTRICTS {
-            return Err(format!(
-                "{} warehouses and {} districts found",
-                sums[0], sums[1]
-            ));
+            return Err(format!("{} warehouses and {} districts found", sums[0], sums[1]).into());
         }
         Ok(FIELDS
             .iter()
@@ -1712,7 +1725,7 @@ fn compare<V: Clone>(
     what: &str,
     ix: &OrderedIndex<V>,
     mut table: Vec<u64>,
-) -> Result<(), String> {
+) -> Result<(), WorkloadError> {
     let mut indexed = Vec::new();
     ix.scan(
         std::ops::Bound::Unbounded,
@@ -1737,7 +1750,7 @@ fn compare<V: Clone>(
         table.len(),
         indexed.get(diff),
         table.get(diff),
-    ))
+    ).into())
 }
 
 #[cfg(test)]
@@ -1816,10 +1829,13 @@ mod tests {
         // leave) fails the check, and so does a missing one.
         t.idx[2].new_order.insert(k_order(2, 1, 999), 7);
         let e = t.check(&dbs).unwrap_err();
-        assert!(e.contains("node 2: NEW_ORDER index"), "{e}");
+        assert!(e.to_string().contains("node 2: NEW_ORDER index"), "{e}");
         t.idx[2].new_order.remove(k_order(2, 1, 999));
         t.idx[2].cust_order.remove(want_co[0]);
         let e = t.check(&dbs).unwrap_err();
-        assert!(e.contains("node 2: ORDER by customer index"), "{e}");
+        assert!(
+            e.to_string().contains("node 2: ORDER by customer index"),
+            "{e}"
+        );
     }
 }

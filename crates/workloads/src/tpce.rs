@@ -85,6 +85,7 @@ use crate::common::{
 };
 use ambidex::workload::Txn;
 use ambidex::workload::WorkerCtx;
+use ambidex::workload::WorkloadError;
 use ambidex::workload::{AbortReason, ItemId, NodeDb, Placement, TableSpec, WriteKind};
 use rand::rngs::SmallRng;
 use rand::Rng;
@@ -472,16 +473,18 @@ impl Tpce {
     }
 
     /// The read-side violations counted by the workers, as an error.
-    fn read_violations(torn: i64, not_found: i64) -> Result<(), String> {
+    fn read_violations(torn: i64, not_found: i64) -> Result<(), WorkloadError> {
         if torn > 0 {
             return Err(format!(
                 "{torn} committed customer position(s) saw a market feed half applied"
-            ));
+            )
+            .into());
         }
         if not_found > 0 {
             return Err(format!(
                 "{not_found} committed customer position(s) missed a row (nothing deletes one)"
-            ));
+            )
+            .into());
         }
         Ok(())
     }
@@ -524,7 +527,7 @@ impl LastTrades {
 }
 
 /// The first security whose final update count is below what a stamp gave it.
-fn torn_final(seq: &HashMap<u64, u32>, needed: &HashMap<u64, u32>) -> Result<(), String> {
+fn torn_final(seq: &HashMap<u64, u32>, needed: &HashMap<u64, u32>) -> Result<(), WorkloadError> {
     let mut bad: Vec<_> = needed
         .iter()
         .filter(|(a, n)| seq.get(a).copied().unwrap_or(0) < **n)
@@ -537,7 +540,8 @@ fn torn_final(seq: &HashMap<u64, u32>, needed: &HashMap<u64, u32>) -> Result<(),
              stamp gave it {n}",
             bad.len(),
             seq.get(a).copied().unwrap_or(0)
-        )),
+        )
+        .into()),
     }
 }
 
@@ -590,7 +594,12 @@ impl Workload for Tpce {
         self.customers.div_ceil(UNIT)
     }
 
-    fn load_unit(&self, unit: u64, rng: &mut SmallRng, out: &Loader<'_>) -> Result<(), String> {
+    fn load_unit(
+        &self,
+        unit: u64,
+        rng: &mut SmallRng,
+        out: &Loader<'_>,
+    ) -> Result<(), WorkloadError> {
         let end = ((unit + 1) * UNIT).min(self.customers);
         let mut cust = [0u8; CUSTOMER_VALUE];
         let mut acct = [0u8; ACCOUNT_VALUE];
@@ -692,7 +701,7 @@ impl Workload for Tpce {
         }
     }
 
-    fn check(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
+    fn check(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, WorkloadError> {
         Self::read_violations(
             self.torn.load(Ordering::SeqCst) as i64,
             self.not_found.load(Ordering::SeqCst) as i64,
@@ -704,7 +713,7 @@ impl Workload for Tpce {
         ] {
             let n = primary_rows(dbs, table).len() as u64;
             if n != loaded {
-                return Err(format!("table {table} has {n} rows, {loaded} loaded"));
+                return Err(format!("table {table} has {n} rows, {loaded} loaded").into());
             }
         }
         let lt = LastTrades::of(dbs);
@@ -712,7 +721,8 @@ impl Workload for Tpce {
             return Err(format!(
                 "LAST_TRADE has {} rows, {} loaded",
                 lt.rows, self.securities
-            ));
+            )
+            .into());
         }
         torn_final(&lt.seq, &lt.needed)?;
         let expected = self.expected_volume();
@@ -731,7 +741,8 @@ impl Workload for Tpce {
             return Err(format!(
                 "LAST_TRADE volume {} != expected {expected} ({summary})",
                 lt.volume
-            ));
+            )
+            .into());
         }
         Ok(summary)
     }
@@ -739,7 +750,7 @@ impl Workload for Tpce {
     /// This node's primaries (row counts; LAST_TRADE's volume, update counts and the
     /// counts its stamps require), the counters of the workers this process ran and the
     /// initial volume (every node process computes it: each generates every unit).
-    fn check_node(&self, db: &Arc<NodeDb>) -> Result<serde_json::Value, String> {
+    fn check_node(&self, db: &Arc<NodeDb>) -> Result<serde_json::Value, WorkloadError> {
         let dbs = std::slice::from_ref(db);
         let lt = LastTrades::of(dbs);
         let pairs = |m: &HashMap<u64, u32>| {
@@ -765,7 +776,10 @@ impl Workload for Tpce {
         }))
     }
 
-    fn check_combine(&self, parts: &[serde_json::Value]) -> Result<serde_json::Value, String> {
+    fn check_combine(
+        &self,
+        parts: &[serde_json::Value],
+    ) -> Result<serde_json::Value, WorkloadError> {
         if parts.is_empty() {
             return Err("no node checked its rows".into());
         }
@@ -826,7 +840,7 @@ impl Workload for Tpce {
             self.securities,
         ]) {
             if n as u64 != loaded {
-                return Err(format!("{name} has {n} rows, {loaded} loaded"));
+                return Err(format!("{name} has {n} rows, {loaded} loaded").into());
             }
         }
         torn_final(&seq, &needed)?;
@@ -859,9 +873,9 @@ impl Workload for Tpce {
             "not_found": 0,
         });
         if volume != expected {
-            return Err(format!(
-                "LAST_TRADE volume {volume} != expected {expected} ({summary})"
-            ));
+            return Err(
+                format!("LAST_TRADE volume {volume} != expected {expected} ({summary})").into(),
+            );
         }
         Ok(summary)
     }
@@ -979,18 +993,31 @@ mod tests {
         assert_eq!(ok["committed_positions"], 15);
         let mut off = good();
         off[2]["primary_volume"] = 1.into();
-        assert!(e.check_combine(&off).unwrap_err().contains("volume"));
+        assert!(e
+            .check_combine(&off)
+            .unwrap_err()
+            .to_string()
+            .contains("volume"));
         let mut torn = good();
         torn[1]["torn"] = 1.into();
-        assert!(e.check_combine(&torn).unwrap_err().contains("half applied"));
+        assert!(e
+            .check_combine(&torn)
+            .unwrap_err()
+            .to_string()
+            .contains("half applied"));
         let mut lag = good();
         lag[2]["needed"] = serde_json::json!([[1, 3]]);
-        assert!(e.check_combine(&lag).unwrap_err().contains("security 1"));
+        assert!(e
+            .check_combine(&lag)
+            .unwrap_err()
+            .to_string()
+            .contains("security 1"));
         let mut short = good();
         short[0]["holding_rows"] = (e.holdings - 1).into();
         assert!(e
             .check_combine(&short)
             .unwrap_err()
+            .to_string()
             .contains("HOLDING_SUMMARY"));
         let mut bad = good();
         bad[1]["seq"] = serde_json::json!([["x"]]);

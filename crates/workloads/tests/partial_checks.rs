@@ -10,7 +10,10 @@ use ambidex_workloads::smallbank::{self, SmallBank};
 use ambidex_workloads::tpcc::{Tpcc, TpccParams};
 use std::sync::Arc;
 
-fn combined<W: Workload>(wl: &W, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
+fn combined<W: Workload>(
+    wl: &W,
+    dbs: &[Arc<NodeDb>],
+) -> Result<serde_json::Value, ambidex::workload::WorkloadError> {
     let mut parts = Vec::new();
     for db in dbs {
         parts.push(wl.check_node(db)?);
@@ -57,8 +60,8 @@ fn smallbank_per_node_checks_combine_to_the_cluster_check() {
         let b = i64::from_le_bytes(v[..8].try_into().unwrap()) + 1;
         v[..8].copy_from_slice(&b.to_le_bytes());
     });
-    let e1 = bank.check(&dbs).unwrap_err();
-    let e2 = combined(&bank, &dbs).unwrap_err();
+    let e1 = bank.check(&dbs).unwrap_err().to_string();
+    let e2 = combined(&bank, &dbs).unwrap_err().to_string();
     assert!(e1.starts_with("total balance") && e2.starts_with("total balance"));
     // Malformed parts are errors.
     assert!(bank.check_combine(&[]).is_err());
@@ -71,6 +74,7 @@ fn smallbank_per_node_checks_combine_to_the_cluster_check() {
     assert!(bank
         .check_combine(&[good.clone(), other, good])
         .unwrap_err()
+        .to_string()
         .contains("initial total"));
 }
 
@@ -162,7 +166,7 @@ fn nodes_left_in_different_epochs_check_under_the_final_configuration() {
     survivors[moved]
         .cluster()
         .enter(last.config.clone(), Stage::Run);
-    let e = combined(&bank, survivors).unwrap_err();
+    let e = combined(&bank, survivors).unwrap_err().to_string();
     assert!(e.contains("accounts"), "{e}");
     // A final state mid-reconfiguration, or older than a node's, is refused.
     let adopt = ClusterState {

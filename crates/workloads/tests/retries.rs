@@ -48,7 +48,12 @@ impl Workload for Hot {
         1
     }
 
-    fn load_unit(&self, _: u64, _: &mut SmallRng, out: &Loader<'_>) -> Result<(), String> {
+    fn load_unit(
+        &self,
+        _: u64,
+        _: &mut SmallRng,
+        out: &Loader<'_>,
+    ) -> Result<(), ambidex::workload::WorkloadError> {
         for k in 0..2 {
             out.put(HOT, k, &0u64.to_le_bytes())?;
         }

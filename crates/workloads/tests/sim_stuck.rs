@@ -31,7 +31,12 @@ impl Workload for Hang {
     fn load_units(&self) -> u64 {
         0
     }
-    fn load_unit(&self, _: u64, _: &mut SmallRng, _: &Loader<'_>) -> Result<(), String> {
+    fn load_unit(
+        &self,
+        _: u64,
+        _: &mut SmallRng,
+        _: &Loader<'_>,
+    ) -> Result<(), ambidex::workload::WorkloadError> {
         Ok(())
     }
     async fn run_one(&self, w: &WorkerCtx, _: &mut SmallRng, _: &mut ()) -> (usize, Outcome) {

@@ -383,21 +383,23 @@ fn combine<W: Workload>(
     let check = if !violations.is_empty() {
         Err(violations.join("; "))
     } else {
-        wl.check_combine(&parts).and_then(|summary| {
-            let replicas = compare_replicas(&reports, &placement)?;
-            Ok(match summary {
-                serde_json::Value::Object(mut m) => {
-                    m.insert("replica_rows_compared".into(), replicas.into());
-                    serde_json::Value::Object(m)
-                }
-                // A workload with no invariant of its own (TATP): its replicas were
-                // still compared.
-                serde_json::Value::Null => {
-                    serde_json::json!({ "replica_rows_compared": replicas })
-                }
-                other => other,
+        wl.check_combine(&parts)
+            .map_err(|e| e.to_string())
+            .and_then(|summary| {
+                let replicas = compare_replicas(&reports, &placement)?;
+                Ok(match summary {
+                    serde_json::Value::Object(mut m) => {
+                        m.insert("replica_rows_compared".into(), replicas.into());
+                        serde_json::Value::Object(m)
+                    }
+                    // A workload with no invariant of its own (TATP): its replicas were
+                    // still compared.
+                    serde_json::Value::Null => {
+                        serde_json::json!({ "replica_rows_compared": replicas })
+                    }
+                    other => other,
+                })
             })
-        })
     };
     let mut r = assemble_report(
         cfg,
@@ -704,7 +706,7 @@ mod tests {
             _unit: u64,
             _rng: &mut rand::rngs::SmallRng,
             _out: &crate::workload::Loader<'_>,
-        ) -> Result<(), String> {
+        ) -> Result<(), crate::workload::WorkloadError> {
             Ok(())
         }
         async fn run_one(

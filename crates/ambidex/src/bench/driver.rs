@@ -604,7 +604,7 @@ fn run_once<W: Workload>(
     let check = dbs
         .iter()
         .try_for_each(|d| d.room_check().map_err(|e| format!("node {}: {e}", d.node)))
-        .and_then(|()| wl.check(dbs));
+        .and_then(|()| wl.check(dbs).map_err(|e| e.to_string()));
     let verified = dbs
         .iter()
         .map(|d| d.remote_tables_verified().map(|n| n as u64))

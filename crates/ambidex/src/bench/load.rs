@@ -92,7 +92,7 @@ pub fn build_nodes<W: Workload>(
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
     load_parallel(wl, &dbs, seed, opts)?;
-    wl.after_load(&dbs)?;
+    wl.after_load(&dbs).map_err(|e| e.to_string())?;
     if !opts.no_catalog
         && dbs.len() == placement.nodes() as usize
         && dbs.iter().enumerate().all(|(i, d)| d.node as usize == i)
@@ -157,7 +157,7 @@ fn load_parallel<W: Workload>(
             let mut rng = SmallRng::seed_from_u64(worker_seed(seed, 0xffff, 0xffff, u as usize));
             if let Err(e) = wl.load_unit(u, &mut rng, &loader) {
                 failed.store(true, Ordering::Relaxed);
-                *err.lock().unwrap() = Some(e);
+                *err.lock().unwrap() = Some(e.to_string());
                 return;
             }
             if t == 0 && u % 64 == 63 {

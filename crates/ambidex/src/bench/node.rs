@@ -37,7 +37,7 @@ fn node_check<W: Workload>(wl: Arc<W>) -> Check {
         let check = db
             .room_check()
             .map_err(|e| e.to_string())
-            .and_then(|()| wl.check_node(db));
+            .and_then(|()| wl.check_node(db).map_err(|e| e.to_string()));
         (check, replica_digests(&*wl, db))
     })
 }

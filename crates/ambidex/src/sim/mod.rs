@@ -1779,7 +1779,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         Ok(v) => v,
         Err(e) => {
             failures.push(format!("workload invariant: {e}"));
-            serde_json::json!({ "violation": e })
+            serde_json::json!({ "violation": e.to_string() })
         }
     };
 

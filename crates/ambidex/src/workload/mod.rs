@@ -26,6 +26,12 @@ pub use ambidex_txn::{
 use rand::rngs::SmallRng;
 use std::sync::Arc;
 
+/// What a workload's own code fails with (a row it could not load, a violated
+/// invariant, a malformed partial check from another node): any error type, so an
+/// application's workload returns its own (`"text".into()` and `format!(..).into()`
+/// work too).
+pub type WorkloadError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Node-local access for workloads that keep per-node state beside the store (TPC-C's
 /// owner-local order indexes): reading this node's copy of a key without a transaction.
 pub mod local {
@@ -72,10 +78,10 @@ impl<'a> Loader<'a> {
     }
 
     /// Stores `key` on each of its replicas among this loader's nodes.
-    pub fn put(&self, table: u32, key: u64, value: &[u8]) -> Result<(), String> {
+    pub fn put(&self, table: u32, key: u64, value: &[u8]) -> Result<(), ambidex_txn::DbError> {
         for db in self.dbs {
             if self.owns(db.node) {
-                db.load(table, key, value).map_err(|e| e.to_string())?;
+                db.load(table, key, value)?;
             }
         }
         Ok(())
@@ -112,9 +118,14 @@ pub trait Workload: Send + Sync + 'static {
     fn load_units(&self) -> u64;
     /// Generates unit `unit` (of `0..load_units()`) from `rng`, that unit's own stream,
     /// and stores its rows through `out`.
-    fn load_unit(&self, unit: u64, rng: &mut SmallRng, out: &Loader<'_>) -> Result<(), String>;
+    fn load_unit(
+        &self,
+        unit: u64,
+        rng: &mut SmallRng,
+        out: &Loader<'_>,
+    ) -> Result<(), WorkloadError>;
     /// Called once after every unit is loaded (building indexes and such).
-    fn after_load(&self, _dbs: &[Arc<NodeDb>]) -> Result<(), String> {
+    fn after_load(&self, _dbs: &[Arc<NodeDb>]) -> Result<(), WorkloadError> {
         Ok(())
     }
 
@@ -148,7 +159,7 @@ pub trait Workload: Send + Sync + 'static {
 
     /// Checks the workload's invariants on the quiescent cluster; returns a JSON summary
     /// on success and the violation on failure.
-    fn check(&self, _dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, String> {
+    fn check(&self, _dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, WorkloadError> {
         Ok(serde_json::Value::Null)
     }
 
@@ -165,7 +176,7 @@ pub trait Workload: Send + Sync + 'static {
     /// cluster whose nodes run in separate processes (`ambidex node`): partial sums and
     /// counts, or a violation found locally. The node's own process state (this
     /// workload's counters of the workers it ran) goes in too.
-    fn check_node(&self, _db: &Arc<NodeDb>) -> Result<serde_json::Value, String> {
+    fn check_node(&self, _db: &Arc<NodeDb>) -> Result<serde_json::Value, WorkloadError> {
         Ok(serde_json::Value::Null)
     }
 
@@ -173,16 +184,46 @@ pub trait Workload: Send + Sync + 'static {
     /// [`Workload::check`] returns for the whole cluster: the same summary on success,
     /// the violation on failure. Runs in the launcher, on a workload that was not loaded.
     /// `parts` come from other processes: malformed parts are an error, never a panic.
-    fn check_combine(&self, _parts: &[serde_json::Value]) -> Result<serde_json::Value, String> {
+    fn check_combine(
+        &self,
+        _parts: &[serde_json::Value],
+    ) -> Result<serde_json::Value, WorkloadError> {
         Ok(serde_json::Value::Null)
     }
 }
 
+/// A node's partial check ([`Workload::check_node`]) that cannot be combined: it comes
+/// from another process, so it is checked, never trusted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PartError {
+    /// A field the combination needs is missing or not an integer.
+    #[error("node {node}'s check lacks the integer {name:?}")]
+    Missing {
+        /// The node whose part it is.
+        node: usize,
+        /// The field.
+        name: String,
+    },
+    /// Two loaded nodes report different initial totals.
+    #[error("node {node} loaded a different {what} than node {first} (another seed or scale?)")]
+    Differs {
+        /// What differs.
+        what: String,
+        /// The node that differs.
+        node: usize,
+        /// The first loaded node, which the others are compared with.
+        first: usize,
+    },
+}
+
 /// Field `name` of a node's partial check, as an i64 (for [`Workload::check_combine`]).
-pub fn part_i64(part: &serde_json::Value, node: usize, name: &str) -> Result<i64, String> {
+pub fn part_i64(part: &serde_json::Value, node: usize, name: &str) -> Result<i64, PartError> {
     part.get(name)
         .and_then(serde_json::Value::as_i64)
-        .ok_or_else(|| format!("node {node}'s check lacks the integer {name:?}"))
+        .ok_or_else(|| PartError::Missing {
+            node,
+            name: name.to_string(),
+        })
 }
 
 /// Whether a node's partial check comes from a restarted incarnation (`"incarnation"` 2
@@ -196,14 +237,20 @@ pub fn restarted_part(part: &serde_json::Value) -> bool {
 
 /// The initial total `name` (`what`, in an error) every loaded node's part reports
 /// (restarted ones aside); an error if two loaded nodes disagree (another seed or scale).
-pub fn loaded_initial(parts: &[serde_json::Value], name: &str, what: &str) -> Result<i64, String> {
+pub fn loaded_initial(
+    parts: &[serde_json::Value],
+    name: &str,
+    what: &str,
+) -> Result<i64, PartError> {
     let first = parts.iter().position(|p| !restarted_part(p)).unwrap_or(0);
     let initial = part_i64(&parts[first], first, name)?;
     for (n, p) in parts.iter().enumerate() {
         if !restarted_part(p) && part_i64(p, n, name)? != initial {
-            return Err(format!(
-                "node {n} loaded a different {what} than node {first} (another seed or scale?)"
-            ));
+            return Err(PartError::Differs {
+                what: what.to_string(),
+                node: n,
+                first,
+            });
         }
     }
     Ok(initial)
@@ -211,7 +258,7 @@ pub fn loaded_initial(parts: &[serde_json::Value], name: &str, what: &str) -> Re
 
 /// The nodes of `0..nodes` with no part from a loaded (not restarted) incarnation: they
 /// died, or restarted, and what their workers committed is not in the parts.
-pub fn unreported_nodes(parts: &[serde_json::Value], nodes: u16) -> Result<Vec<u16>, String> {
+pub fn unreported_nodes(parts: &[serde_json::Value], nodes: u16) -> Result<Vec<u16>, PartError> {
     let reported: Vec<i64> = parts
         .iter()
         .enumerate()

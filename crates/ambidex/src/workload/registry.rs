@@ -58,7 +58,7 @@ pub trait Registrar {
     fn add<W, F>(&mut self, info: WorkloadInfo, make: F)
     where
         W: Workload,
-        F: Fn(&WorkloadArgs<'_>) -> Result<W, String> + Send + Sync + 'static;
+        F: Fn(&WorkloadArgs<'_>) -> Result<W, super::WorkloadError> + Send + Sync + 'static;
 }
 
 /// The harness's operations on one registered workload, instantiated for its type.
@@ -80,7 +80,7 @@ struct Typed<W, F> {
 impl<W, F> Typed<W, F>
 where
     W: Workload,
-    F: Fn(&WorkloadArgs<'_>) -> Result<W, String> + Send + Sync + 'static,
+    F: Fn(&WorkloadArgs<'_>) -> Result<W, super::WorkloadError> + Send + Sync + 'static,
 {
     fn build(&self, cfg: &Config, simulated: bool) -> Result<(Arc<W>, Placement), String> {
         cfg.validate()?;
@@ -96,7 +96,7 @@ where
             scale,
             simulated,
         };
-        let wl = (self.make)(&args)?;
+        let wl = (self.make)(&args).map_err(|e| e.to_string())?;
         Ok((Arc::new(wl), placement))
     }
 
@@ -114,7 +114,7 @@ where
 impl<W, F> Entry for Typed<W, F>
 where
     W: Workload,
-    F: Fn(&WorkloadArgs<'_>) -> Result<W, String> + Send + Sync + 'static,
+    F: Fn(&WorkloadArgs<'_>) -> Result<W, super::WorkloadError> + Send + Sync + 'static,
 {
     fn info(&self) -> &WorkloadInfo {
         &self.info
@@ -146,7 +146,7 @@ impl Registrar for Registry {
     fn add<W, F>(&mut self, info: WorkloadInfo, make: F)
     where
         W: Workload,
-        F: Fn(&WorkloadArgs<'_>) -> Result<W, String> + Send + Sync + 'static,
+        F: Fn(&WorkloadArgs<'_>) -> Result<W, super::WorkloadError> + Send + Sync + 'static,
     {
         let name = info.name;
         self.entries.insert(
