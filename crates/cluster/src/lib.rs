@@ -8,21 +8,27 @@
 //!   replica list (primary first) that changes only with a new configuration: a
 //!   failed node's backups are promoted and new backups added, a rejoining node is
 //!   added as a backup.
-//! - [`config`]: a [`Configuration`] (epoch, incarnations, placement) and the
+//! - `config`: a [`Configuration`] (epoch, incarnations, placement) and the
 //!   [`ConfigCell`] a node's threads share it through.
 //! - [`membership`]: the configuration manager's state machine, sans IO: leases,
 //!   suspicions, the stages of a reconfiguration (adopt, recover, run) and joins.
-//! - [`lease`]: a node's side of its lease.
-//! - [`agent`]: a node's agent thread (renews the lease, follows the manager's state,
+//! - `lease`: a node's side of its lease ([`LeaseKeeper`]).
+//! - `agent`: a node's [`Agent`] thread (renews the lease, follows the manager's state,
 //!   acknowledges the stages its threads reached) and the [`NodeState`] the threads
 //!   read.
 //! - [`manager`]: the manager as a node calls it ([`ManagerClient`]); the embedded
-//!   manager, a client over a node's control channel ([`manager::channel`]), and the
-//!   etcd manager (cargo feature `etcd`).
+//!   manager ([`EmbeddedManager`]), a client over a node's control channel
+//!   ([`manager::channel`]), the stepped manager of the simulator ([`SteppedManager`]),
+//!   and the etcd manager (cargo feature `etcd`).
+//! - [`priority`]: real-time priority for the lease threads.
+//! - [`rectrace`](mod@rectrace): recovery timings on stderr (`AMBIDEX_RECTRACE=1`).
+//!
+//! Modules named without a link are internal to the crate; what other crates use of
+//! them is re-exported here.
 
-pub mod agent;
-pub mod config;
-pub mod lease;
+pub(crate) mod agent;
+pub(crate) mod config;
+pub(crate) mod lease;
 pub mod manager;
 pub mod membership;
 pub mod placement;

@@ -178,7 +178,7 @@ pub struct CheckReport {
     pub cyclic_components: u64,
     pub anomalies: BTreeMap<Anomaly, u64>,
     pub warnings: BTreeMap<Warning, u64>,
-    /// Up to [`MAX_WITNESSES`] per anomaly kind.
+    /// Up to `MAX_WITNESSES` (5) per anomaly kind.
     pub witnesses: Vec<Witness>,
     /// Pending records (outcome unknown) replaced by their transaction's final
     /// record ([`crate::format::drop_superseded`]).

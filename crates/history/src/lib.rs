@@ -1,17 +1,18 @@
 //! Transaction histories for ambidex: the JSON-lines record format
 //! (`docs/history-format.md`), a cheap per-thread recorder, and two
 //! serializability checks: our own direct-serialization-graph checker over
-//! the exact recorded versions ([`dsg`]), and an export to Elle's
-//! rw-register format for the independent `adya` checker ([`elle`]).
+//! the exact recorded versions (the internal `dsg` module: [`check`],
+//! [`check_file`]), and an export to Elle's rw-register format for the
+//! independent `adya` checker ([`elle`]).
 
-pub mod dsg;
+pub(crate) mod dsg;
 pub mod elle;
 pub mod format;
 pub mod recorder;
 
 pub use dsg::{
-    check, check_file, Anomaly, CheckFileError, CheckReport, EdgeKind, Warning, Witness,
-    WitnessEdge,
+    check, check_file, Anomaly, CheckFileError, CheckReport, EdgeCounts, EdgeKind, Warning,
+    Witness, WitnessEdge,
 };
 pub use elle::{
     export_elle, export_elle_file, run_adya, run_adya_with, AdyaError, AdyaOptions, AdyaVerdict,

@@ -66,8 +66,8 @@ pub struct RuntimeConfig {
     /// the responses are on their way, and a park costs the sender a futex wake-up and
     /// this thread a context switch per exchange (2 nodes on 2 cores: about 1.5x the
     /// RPCs per CPU-second). 0: park as soon as the spin and yield polls are used up.
-    /// `None` (the default): [`AUTO_BUSY_WAIT`] if every polling thread on this host has
-    /// a core of its own (`Endpoint::host_threads` <= available cores), else 0 — with
+    /// `None` (the default): `AUTO_BUSY_WAIT` (50 µs) if every polling thread on this host
+    /// has a core of its own (`Endpoint::host_threads` <= available cores), else 0 — with
     /// more pollers than cores, waiting busily takes the core from the very thread that
     /// would answer (3 nodes on 2 cores: 2-20% fewer transactions per CPU-second).
     pub busy_wait: Option<Duration>,

@@ -44,11 +44,11 @@
 //! [`Clock`], so a simulator can drive many nodes' runtimes step by step in one thread.
 
 pub mod bench;
-pub mod clock;
-pub mod config;
-pub mod epoch;
-pub mod reply;
-pub mod runtime;
+pub(crate) mod clock;
+pub(crate) mod config;
+pub(crate) mod epoch;
+pub(crate) mod reply;
+pub(crate) mod runtime;
 pub mod wire;
 
 pub use ambidex_transport::rtt::RttEstimator;

@@ -1,5 +1,5 @@
 //! The byte layout of a table inside its registered region, shared by the owner
-//! ([`crate::table`]) and remote readers ([`crate::remote`]).
+//! ([`Table`](crate::Table)) and remote readers ([`crate::remote`]).
 //!
 //! ```text
 //! region:  [superblock 64 B][main buckets B x 64 B][overflow buckets O x 64 B][items C x S]

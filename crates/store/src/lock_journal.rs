@@ -88,8 +88,4 @@ impl LockJournal {
             .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).offsets.len())
             .sum()
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }

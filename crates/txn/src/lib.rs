@@ -12,8 +12,8 @@
 //! - [`db`]: one node's share of every table, in the store.
 //! - [`actions`]: what the protocol does to one item (read, lock, check a version,
 //!   install, release), shared by the coordinator's local path and the handlers.
-//! - [`txn`]: the worker-coroutine API ([`Txn`]) and the order of the phases.
-//! - [`phases`]: one module per phase (execute, lock, validate, log, commit).
+//! - `txn`: the worker-coroutine API ([`Txn`]) and the order of the phases.
+//! - `phases`: one module per phase (execute, lock, validate, log, commit).
 //! - [`policy`]: how each phase issues its work.
 //! - [`messages`]: one type per request and response, encoding and decoding together.
 //! - [`handlers`]: the primaries', backups' and log replicas' request handlers.
@@ -27,6 +27,14 @@
 //! - [`recovery`]: deciding and installing the transactions in flight on a new
 //!   configuration from the surviving log records; releasing failed coordinators'
 //!   locks.
+//! - [`runner`]: brings a cluster's node threads up (in-process runs and node
+//!   processes).
+//! - [`stats`]: what the layer counts ([`TxnStats`]); [`history`]: recording
+//!   histories.
+//! - `error`: the errors of start-up, loading and the end of a run (re-exported here).
+//!
+//! Modules named without a link are internal to the crate; what other crates use of
+//! them is re-exported here.
 //!
 //! Locks carry their owner in the store's lock word (`ambidex_store::LockOwner`: the
 //! coordinator's node, thread and transaction slot); a primary takes the node and thread
@@ -42,19 +50,19 @@
 pub mod actions;
 mod committer;
 pub mod db;
-pub mod error;
+pub(crate) mod error;
 pub mod handlers;
 pub mod history;
 pub mod log;
 pub mod log_ring;
 pub mod messages;
 mod onesided;
-pub mod phases;
+pub(crate) mod phases;
 pub mod policy;
 pub mod recovery;
 pub mod runner;
 pub mod stats;
-pub mod txn;
+pub(crate) mod txn;
 
 pub use ambidex_cluster::{Configuration, Placement};
 /// The owner a lock word names (re-exported from the store for users of the actions).

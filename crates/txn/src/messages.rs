@@ -29,7 +29,7 @@ use ambidex_rpc::Reply;
 use std::ops::DerefMut;
 
 /// RPC request types of the transaction layer (one per protocol operation).
-pub mod rtype {
+pub(crate) mod rtype {
     pub const READ: u8 = 32;
     pub const LOCK: u8 = 33;
     pub const VALIDATE: u8 = 34;

@@ -93,7 +93,7 @@ impl TxnBufs {
 /// Dropped without [`Txn::commit`] or [`Txn::abort`] (an application bug, or a worker
 /// future dropped mid-transaction), it still releases its locks: local ones at once,
 /// remote ones by UNLOCKs its thread sends with the next transaction's first round trip
-/// (see [`crate::phases`]).
+/// (see the crate's `phases` module).
 pub struct Txn<'c> {
     pub(crate) ctx: &'c Ctx,
     pub(crate) th: Rc<TxnThread>,

@@ -1,18 +1,19 @@
 //! The configuration manager as a node sees it: one trait ([`ManagerClient`]), two
-//! managers behind it. The embedded one ([`embedded`]) runs the [`Membership`] state
-//! machine in one place (the launcher of a local, shm or udp cluster) and answers
+//! managers behind it. The embedded one ([`EmbeddedManager`]) runs the [`Membership`]
+//! state machine in one place (the launcher of a local, shm or udp cluster) and answers
 //! nodes directly (in process) or over their control channel ([`Request`] and
 //! [`Response`] are what crosses it). The etcd one (`etcd`, cargo feature `etcd`)
 //! keeps the state and the leases in etcd, and every node takes the manager's
 //! decisions itself.
 //!
 //! [`Membership`]: crate::Membership
+//! [`EmbeddedManager`]: crate::EmbeddedManager
 
 pub mod channel;
-pub mod embedded;
+pub(crate) mod embedded;
 #[cfg(feature = "etcd")]
 pub mod etcd;
-pub mod stepped;
+pub(crate) mod stepped;
 
 use crate::membership::{ClusterState, Grant, Refusal, Stage};
 use ambidex_transport::NodeId;

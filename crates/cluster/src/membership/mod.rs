@@ -1,7 +1,7 @@
 //! The configuration manager's state machine, sans IO: it is driven by the time passed
 //! in and by what nodes report (lease renewals, suspicions, acknowledgements, joins,
 //! finished copies), and answers with the [`ClusterState`] every node must follow. The
-//! embedded manager runs one. Its decisions are the pure functions of [`decide`]: with
+//! embedded manager runs one. Its decisions are the pure functions of `decide`: with
 //! etcd, every node takes them over what it reads from etcd and the first to publish a
 //! new state wins (a compare-and-swap on the state key's revision).
 //!
@@ -25,7 +25,7 @@
 //! restarted node joins as a new incarnation once the cluster runs; the join is a
 //! reconfiguration too (it is made a backup of the partitions short of copies).
 
-pub mod decide;
+pub(crate) mod decide;
 
 use crate::config::Configuration;
 use ambidex_transport::NodeId;
@@ -192,8 +192,8 @@ impl Membership {
     }
 
     /// Lets every member's first lease run until at least `until` (manager time), or
-    /// until its first renewal, whichever comes first: see
-    /// [`crate::lease::FIRST_GRANT_WITHIN_NS`].
+    /// until its first renewal, whichever comes first: see the lease keeper's grace for
+    /// a first grant (`FIRST_GRANT_WITHIN_NS`, 1 s).
     pub fn extend_first_leases(&mut self, until: u64) {
         for e in &mut self.expiry {
             *e = (*e).max(until);

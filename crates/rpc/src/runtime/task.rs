@@ -181,7 +181,7 @@ impl Ctx {
     /// progress): resumed at the next step that reads the clock (one with work, every
     /// few idle polls, or after a park), and its resumption is not work for the idle
     /// policy, so a thread whose coroutines all wait like this spins briefly, yields,
-    /// then parks (for at most [`PAUSE_PARK`](crate::runtime::PAUSE_PARK) at a time)
+    /// then parks (for at most `PAUSE_PARK`, 200 µs, at a time)
     /// instead of polling flat out. With [`Ctx::yield_now`] in such a loop, every
     /// step has work: on a host with more polling threads than cores, the threads that
     /// wait then take the cores from the ones they wait for.

@@ -12,7 +12,7 @@
 //!
 //! - [`format`](mod@format): the bytes of a ring (records with header and trailer, pads, voids)
 //!   and their checked decoding.
-//! - [`region`]: a node's log region (the replica side): its rings, their heads,
+//! - `region`: a node's log region (the replica side): its rings, their heads,
 //!   truncation, and reading a ring for recovery ([`LogRegion::scan`]).
 //! - [`writer`]: a coordinator's state per remote ring (tail, acknowledged head,
 //!   records not yet reclaimed).
@@ -21,7 +21,7 @@
 //! `crate::handlers`.
 
 pub mod format;
-pub mod region;
+pub(crate) mod region;
 pub mod writer;
 
 pub use format::{End, LoggedTxn, LoggedWrite, RecordError};

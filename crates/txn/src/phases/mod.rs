@@ -15,11 +15,11 @@
 //!
 //! Keys whose primary (or backup) is this node go through [`crate::actions`] directly.
 
-pub mod commit;
-pub mod execute;
-pub mod lock;
-pub mod log;
-pub mod validate;
+pub(crate) mod commit;
+pub(crate) mod execute;
+pub(crate) mod lock;
+pub(crate) mod log;
+pub(crate) mod validate;
 
 use crate::stats::AbortReason;
 use ambidex_rpc::RpcError;

@@ -13,7 +13,7 @@
 //! The rule needs a coordinator never to abort a transaction once its own record is
 //! written: a failed LOG or ring WRITE is sent again until it lands or the
 //! configuration changes, and then the transaction is committed by this recovery
-//! (`phases::log`, `Txn::commit`). Node threads run it through [`thread`] when their
+//! (`phases::log`, `Txn::commit`). Node threads run it through `thread` when their
 //! node has a manager (in-process runs with `RunSpec::manager`, and node processes).
 //!
 //! - [`records`]: the writes of every record a node holds: its threads' log replicas
@@ -23,16 +23,16 @@
 //!   coordinator's surviving lock or applies it to an older copy, by version, so the
 //!   same write recovered from several records changes nothing twice.
 //! - [`locks`]: releases every lock of the old epoch (thread 0 of each member, before
-//!   its replays: see [`thread`]).
-//! - [`rereplicate`]: a primary copies its partitions to their syncing backups, paced,
+//!   its replays: see `thread`).
+//! - `rereplicate`: a primary copies its partitions to their syncing backups, paced,
 //!   while transactions run (thread 0, at stage Run).
-//! - [`thread`]: a node thread's adopt, recover and copy steps between runtime steps.
+//! - `thread`: a node thread's adopt, recover and copy steps between runtime steps.
 
 pub mod locks;
 pub mod records;
 pub mod replay;
-pub mod rereplicate;
-pub mod thread;
+pub(crate) mod rereplicate;
+pub(crate) mod thread;
 
 pub use thread::{NodeWatch, ThreadRecovery};
 
