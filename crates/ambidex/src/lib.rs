@@ -104,6 +104,11 @@ pub mod transports;
 mod tx;
 pub mod workload;
 
+/// Transaction histories: the format runs record (`run.history`), the serializability
+/// checker, the export for the external checker `adya`, and the merge of node
+/// processes' histories.
+pub use ambidex_history as history;
+
 pub use cluster::{Cluster, ClusterReport, DEFAULT_COROUTINES};
 pub use codec::{DecodeError, Json, Key, Value};
 pub use config::{Config, ConfigError};

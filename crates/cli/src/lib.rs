@@ -236,8 +236,9 @@ fn workload(name: Option<&str>, a: &bench::workload::Args) -> Result<(), String>
 }
 
 fn check_history(file: &std::path::Path, adya: bool, json: bool) -> Result<(), String> {
-    let recs = ambidex_history::parse_file(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let report = ambidex_history::check(&recs);
+    let recs =
+        ambidex::history::parse_file(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let report = ambidex::history::check(&recs);
     if json {
         println!(
             "{}",
@@ -249,8 +250,8 @@ fn check_history(file: &std::path::Path, adya: bool, json: bool) -> Result<(), S
     let mut ok = report.valid;
     if adya {
         let export = file.with_extension("elle.jsonl");
-        ambidex_history::export_elle_file(&recs, &export).map_err(|e| e.to_string())?;
-        let v = ambidex_history::run_adya(&export).map_err(|e| e.to_string())?;
+        ambidex::history::export_elle_file(&recs, &export).map_err(|e| e.to_string())?;
+        let v = ambidex::history::run_adya(&export).map_err(|e| e.to_string())?;
         println!(
             "adya ({}): valid={:?} {:?}",
             export.display(),

@@ -103,7 +103,7 @@ fn phases_chart(root: &Area<'_>, phases: &BTreeMap<String, f64>, title: &str) ->
     // Protocol order (execute, validate, log, commit backups, commit primaries), then
     // any other key.
     let order = |k: &str| {
-        ambidex_txn::stats::PHASE_NAMES
+        ambidex::bench::report::PHASE_NAMES
             .iter()
             .position(|p| *p == k)
             .unwrap_or(usize::MAX)

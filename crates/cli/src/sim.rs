@@ -160,7 +160,7 @@ fn one(a: &Args, cfg: &Config) -> Result<(), String> {
     if let Some(path) = &cfg.run.history {
         let mut text = String::new();
         for rec in &r.history {
-            text.push_str(&ambidex_history::format::to_line(rec));
+            text.push_str(&ambidex::history::format::to_line(rec));
             text.push('\n');
         }
         std::fs::write(path, text)

@@ -8,7 +8,7 @@
 
 mod common;
 
-use ambidex_history::{check, parse_file, Outcome};
+use ambidex::history::{check, parse_file, Outcome};
 use common::EXE;
 use serde_json::Value;
 use std::path::PathBuf;

@@ -158,7 +158,7 @@ fn smallbank_over_shm_node_processes_keeps_the_invariant_and_the_report_shape() 
     assert!(r["check"]["committed_delta_cents"].as_i64().unwrap() != 0);
     assert!(stderr.contains("started 3 shm node processes"), "{stderr}");
     // The nodes' histories were merged into one file, and it is serializable.
-    let report = ambidex_history::check_file(&history).unwrap();
+    let report = ambidex::history::check_file(&history).unwrap();
     let _ = std::fs::remove_file(&history);
     assert!(report.valid, "{}", report.summary());
     assert!(report.committed >= r["committed"].as_u64().unwrap());

@@ -307,7 +307,7 @@ fn check_run(name: &str, o: &Outcome, history: &std::path::Path) -> Result<(), S
     }
     // Every committed transaction appears exactly once and every read saw a committed
     // version (the checker's duplicate-id and G1a/lost-update/forked-chain checks).
-    let recs = ambidex_history::parse_file(history).map_err(|e| format!("{name}: {e}"))?;
+    let recs = ambidex::history::parse_file(history).map_err(|e| format!("{name}: {e}"))?;
     let mut ids = HashSet::new();
     let mut committed = 0u64;
     for rec in &recs {
@@ -318,7 +318,7 @@ fn check_run(name: &str, o: &Outcome, history: &std::path::Path) -> Result<(), S
             }
         }
     }
-    let report = ambidex_history::check(&recs);
+    let report = ambidex::history::check(&recs);
     if !report.valid {
         return fail(format!("history: {}", report.summary()));
     }

@@ -57,7 +57,7 @@ fn run(mode: &str, workload: &str, transport: &[&str]) -> Value {
     if let Some(n) = r["check"]["replica_rows_compared"].as_u64() {
         assert!(n > 0, "{what}: no replica compared");
     }
-    let report = ambidex_history::check_file(&history).unwrap();
+    let report = ambidex::history::check_file(&history).unwrap();
     let _ = std::fs::remove_file(&history);
     assert!(report.valid, "{what}: {}", report.summary());
     // The preset's one-sided phases ran (the start-up check's READs aside).

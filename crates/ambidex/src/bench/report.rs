@@ -7,6 +7,9 @@ use crate::config::{describe_policy, PhaseChoice};
 use ambidex_rpc::RpcStats;
 use ambidex_txn::stats::LocationCacheStats;
 use ambidex_txn::Policy;
+
+/// The protocol's phases in order, as reports name them (`BenchReport::phase_means_us`).
+pub use ambidex_txn::stats::PHASE_NAMES;
 use serde::Serialize;
 
 /// The policy a run used: every phase's choice (the serde form of `Policy`) and, when it

@@ -21,8 +21,8 @@ use ambidex::bench::{
 };
 use ambidex::config::Transport;
 use ambidex::config::{fresh_etcd_cluster, ClusterSection, FaultSection, ManagerKind, RunSection};
+use ambidex::history::Salvaged;
 use ambidex::{transports, Config};
-use ambidex_history::Salvaged;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -883,7 +883,7 @@ fn run_multi_process(a: &Args, mut cfg: Config) -> Result<BenchReport, String> {
 /// Concatenates the nodes' history files into `out` (record order carries no meaning)
 /// and removes them. A killed incarnation's file is merged like the others: its
 /// unwritten stretches are dropped and a record the kill tore is skipped and counted
-/// ([`ambidex_history::salvage`]).
+/// ([`ambidex::history::salvage`]).
 fn merge_histories(
     out: &Path,
     run: &RunSection,
@@ -897,7 +897,7 @@ fn merge_histories(
     let mut add = |n: u16, p: &Path, f: &mut std::io::BufWriter<std::fs::File>| {
         let src = std::fs::File::open(p)
             .map_err(|e| format!("node {n}'s history {}: {e}", p.display()))?;
-        let s = ambidex_history::salvage(std::io::BufReader::with_capacity(1 << 20, src), f)
+        let s = ambidex::history::salvage(std::io::BufReader::with_capacity(1 << 20, src), f)
             .map_err(|e| format!("merging {} into {}: {e}", p.display(), out.display()))?;
         got.records += s.records;
         got.torn += s.torn;

@@ -72,15 +72,7 @@ pub struct FigureSpec {
 }
 
 /// The protocol's phases in order, as reports name them (`phase_means_us`).
-pub const PHASES: [&str; ambidex_txn::Phase::COUNT] = {
-    let mut names = [""; ambidex_txn::Phase::COUNT];
-    let mut i = 0;
-    while i < names.len() {
-        names[i] = ambidex_txn::Phase::ALL[i].name();
-        i += 1;
-    }
-    names
-};
+pub use ambidex::bench::report::PHASE_NAMES as PHASES;
 
 impl FigureSpec {
     /// The figure's number in its paper (`drtmh-fig07-...` is 7).
