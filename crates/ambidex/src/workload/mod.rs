@@ -11,7 +11,7 @@
 
 mod registry;
 
-pub use registry::{Registrar, Registry, WorkloadArgs, WorkloadInfo};
+pub use registry::{Registrar, Registry, UnknownWorkload, WorkloadArgs, WorkloadInfo};
 
 /// The transaction type workloads run (the transaction layer's, noting commits that
 /// touched a failed node's data for the survival report).

@@ -136,6 +136,31 @@ where
     }
 }
 
+/// A workload name no registration has (nor as an alias).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown workload {name:?} (registered: {})", registered(known))]
+pub struct UnknownWorkload {
+    /// The name asked for.
+    pub name: String,
+    /// The names registered.
+    pub known: Vec<&'static str>,
+}
+
+fn registered(known: &[&str]) -> String {
+    if known.is_empty() {
+        "none".into()
+    } else {
+        known.join(", ")
+    }
+}
+
+/// The harness still reports some failures as text.
+impl From<UnknownWorkload> for String {
+    fn from(e: UnknownWorkload) -> String {
+        e.to_string()
+    }
+}
+
 /// Workloads by name.
 #[derive(Clone, Default)]
 pub struct Registry {
@@ -177,35 +202,28 @@ impl Registry {
     }
 
     /// The entry of `cfg`'s workload, or an error naming the registered ones.
-    pub(crate) fn entry(&self, name: &str) -> Result<&dyn Entry, String> {
+    pub(crate) fn entry(&self, name: &str) -> Result<&dyn Entry, UnknownWorkload> {
         let found = self.entries.get(name).or_else(|| {
             self.entries
                 .values()
                 .find(|e| e.info().aliases.contains(&name))
         });
-        found.map(|e| &**e).ok_or_else(|| {
-            let known: Vec<&str> = self.entries.keys().copied().collect();
-            format!(
-                "unknown workload {name:?} (registered: {})",
-                if known.is_empty() {
-                    "none".to_string()
-                } else {
-                    known.join(", ")
-                }
-            )
+        found.map(|e| &**e).ok_or_else(|| UnknownWorkload {
+            name: name.to_string(),
+            known: self.entries.keys().copied().collect(),
         })
     }
 
     /// `Ok` if a workload is registered as `name` (or under that alias), else an error
     /// naming the registered ones.
-    pub fn entry_exists(&self, name: &str) -> Result<(), String> {
+    pub fn entry_exists(&self, name: &str) -> Result<(), UnknownWorkload> {
         self.entry(name).map(|_| ())
     }
 
     /// `cfg` with its workload's defaults filled in: the workload's canonical name,
     /// `run.coroutines` and `run.scale` (for a benchmark run; the simulator has its own
     /// defaults). An error if no workload is registered under its name.
-    pub fn resolve(&self, cfg: &Config) -> Result<Config, String> {
+    pub fn resolve(&self, cfg: &Config) -> Result<Config, UnknownWorkload> {
         let info = self.entry(&cfg.run.workload)?.info();
         let mut c = cfg.clone();
         c.run.workload = info.name.to_string();
@@ -216,12 +234,28 @@ impl Registry {
 
     /// Worker coroutines per thread for `cfg` (`run.coroutines`, else its workload's
     /// default).
-    pub fn coroutines(&self, cfg: &Config) -> Result<usize, String> {
+    pub fn coroutines(&self, cfg: &Config) -> Result<usize, UnknownWorkload> {
         Ok(self.resolve(cfg)?.coroutines())
     }
 
     /// The scale of `cfg`'s workload (`run.scale`, else its default).
-    pub fn scale(&self, cfg: &Config) -> Result<f64, String> {
+    pub fn scale(&self, cfg: &Config) -> Result<f64, UnknownWorkload> {
         Ok(self.resolve(cfg)?.scale())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_workload_is_named_with_the_registered_ones() {
+        let cfg = Config::default();
+        let e = Registry::new().resolve(&cfg).unwrap_err();
+        assert_eq!(e.name, "smallbank");
+        assert_eq!(
+            e.to_string(),
+            "unknown workload \"smallbank\" (registered: none)"
+        );
     }
 }

@@ -316,7 +316,7 @@ pub fn config(workload: Option<&str>, a: &Args) -> Result<Config, String> {
     c.validate()?;
     // The workload's own defaults (coroutines, scale) filled in: node processes run
     // exactly this configuration.
-    crate::registry().resolve(&c)
+    Ok(crate::registry().resolve(&c)?)
 }
 
 fn fault_flags(a: &Args) -> bool {
