@@ -447,7 +447,11 @@ fn bad_specs_are_clear_errors() {
         let e = run(&bad).expect_err(what);
         assert!(e.contains(what), "{what}: {e}");
     }
-    assert!(FaultProfile::named("meteor").unwrap_err().contains("chaos"));
+    let e = FaultProfile::named("meteor").unwrap_err();
+    assert!(
+        matches!(&e, ambidex::sim::SimConfigError::UnknownProfile { name } if name == "meteor")
+    );
+    assert!(e.to_string().contains("chaos"), "{e}");
     assert!("skip".parse::<InjectedBug>().is_err());
 }
 

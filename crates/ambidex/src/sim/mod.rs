@@ -35,7 +35,10 @@
 //! seeded hash map where order matters (the log replicas' map is only looked up).
 
 pub(crate) mod checks;
+mod error;
 pub mod profile;
+
+pub use error::SimConfigError;
 
 pub use profile::{FaultProfile, PROFILES};
 
@@ -94,14 +97,16 @@ impl Scripted {
     /// Parses `NODES@FROM..UNTIL` (`NODES` comma-separated, times in milliseconds of
     /// simulated time, for example `2@1..6` or `0,1@0.5..3`) as a partition, or as a
     /// pause of one node if `pause`.
-    pub fn parse(s: &str, pause: bool) -> Result<Scripted, String> {
-        let what = if pause { "--pause" } else { "--partition" };
-        let bad = |why: &str| {
-            format!("{what} {s:?}: {why} (expected NODES@FROM..UNTIL in ms, e.g. 2@1..6)")
+    pub fn parse(s: &str, pause: bool) -> Result<Scripted, SimConfigError> {
+        let flag = if pause { "--pause" } else { "--partition" };
+        let bad = |why: &str| SimConfigError::Script {
+            flag,
+            arg: s.to_string(),
+            why: format!("{why} (expected NODES@FROM..UNTIL in ms, e.g. 2@1..6)"),
         };
         let (nodes, window) = s.split_once('@').ok_or_else(|| bad("no '@'"))?;
         let (from, until) = window.split_once("..").ok_or_else(|| bad("no '..'"))?;
-        let ms = |x: &str| -> Result<u64, String> {
+        let ms = |x: &str| -> Result<u64, SimConfigError> {
             let v: f64 = x.trim().parse().map_err(|_| bad("bad time"))?;
             if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
                 return Err(bad("times must be within 0..=1000000 ms"));
@@ -135,22 +140,27 @@ impl Scripted {
         })
     }
 
-    fn check(&self, nodes: u16) -> Result<(), String> {
+    fn check(&self, nodes: u16) -> Result<(), SimConfigError> {
         match self {
             Scripted::Partition { side, .. } => {
                 if side.iter().any(|&n| n >= nodes)
                     || side.is_empty()
                     || side.len() >= nodes as usize
                 {
-                    return Err(format!(
-                        "--partition {}: the cut-off side must be some, not all, of nodes 0..{nodes}",
-                        self.arg()
-                    ));
+                    return Err(SimConfigError::Script {
+                        flag: "--partition",
+                        arg: self.arg(),
+                        why: format!("the cut-off side must be some, not all, of nodes 0..{nodes}"),
+                    });
                 }
             }
             Scripted::Pause { node, .. } => {
                 if *node >= nodes {
-                    return Err(format!("--pause {}: no node {node}", self.arg()));
+                    return Err(SimConfigError::Script {
+                        flag: "--pause",
+                        arg: self.arg(),
+                        why: format!("no node {node}"),
+                    });
                 }
             }
         }
@@ -207,14 +217,10 @@ pub fn defaults(workload: impl Into<String>, seed: u64) -> Config {
 
 /// The simulation's workload scale: `run.scale`, or the registered workload's
 /// [`sim_scale`](crate::workload::WorkloadInfo::sim_scale).
-pub fn scale(reg: &Registry, cfg: &Config) -> Result<f64, String> {
+pub fn scale(reg: &Registry, cfg: &Config) -> Result<f64, SimConfigError> {
     Ok(match cfg.run.scale {
         Some(s) => s,
-        None => {
-            reg.info(&cfg.run.workload)
-                .ok_or_else(|| format!("unknown workload {:?}", cfg.run.workload))?
-                .sim_scale
-        }
+        None => reg.entry(&cfg.run.workload)?.info().sim_scale,
     })
 }
 
@@ -223,7 +229,7 @@ fn coroutines(cfg: &Config) -> usize {
 }
 
 /// The scripted partitions and pauses of `cfg.sim`.
-pub fn script(cfg: &Config) -> Result<Vec<Scripted>, String> {
+pub fn script(cfg: &Config) -> Result<Vec<Scripted>, SimConfigError> {
     let mut out = Vec::new();
     for p in &cfg.sim.partitions {
         out.push(Scripted::parse(p, false)?);
@@ -236,32 +242,31 @@ pub fn script(cfg: &Config) -> Result<Vec<Scripted>, String> {
 
 /// Checks a simulation's configuration: the simulator's own limits, then everything
 /// [`Config::validate`] checks. Every bad value is a clear error.
-pub fn validate(cfg: &Config) -> Result<(), String> {
+pub fn validate(cfg: &Config) -> Result<(), SimConfigError> {
+    let out = |what, allowed, got: String| SimConfigError::OutOfRange { what, allowed, got };
     let (nodes, threads) = (cfg.cluster.nodes, cfg.cluster.threads);
     if !(1..=16).contains(&nodes) {
-        return Err(format!("nodes must be 1..=16, not {nodes}"));
+        return Err(out("nodes", "1..=16", nodes.to_string()));
     }
     if !(1..=8).contains(&threads) {
-        return Err(format!("threads must be 1..=8, not {threads}"));
+        return Err(out("threads", "1..=8", threads.to_string()));
     }
     let c = coroutines(cfg);
     if !(1..=64).contains(&c) {
-        return Err(format!("coroutines must be 1..=64, not {c}"));
+        return Err(out("coroutines", "1..=64", c.to_string()));
     }
-    Placement::new(nodes, cfg.cluster.replication).map_err(|e| e.to_string())?;
+    Placement::new(nodes, cfg.cluster.replication)
+        .map_err(|e| SimConfigError::Shape(e.to_string()))?;
     if cfg.sim.steps > 100_000_000 {
-        return Err(format!(
-            "steps must be at most 100000000, not {}",
-            cfg.sim.steps
-        ));
+        return Err(out("steps", "at most 100000000", cfg.sim.steps.to_string()));
     }
     if let Some(s) = cfg.run.scale {
         if !(s.is_finite() && s > 0.0 && s <= 1.0) {
-            return Err(format!("scale must be in (0, 1] for a simulation, not {s}"));
+            return Err(out("scale", "in (0, 1] for a simulation", s.to_string()));
         }
     }
     if cfg.sim.trace > 1_000_000 {
-        return Err("trace must be at most 1000000".into());
+        return Err(out("trace", "at most 1000000", cfg.sim.trace.to_string()));
     }
     FaultProfile::named(&cfg.sim.faults)?;
     for f in script(cfg)? {

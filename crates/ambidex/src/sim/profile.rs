@@ -75,7 +75,7 @@ const MS: u64 = 1_000_000;
 
 impl FaultProfile {
     /// The profile called `name`, or an error listing the known ones.
-    pub fn named(name: &str) -> Result<FaultProfile, String> {
+    pub fn named(name: &str) -> Result<FaultProfile, super::SimConfigError> {
         let quiet = FaultProfile {
             name: "none",
             net: SimFaults::none(),
@@ -193,10 +193,9 @@ impl FaultProfile {
                 ..quiet
             },
             other => {
-                return Err(format!(
-                    "unknown fault profile {other:?} (one of: {})",
-                    PROFILES.join(", ")
-                ))
+                return Err(super::SimConfigError::UnknownProfile {
+                    name: other.to_string(),
+                })
             }
         })
     }
