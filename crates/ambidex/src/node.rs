@@ -10,6 +10,8 @@ use ambidex_txn::runner::WorkerCtx;
 use ambidex_txn::Txn;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
@@ -97,13 +99,33 @@ impl Node {
         F: AsyncFnMut(&mut Tx<'_>) -> Result<T, Error> + Send + 'static,
         T: Send + 'static,
     {
+        self.queue(move |w, retry| {
+            Box::pin(async move {
+                let mut f = f;
+                retrying(&w, &retry, async |w: &WorkerCtx| {
+                    let mut tx = Tx::new(Txn::begin(&w.ctx, &w.th));
+                    let out = CatchUnwind(Box::pin(f(&mut tx))).await;
+                    finish(&mut tx, out).await
+                })
+                .await
+            })
+        })
+    }
+
+    /// Queues `run` (a transaction's retry loop) on one of the node's threads; its
+    /// result comes back through the handle.
+    fn queue<T, R>(&self, run: R) -> Result<TxnHandle<T>, Error>
+    where
+        T: Send + 'static,
+        R: FnOnce(Rc<WorkerCtx>, RetryPolicy) -> Pin<Box<dyn Future<Output = Result<T, Error>>>>
+            + Send
+            + 'static,
+    {
         let (tx, rx) = sync_channel(1);
         let retry = self.retry;
         let job: Job = Box::new(move |w: Rc<WorkerCtx>| {
             Box::pin(async move {
-                let mut f = f;
-                let r = read_write(&w, &mut f, &retry).await;
-                let _ = tx.send(r);
+                let _ = tx.send(run(w, retry).await);
             })
         });
         self.shared.submit(self.id, job)?;
@@ -126,17 +148,19 @@ impl Node {
         F: AsyncFnMut(&mut ReadTx<'_>) -> Result<T, Error> + Send + 'static,
         T: Send + 'static,
     {
-        let (tx, rx) = sync_channel(1);
-        let retry = self.retry;
-        let job: Job = Box::new(move |w: Rc<WorkerCtx>| {
+        self.queue(move |w, retry| {
             Box::pin(async move {
                 let mut f = f;
-                let r = read_only(&w, &mut f, &retry).await;
-                let _ = tx.send(r);
+                retrying(&w, &retry, async |w: &WorkerCtx| {
+                    let mut rtx = ReadTx {
+                        tx: Tx::new(Txn::begin(&w.ctx, &w.th)),
+                    };
+                    let out = CatchUnwind(Box::pin(f(&mut rtx))).await;
+                    finish(&mut rtx.tx, out).await
+                })
+                .await
             })
-        });
-        self.shared.submit(self.id, job)?;
-        Ok(TxnHandle { rx })
+        })
     }
 }
 
@@ -147,46 +171,23 @@ enum Attempt<T> {
     Failed(Error),
 }
 
-/// Runs `f` in read-write transactions until one commits, an error is not worth a
-/// retry, or the retry policy gives up.
-async fn read_write<T, F>(w: &WorkerCtx, f: &mut F, retry: &RetryPolicy) -> Result<T, Error>
-where
-    F: AsyncFnMut(&mut Tx<'_>) -> Result<T, Error>,
-{
+/// Runs attempts (`attempt`: the closure on a fresh transaction, then its commit or
+/// abort) until one commits, an error is not worth a retry, or the retry policy gives
+/// up; with a backoff before each retry.
+async fn retrying<T>(
+    w: &WorkerCtx,
+    retry: &RetryPolicy,
+    mut attempt: impl AsyncFnMut(&WorkerCtx) -> Attempt<T>,
+) -> Result<T, Error> {
     let mut jitter = SmallRng::seed_from_u64(jitter_seed(w));
-    let mut attempt = 1;
+    let mut n = 1;
     loop {
-        let mut tx = Tx::new(Txn::begin(&w.ctx, &w.th));
-        let out = CatchUnwind(Box::pin(f(&mut tx))).await;
-        let a = finish(&mut tx, out).await;
-        match retried(a, attempt, retry) {
+        let a = attempt(w).await;
+        match retried(a, n, retry) {
             Ok(v) => return v,
             Err(()) => {
-                backoff(w, retry.backoff_ns(attempt, &mut jitter)).await;
-                attempt += 1;
-            }
-        }
-    }
-}
-
-/// [`read_write`] for read-only transactions.
-async fn read_only<T, F>(w: &WorkerCtx, f: &mut F, retry: &RetryPolicy) -> Result<T, Error>
-where
-    F: AsyncFnMut(&mut ReadTx<'_>) -> Result<T, Error>,
-{
-    let mut jitter = SmallRng::seed_from_u64(jitter_seed(w));
-    let mut attempt = 1;
-    loop {
-        let mut rtx = ReadTx {
-            tx: Tx::new(Txn::begin(&w.ctx, &w.th)),
-        };
-        let out = CatchUnwind(Box::pin(f(&mut rtx))).await;
-        let a = finish(&mut rtx.tx, out).await;
-        match retried(a, attempt, retry) {
-            Ok(v) => return v,
-            Err(()) => {
-                backoff(w, retry.backoff_ns(attempt, &mut jitter)).await;
-                attempt += 1;
+                backoff(w, retry.backoff_ns(n, &mut jitter)).await;
+                n += 1;
             }
         }
     }

@@ -74,6 +74,20 @@ impl<'a> Tx<'a> {
             .position(|e| e.table == table && e.key == key)
     }
 
+    /// Adds the entry of `key`, whose protocol item is `item`; returns its index.
+    fn push<K, V>(&mut self, table: &Table<K, V>, key: u64, item: ItemId, mode: Mode) -> usize {
+        self.entries.push(Entry {
+            table: table.id,
+            name: table.name.clone(),
+            fetched: false,
+            key,
+            item,
+            mode,
+            staged: None,
+        });
+        self.entries.len() - 1
+    }
+
     /// Fetches every key added since the last fetch; an abort ends the transaction.
     async fn fetch(&mut self) -> Result<(), AbortReason> {
         let Some(txn) = self.txn.as_mut() else {
@@ -169,16 +183,7 @@ impl<'a> Tx<'a> {
                         Mode::Read => txn.read(table.id, key),
                         _ => txn.write(table.id, key, WriteKind::Update),
                     };
-                    self.entries.push(Entry {
-                        table: table.id,
-                        name: table.name.clone(),
-                        fetched: false,
-                        key,
-                        item,
-                        mode,
-                        staged: None,
-                    });
-                    self.entries.len() - 1
+                    self.push(table, key, item, mode)
                 }
             };
             at.push(i);
@@ -316,15 +321,7 @@ impl<'a> Tx<'a> {
             },
             None => {
                 let item = self.txn()?.write(table.id, key, WriteKind::Delete);
-                self.entries.push(Entry {
-                    table: table.id,
-                    name: table.name.clone(),
-                    fetched: false,
-                    key,
-                    item,
-                    mode: Mode::Delete,
-                    staged: None,
-                });
+                self.push(table, key, item, Mode::Delete);
                 Ok(())
             }
         }
@@ -369,16 +366,7 @@ impl<'a> Tx<'a> {
                     _ => WriteKind::Update,
                 };
                 let item = self.txn()?.write(table.id, key, kind);
-                self.entries.push(Entry {
-                    table: table.id,
-                    name: table.name.clone(),
-                    fetched: false,
-                    key,
-                    item,
-                    mode,
-                    staged: None,
-                });
-                self.entries.len() - 1
+                self.push(table, key, item, mode)
             }
         };
         let item = self.entries[i].item;
