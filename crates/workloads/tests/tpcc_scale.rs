@@ -6,7 +6,9 @@ use ambidex::Config;
 use ambidex_workloads::WorkloadKind;
 
 /// A benchmark run of a built-in workload.
-fn run_bench(cfg: &ambidex::Config) -> Result<ambidex::bench::BenchReport, String> {
+fn run_bench(
+    cfg: &ambidex::Config,
+) -> Result<ambidex::bench::BenchReport, ambidex::bench::BenchError> {
     ambidex::bench::run_bench(&ambidex_workloads::registry(), cfg)
 }
 

@@ -14,6 +14,7 @@
 //! cover exactly the counted window. The transaction layer's own `TxnStats` (phase means)
 //! cover the whole run, warmup included.
 
+use super::BenchError;
 use crate::bench::load::build_and_load;
 use crate::bench::report::{OneSidedCounts, PolicyReport};
 use crate::config::Config;
@@ -224,7 +225,7 @@ pub fn run_spec(cfg: &Config, coroutines: usize, node: Option<NodeId>) -> Result
 
 /// Runs the benchmark `cfg` describes (its workload registered in `reg`) and returns its
 /// report.
-pub fn run_bench(reg: &Registry, cfg: &Config) -> Result<BenchReport, String> {
+pub fn run_bench(reg: &Registry, cfg: &Config) -> Result<BenchReport, BenchError> {
     let cfg = &reg.resolve(cfg)?;
     let mut out = Vec::new();
     with_workload(reg, cfg, &[cfg.coroutines()], &mut out)?;
@@ -234,7 +235,7 @@ pub fn run_bench(reg: &Registry, cfg: &Config) -> Result<BenchReport, String> {
 /// Runs workload `wl` (built on `cfg`'s placement) on the in-process cluster `cfg`
 /// describes, as [`run_bench`] runs registered ones; `cfg.run.workload` only names the
 /// report's workload ([`Config::coroutines`] and [`Config::scale`] apply as they are).
-pub fn run_workload<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<BenchReport, String> {
+pub fn run_workload<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<BenchReport, BenchError> {
     cfg.validate()?;
     let mut out = Vec::new();
     run_all(wl, cfg.placement()?, cfg, &[cfg.coroutines()], &mut out)?;
@@ -247,7 +248,7 @@ pub fn sweep_coroutines(
     reg: &Registry,
     cfg: &Config,
     counts: &[usize],
-) -> Result<(Vec<SweepPoint>, Vec<BenchReport>), String> {
+) -> Result<(Vec<SweepPoint>, Vec<BenchReport>), BenchError> {
     let cfg = &reg.resolve(cfg)?;
     let mut reports = Vec::new();
     with_workload(reg, cfg, counts, &mut reports)?;
@@ -269,9 +270,9 @@ fn with_workload(
     cfg: &Config,
     counts: &[usize],
     out: &mut Vec<BenchReport>,
-) -> Result<(), String> {
+) -> Result<(), BenchError> {
     if counts.contains(&0) {
-        return Err("threads and coroutines must be at least 1".into());
+        return Err(BenchError::NoCoroutines);
     }
     reg.entry(&cfg.run.workload)?
         .bench(cfg, Run { cfg, counts, out })
@@ -284,16 +285,16 @@ pub(crate) struct Run<'a> {
     out: &'a mut Vec<BenchReport>,
 }
 
-impl WorkloadVisitor<()> for Run<'_> {
-    fn visit<W: Workload>(self, wl: Arc<W>, placement: Placement) -> Result<(), String> {
+impl WorkloadVisitor<(), BenchError> for Run<'_> {
+    fn visit<W: Workload>(self, wl: Arc<W>, placement: Placement) -> Result<(), BenchError> {
         run_all(wl, placement, self.cfg, self.counts, self.out)
     }
 }
 
 /// Something done with a registered workload, whatever its type (the [`Workload`]
 /// trait is not object safe, so the registry's entries visit it instead).
-pub(crate) trait WorkloadVisitor<R> {
-    fn visit<W: Workload>(self, wl: Arc<W>, placement: Placement) -> Result<R, String>;
+pub(crate) trait WorkloadVisitor<R, E = String> {
+    fn visit<W: Workload>(self, wl: Arc<W>, placement: Placement) -> Result<R, E>;
 }
 
 /// What every worker coroutine adds up.
@@ -395,11 +396,11 @@ fn run_all<W: Workload>(
     cfg: &Config,
     counts: &[usize],
     out: &mut Vec<BenchReport>,
-) -> Result<(), String> {
+) -> Result<(), BenchError> {
     for (i, &coroutines) in counts.iter().enumerate() {
         // A fresh transport per run (endpoints are taken once), the transport first and
         // the tables in its regions: every point of a sweep loads the same data afresh.
-        let udp = cfg.rpc.udp_options().map_err(|e| e.to_string())?;
+        let udp = cfg.rpc.udp_options()?;
         let cluster = InProcess::open_with(&cfg.cluster, udp)?;
         let t0 = Instant::now();
         let dbs = build_and_load(
@@ -544,7 +545,7 @@ fn run_once<W: Workload>(
     cfg: &Config,
     coroutines: usize,
     seed: u64,
-) -> Result<BenchReport, String> {
+) -> Result<BenchReport, BenchError> {
     let types = wl.txn_types().len();
     let total = Arc::new(Mutex::new(Tally::new(types)));
     let phase = Arc::new(AtomicU8::new(WARMUP));
@@ -572,13 +573,16 @@ fn run_once<W: Workload>(
             )
         })
     };
-    let recorder = match &cfg.run.history {
-        Some(path) => Some(
-            ambidex_history::Recorder::create(path)
-                .map_err(|e| format!("cannot create history file {}: {e}", path))?,
-        ),
-        None => None,
-    };
+    let recorder =
+        match &cfg.run.history {
+            Some(path) => Some(ambidex_history::Recorder::create(path).map_err(|source| {
+                BenchError::History {
+                    path: path.clone(),
+                    source,
+                }
+            })?),
+            None => None,
+        };
     let history: Option<ambidex_txn::runner::SinkFactory> = recorder.clone().map(|rec| {
         let f: ambidex_txn::runner::SinkFactory =
             Arc::new(move |_, _| Box::new(ambidex_txn::history::RecorderSink(rec.thread())));
@@ -588,18 +592,18 @@ fn run_once<W: Workload>(
         // A backstop only: workers stop on the timer's STOP.
         duration: Some(warmup + duration + Duration::from_secs(30)),
         history,
-        ..run_spec(cfg, coroutines, None)?
+        ..cfg.run_spec(coroutines, None)?
     };
     let policy = spec.txn.policy;
     let res = runner::run(nodes, dbs, &spec, worker);
     if let Some(rec) = &recorder {
-        rec.flush()
-            .map_err(|e| format!("writing the history: {e}"))?;
+        rec.flush().map_err(|source| BenchError::History {
+            path: cfg.run.history.clone().unwrap_or_default(),
+            source,
+        })?;
     }
-    let (cpu, elapsed) = timer
-        .join()
-        .map_err(|_| "timer thread panicked".to_string())?;
-    let res = res.map_err(|e| e.to_string())?;
+    let (cpu, elapsed) = timer.join().map_err(|_| BenchError::TimerPanicked)?;
+    let res = res?;
     let tally = std::mem::replace(&mut *total.lock().unwrap(), Tally::new(types));
     let check = dbs
         .iter()
@@ -608,8 +612,7 @@ fn run_once<W: Workload>(
     let verified = dbs
         .iter()
         .map(|d| d.remote_tables_verified().map(|n| n as u64))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
+        .collect::<Result<Vec<_>, _>>()?;
     let mut report = assemble_report(
         cfg,
         &**wl,

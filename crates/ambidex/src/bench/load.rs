@@ -3,7 +3,8 @@
 //! the thread nor on the number of threads), and each node's tables are written by one
 //! thread only, in unit order.
 
-use crate::workload::{worker_seed, Loader, Workload};
+use super::BenchError;
+use crate::workload::{worker_seed, Loader, Workload, WorkloadError};
 use ambidex_transport::SharedNode;
 use ambidex_txn::{NodeDb, Placement};
 use rand::rngs::SmallRng;
@@ -19,7 +20,7 @@ pub fn build_and_load<W: Workload>(
     transports: &[SharedNode],
     seed: u64,
     progress: bool,
-) -> Result<Vec<Arc<NodeDb>>, String> {
+) -> Result<Vec<Arc<NodeDb>>, BenchError> {
     let opts = LoadOptions {
         progress,
         ..Default::default()
@@ -36,13 +37,13 @@ pub fn build_and_load_node<W: Workload>(
     transport: &SharedNode,
     seed: u64,
     progress: bool,
-) -> Result<Arc<NodeDb>, String> {
+) -> Result<Arc<NodeDb>, BenchError> {
     let node = transport.node();
     if node >= placement.nodes() {
-        return Err(format!(
-            "node {node} is outside a cluster of {} nodes",
-            placement.nodes()
-        ));
+        return Err(BenchError::NodeOutsideCluster {
+            node,
+            nodes: placement.nodes(),
+        });
     }
     let opts = LoadOptions {
         progress,
@@ -79,7 +80,7 @@ pub fn build_nodes<W: Workload>(
     transports: &[SharedNode],
     seed: u64,
     opts: &LoadOptions,
-) -> Result<Vec<Arc<NodeDb>>, String> {
+) -> Result<Vec<Arc<NodeDb>>, BenchError> {
     let mut specs = wl.tables();
     if let Some(cap) = opts.max_capacity {
         for s in &mut specs {
@@ -89,17 +90,22 @@ pub fn build_nodes<W: Workload>(
     let dbs: Vec<Arc<NodeDb>> = transports
         .iter()
         .map(|t| NodeDb::new(&**t, placement.clone(), &specs))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    load_parallel(wl, &dbs, seed, opts)?;
-    wl.after_load(&dbs).map_err(|e| e.to_string())?;
+        .collect::<Result<_, _>>()?;
+    load_parallel(wl, &dbs, seed, opts).map_err(|source| BenchError::Workload {
+        what: "loaded",
+        source,
+    })?;
+    wl.after_load(&dbs).map_err(|source| BenchError::Workload {
+        what: "loaded",
+        source,
+    })?;
     if !opts.no_catalog
         && dbs.len() == placement.nodes() as usize
         && dbs.iter().enumerate().all(|(i, d)| d.node as usize == i)
     {
-        let cat = NodeDb::catalog_of(&dbs).map_err(|e| e.to_string())?;
+        let cat = NodeDb::catalog_of(&dbs)?;
         for db in &dbs {
-            db.set_catalog(cat.clone()).map_err(|e| e.to_string())?;
+            db.set_catalog(cat.clone())?;
         }
     }
     Ok(dbs)
@@ -110,7 +116,7 @@ fn load_parallel<W: Workload>(
     dbs: &[Arc<NodeDb>],
     seed: u64,
     opts: &LoadOptions,
-) -> Result<(), String> {
+) -> Result<(), WorkloadError> {
     let units = wl.load_units();
     let nodes = dbs.iter().map(|d| d.node as usize + 1).max().unwrap_or(0);
     // One thread per group of nodes; generation (cheap) is repeated by every thread so
@@ -138,7 +144,7 @@ fn load_parallel<W: Workload>(
         indicatif::ProgressBar::hidden()
     };
     let failed = std::sync::atomic::AtomicBool::new(false);
-    let err: Mutex<Option<String>> = Mutex::new(None);
+    let err: Mutex<Option<WorkloadError>> = Mutex::new(None);
     // Thread t writes the databases at positions t, t + threads, ...
     let work = |t: usize| {
         let mut mine = vec![false; nodes];
@@ -157,7 +163,7 @@ fn load_parallel<W: Workload>(
             let mut rng = SmallRng::seed_from_u64(worker_seed(seed, 0xffff, 0xffff, u as usize));
             if let Err(e) = wl.load_unit(u, &mut rng, &loader) {
                 failed.store(true, Ordering::Relaxed);
-                *err.lock().unwrap() = Some(e.to_string());
+                *err.lock().unwrap() = Some(e);
                 return;
             }
             if t == 0 && u % 64 == 63 {

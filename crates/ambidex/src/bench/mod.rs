@@ -18,6 +18,7 @@
 
 pub mod combine;
 pub mod driver;
+mod error;
 pub mod etcd_membership;
 pub mod load;
 pub mod lost;
@@ -29,5 +30,6 @@ pub use combine::{combine_node_reports, NodeReport};
 pub use driver::{
     run_bench, run_workload, sweep_coroutines, BenchReport, LatencyUs, SweepPoint, TypeReport,
 };
+pub use error::BenchError;
 pub use load::build_and_load;
 pub use report::{OneSidedCounts, PolicyReport};

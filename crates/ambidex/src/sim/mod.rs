@@ -521,7 +521,7 @@ fn load<W: Workload>(
         max_capacity: Some(room),
         no_catalog: false,
     };
-    build_nodes(wl, placement, transports, seed, &opts)
+    Ok(build_nodes(wl, placement, transports, seed, &opts)?)
 }
 
 /// Rows of room per table and node of a run of `steps` steps.

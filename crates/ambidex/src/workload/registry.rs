@@ -11,7 +11,7 @@ use super::Workload;
 use crate::bench::combine::Combine;
 use crate::bench::driver::{Run, WorkloadVisitor};
 use crate::bench::node::{Load, LoadedNode, Rejoin};
-use crate::bench::BenchReport;
+use crate::bench::{BenchError, BenchReport};
 use crate::config::Config;
 use crate::sim::{SimReport, SimRun};
 use ambidex_txn::Placement;
@@ -64,7 +64,7 @@ pub trait Registrar {
 /// The harness's operations on one registered workload, instantiated for its type.
 pub(crate) trait Entry: Send + Sync {
     fn info(&self) -> &WorkloadInfo;
-    fn bench(&self, cfg: &Config, v: Run<'_>) -> Result<(), String>;
+    fn bench(&self, cfg: &Config, v: Run<'_>) -> Result<(), BenchError>;
     fn load(&self, cfg: &Config, v: Load<'_>) -> Result<LoadedNode, String>;
     fn rejoin(&self, cfg: &Config, v: Rejoin<'_>) -> Result<LoadedNode, String>;
     fn combine(&self, cfg: &Config, v: Combine<'_>) -> Result<BenchReport, String>;
@@ -82,7 +82,7 @@ where
     W: Workload,
     F: Fn(&WorkloadArgs<'_>) -> Result<W, super::WorkloadError> + Send + Sync + 'static,
 {
-    fn build(&self, cfg: &Config, simulated: bool) -> Result<(Arc<W>, Placement), String> {
+    fn build(&self, cfg: &Config, simulated: bool) -> Result<(Arc<W>, Placement), BenchError> {
         cfg.validate()?;
         let placement = cfg.placement()?;
         let scale = match (cfg.run.scale, simulated) {
@@ -96,16 +96,19 @@ where
             scale,
             simulated,
         };
-        let wl = (self.make)(&args).map_err(|e| e.to_string())?;
+        let wl = (self.make)(&args).map_err(|source| BenchError::Workload {
+            what: "built",
+            source,
+        })?;
         Ok((Arc::new(wl), placement))
     }
 
-    fn visit<R>(
+    fn visit<R, E: From<BenchError>>(
         &self,
         cfg: &Config,
         simulated: bool,
-        v: impl WorkloadVisitor<R>,
-    ) -> Result<R, String> {
+        v: impl WorkloadVisitor<R, E>,
+    ) -> Result<R, E> {
         let (wl, placement) = self.build(cfg, simulated)?;
         v.visit(wl, placement)
     }
@@ -119,7 +122,7 @@ where
     fn info(&self) -> &WorkloadInfo {
         &self.info
     }
-    fn bench(&self, cfg: &Config, v: Run<'_>) -> Result<(), String> {
+    fn bench(&self, cfg: &Config, v: Run<'_>) -> Result<(), BenchError> {
         self.visit(cfg, false, v)
     }
     fn load(&self, cfg: &Config, v: Load<'_>) -> Result<LoadedNode, String> {

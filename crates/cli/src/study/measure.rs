@@ -197,7 +197,7 @@ pub fn measure(plan: &Plan) -> Result<Measured, String> {
                         Some(r) => runs[i].push(Point::from_report(label, r)),
                         None => errors[i] = Some("the run returned no report".into()),
                     },
-                    Err(e) => errors[i] = Some(e),
+                    Err(e) => errors[i] = Some(e.to_string()),
                 }
             }
             bar.inc(1);
