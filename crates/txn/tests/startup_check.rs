@@ -90,10 +90,21 @@ fn a_check_fenced_by_a_newer_epoch_passes_once_the_node_catches_up() {
     for db in &c.dbs[..2] {
         db.cluster().enter(newer.clone(), Stage::Run);
     }
-    // Node 2 catches up after its check met the fence a while.
+    // Node 2 catches up once its check met the fence (a fixed delay flaked on a loaded
+    // machine: the check had not started when node 2 caught up), or after 10 s.
     let late = c.dbs[2].clone();
+    let targets = [c.nodes[0].clone(), c.nodes[1].clone()];
     let catch_up = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(200));
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_secs(10)
+            && targets
+                .iter()
+                .all(|n| n.counters().get("onesided_epoch_errors") == 0)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // A while more behind the fence: the check READs again meanwhile.
+        std::thread::sleep(Duration::from_millis(20));
         late.cluster().enter(newer, Stage::Run);
     });
     let r = run(&c);
