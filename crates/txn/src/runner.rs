@@ -1,7 +1,7 @@
 //! Brings a cluster's node threads up, the same way for every path: one runtime per
 //! (node, thread) with the transaction layer installed and `coroutines` workers spawned
 //! ([`start_thread`]). In-process runs ([`run`]: every node of the cluster in this
-//! process, any transport) and node processes (`ambidex_workloads::node`: one node) run
+//! process, any transport) and node processes (`ambidex::bench::node`: one node) run
 //! each (node, thread) on an OS thread of its own ([`spawn_node`]); the simulator calls
 //! [`start_thread`] and steps the runtimes itself, in one thread.
 //!

@@ -56,7 +56,7 @@
 //! warehouses any more (not reachable with one or two failures from the initial lists).
 //! Why a rebuild rather than indexes on every replica: see `Tpcc::refresh`. The check
 //! after a run compares, at every member, both indexes of the warehouses it runs with
-//! the tables. Tested by `crates/sim/tests/tpcc_crash.rs` (200 crash seeds, long
+//! the tables. Tested by `crates/workloads/tests/sim_tpcc_crash.rs` (200 crash seeds, long
 //! partitions).
 //!
 //! **Deviations from the spec** (all stated here and in the report):

@@ -479,7 +479,7 @@ impl RunSection {
     }
 }
 
-/// Knobs only the simulator reads (`docs/simulation.md`); checked by `ambidex-sim`.
+/// Knobs only the simulator reads (`docs/simulation.md`); checked by `ambidex::sim::validate`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SimSection {
