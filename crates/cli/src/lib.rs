@@ -5,8 +5,6 @@
 mod bench;
 mod cluster;
 mod config_args;
-mod manager_host;
-mod node;
 mod plot;
 mod sim;
 mod study;
@@ -197,7 +195,8 @@ where
             node,
             no_progress,
             rejoin,
-        } => node::run(&config, node, no_progress, rejoin),
+        } => ambidex::bench::node_process::run(registry(), &config, node, no_progress, rejoin)
+            .map_err(|e| e.to_string()),
         Command::Peer { role, node, spec } => run_peer(&role, node, &spec),
         Command::CheckHistory { file, adya, json } => check_history(&file, adya, json),
     };
@@ -213,7 +212,7 @@ where
 /// `ambidex bench W` (or, with no subcommand, the configured workload: SmallBank on a
 /// local 3-node cluster, one thread per node, R = 3 by default).
 fn workload(name: Option<&str>, a: &bench::workload::Args) -> Result<(), String> {
-    let out = bench::workload::run(name, a)?;
+    let out = bench::workload::run(name, a).map_err(|e| e.to_string())?;
     if a.json {
         let json = match &out {
             bench::workload::Outcome::One(r) => serde_json::to_string_pretty(r),

@@ -59,9 +59,109 @@ pub enum BenchError {
     TimerPanicked,
 }
 
-/// The harness's node processes and the CLI still report failures as text.
+/// One node of a run of node processes could not load, start, run or finish
+/// ([`bench::node`](crate::bench::node)).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// What any run can fail of (configuration, workload, tables, run, history file).
+    #[error(transparent)]
+    Bench(#[from] BenchError),
+    /// The transport was opened with another thread count than the run's.
+    #[error("the transport has {transport} threads per node, the run {run}")]
+    Threads {
+        /// The transport's.
+        transport: u16,
+        /// The run's.
+        run: u16,
+    },
+    /// A restarted node's incarnation must be 2 or more.
+    #[error("a restarted node is a new incarnation (2 or more), not {0}")]
+    Incarnation(u64),
+    /// A restarted node given a configuration it cannot join.
+    #[error(
+        "node {node} cannot rejoin in a configuration of {nodes} nodes that {}",
+        if *still_member { "still has it" } else { "does not fit it" }
+    )]
+    CannotRejoin {
+        /// The node.
+        node: u16,
+        /// The configuration's nodes.
+        nodes: u16,
+        /// The configuration still has the node as a member.
+        still_member: bool,
+    },
+    /// `start` before the catalog.
+    #[error(
+        "node {0} has no catalog of the cluster's tables; it cannot start (the launcher \
+         sends it with the \"catalog\" command before \"start\")"
+    )]
+    NoCatalog(u16),
+    /// The node's history file could not be written.
+    #[error("writing the history: {0}")]
+    HistoryWrite(#[source] std::io::Error),
+    /// One of the node's threads panicked.
+    #[error("a node thread panicked")]
+    ThreadPanicked,
+    /// The run ended during a reconfiguration: the checks need a settled one.
+    #[error(
+        "the run ended during a reconfiguration (epoch {epoch}, stage {stage}): the checks \
+         need a settled configuration"
+    )]
+    Unsettled {
+        /// The final state's epoch.
+        epoch: u32,
+        /// Its stage.
+        stage: String,
+    },
+    /// The launcher's final configuration is older than the node's.
+    #[error(
+        "node {node}: the launcher's final configuration (epoch {last}) is older than this \
+         node's (epoch {mine})"
+    )]
+    StaleFinalState {
+        /// The node.
+        node: u16,
+        /// The launcher's epoch.
+        last: u32,
+        /// The node's epoch.
+        mine: u32,
+    },
+}
+
+/// Bridge for the simulator's set-up, which still reports text.
 impl From<BenchError> for String {
     fn from(e: BenchError) -> String {
         e.to_string()
+    }
+}
+
+impl From<ambidex_txn::DbError> for NodeError {
+    fn from(e: ambidex_txn::DbError) -> Self {
+        NodeError::Bench(e.into())
+    }
+}
+
+impl From<ambidex_txn::RunError> for NodeError {
+    fn from(e: ambidex_txn::RunError) -> Self {
+        NodeError::Bench(e.into())
+    }
+}
+
+impl From<ambidex_txn::StartupCheckError> for NodeError {
+    fn from(e: ambidex_txn::StartupCheckError) -> Self {
+        NodeError::Bench(e.into())
+    }
+}
+
+impl From<ConfigError> for NodeError {
+    fn from(e: ConfigError) -> Self {
+        NodeError::Bench(e.into())
+    }
+}
+
+impl From<UnknownWorkload> for NodeError {
+    fn from(e: UnknownWorkload) -> Self {
+        NodeError::Bench(e.into())
     }
 }

@@ -13,69 +13,114 @@ use ambidex_cluster::{ClusterState, Event, ManagerClient};
 use ambidex_transport::NodeId;
 use std::sync::{Arc, Mutex};
 
+/// The run's membership in etcd could not be made, read or joined.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MembershipError {
+    /// This build has no etcd client.
+    #[error("this ambidex was built without etcd: build it with `--features etcd`")]
+    NotBuilt,
+    /// The section names no etcd cluster.
+    #[error(
+        "the launcher names the run's etcd cluster (cluster.etcd_cluster) before it starts \
+         the nodes"
+    )]
+    NoClusterName,
+    /// The cluster's shape has no initial configuration.
+    #[error("the cluster's initial configuration: {0}")]
+    Placement(#[from] ambidex_cluster::PlacementError),
+    /// The run's cluster is in etcd already.
+    #[error(
+        "cluster {0:?} already exists in etcd: a run needs a new one (leave \
+         cluster.etcd_cluster unset for a fresh name)"
+    )]
+    Exists(String),
+    /// etcd refused or did not answer.
+    #[error("cannot {what} cluster {cluster:?} in etcd: {source}")]
+    Etcd {
+        /// "create", "read the state of", "connect to read".
+        what: &'static str,
+        /// The run's cluster.
+        cluster: String,
+        /// What the client said.
+        #[source]
+        source: ambidex_cluster::ManagerError,
+    },
+    /// A node's client could not connect.
+    #[error("node {node} cannot connect to etcd: {source}")]
+    Client {
+        /// The node.
+        node: NodeId,
+        /// What the client said.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
 /// The run's cluster name and endpoints, or why the section has none.
 #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-fn names(c: &ClusterSection) -> Result<(Vec<&str>, &str), String> {
+fn names(c: &ClusterSection) -> Result<(Vec<&str>, &str), MembershipError> {
     let cluster = c
         .etcd_cluster
         .as_deref()
-        .ok_or("the launcher names the run's etcd cluster (cluster.etcd_cluster) before it starts the nodes")?;
+        .ok_or(MembershipError::NoClusterName)?;
     Ok((
         c.etcd_endpoints.iter().map(String::as_str).collect(),
         cluster,
     ))
 }
 
-#[cfg(not(feature = "etcd"))]
-const NOT_BUILT: &str = "this ambidex was built without etcd: build it with `--features etcd`";
-
 /// Creates the run's cluster (`cluster.etcd_cluster`, which must not exist) in the
 /// cluster's initial configuration; every member's lease runs from now. Waits up to
 /// 10 s for etcd to answer.
-pub fn bootstrap(c: &ClusterSection) -> Result<(), String> {
+pub fn bootstrap(c: &ClusterSection) -> Result<(), MembershipError> {
     #[cfg(feature = "etcd")]
     {
         use ambidex_cluster::{Configuration, EtcdManager, ManagerError};
         use std::time::{Duration, Instant};
         let (eps, cluster) = names(c)?;
-        let config = Configuration::initial(c.nodes, c.replication).map_err(|e| e.to_string())?;
+        let config = Configuration::initial(c.nodes, c.replication)?;
         let lease = Duration::from_millis(c.lease_ms);
         let start = Instant::now();
         loop {
             match EtcdManager::bootstrap(&eps, cluster, config.clone(), lease) {
                 Ok(true) => return Ok(()),
-                Ok(false) => {
-                    return Err(format!(
-                        "cluster {cluster:?} already exists in etcd: a run needs a new one \
-                         (leave cluster.etcd_cluster unset for a fresh name)"
-                    ))
-                }
+                Ok(false) => return Err(MembershipError::Exists(cluster.into())),
                 Err(ManagerError::Unreachable(_)) if start.elapsed() < Duration::from_secs(10) => {
                     std::thread::sleep(Duration::from_millis(100))
                 }
-                Err(e) => return Err(format!("cannot create cluster {cluster:?} in etcd: {e}")),
+                Err(source) => {
+                    return Err(MembershipError::Etcd {
+                        what: "create",
+                        cluster: cluster.into(),
+                        source,
+                    })
+                }
             }
         }
     }
     #[cfg(not(feature = "etcd"))]
     {
         let _ = c;
-        Err(NOT_BUILT.into())
+        Err(MembershipError::NotBuilt)
     }
 }
 
 /// The run's cluster as etcd holds it, and why it stopped, if it did.
-pub fn final_state(c: &ClusterSection) -> Result<(ClusterState, Option<String>), String> {
+pub fn final_state(c: &ClusterSection) -> Result<(ClusterState, Option<String>), MembershipError> {
     #[cfg(feature = "etcd")]
     {
         let (eps, cluster) = names(c)?;
-        ambidex_cluster::EtcdManager::state(&eps, cluster)
-            .map_err(|e| format!("cannot read cluster {cluster:?}'s state from etcd: {e}"))
+        ambidex_cluster::EtcdManager::state(&eps, cluster).map_err(|source| MembershipError::Etcd {
+            what: "read the state of",
+            cluster: cluster.into(),
+            source,
+        })
     }
     #[cfg(not(feature = "etcd"))]
     {
         let _ = c;
-        Err(NOT_BUILT.into())
+        Err(MembershipError::NotBuilt)
     }
 }
 
@@ -84,36 +129,48 @@ pub fn final_state(c: &ClusterSection) -> Result<(ClusterState, Option<String>),
 pub struct StateReader {
     #[cfg(feature = "etcd")]
     reader: ambidex_cluster::manager::etcd::EtcdReader,
+    #[cfg(feature = "etcd")]
+    cluster: String,
 }
 
 impl StateReader {
     /// Connects to the etcd of `c` (`etcd_endpoints`) to read cluster `etcd_cluster`.
-    pub fn connect(c: &ClusterSection) -> Result<StateReader, String> {
+    pub fn connect(c: &ClusterSection) -> Result<StateReader, MembershipError> {
         #[cfg(feature = "etcd")]
         {
             let (eps, cluster) = names(c)?;
             let reader = ambidex_cluster::manager::etcd::EtcdReader::connect(&eps, cluster)
-                .map_err(|e| format!("cannot connect to etcd to read cluster {cluster:?}: {e}"))?;
-            Ok(StateReader { reader })
+                .map_err(|source| MembershipError::Etcd {
+                    what: "connect to read",
+                    cluster: cluster.into(),
+                    source,
+                })?;
+            Ok(StateReader {
+                reader,
+                cluster: cluster.into(),
+            })
         }
         #[cfg(not(feature = "etcd"))]
         {
             let _ = c;
-            Err(NOT_BUILT.into())
+            Err(MembershipError::NotBuilt)
         }
     }
 
     /// The cluster's state now, and why it stopped, if it did.
-    pub fn read(&mut self) -> Result<(ClusterState, Option<String>), String> {
+    pub fn read(&mut self) -> Result<(ClusterState, Option<String>), MembershipError> {
         #[cfg(feature = "etcd")]
         {
-            self.reader
-                .state()
-                .map_err(|e| format!("cannot read the cluster's state from etcd: {e}"))
+            let cluster = self.cluster.clone();
+            self.reader.state().map_err(|source| MembershipError::Etcd {
+                what: "read the state of",
+                cluster,
+                source,
+            })
         }
         #[cfg(not(feature = "etcd"))]
         {
-            Err(NOT_BUILT.into())
+            Err(MembershipError::NotBuilt)
         }
     }
 }
@@ -126,7 +183,7 @@ pub fn node_client(
     node: NodeId,
     incarnation: u64,
     sink: Arc<Mutex<Vec<Event>>>,
-) -> Result<Box<dyn ManagerClient>, String> {
+) -> Result<Box<dyn ManagerClient>, MembershipError> {
     #[cfg(feature = "etcd")]
     {
         let (_, cluster) = names(c)?;
@@ -139,12 +196,15 @@ pub fn node_client(
             &clock,
             sink,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|source| MembershipError::Client {
+            node,
+            source: Box::new(source),
+        })?;
         Ok(Box::new(client))
     }
     #[cfg(not(feature = "etcd"))]
     {
         let _ = (c, node, incarnation, sink);
-        Err(NOT_BUILT.into())
+        Err(MembershipError::NotBuilt)
     }
 }

@@ -10,8 +10,9 @@
 //! ([`RunningNode::workers_done`]) and serves on until [`RunningNode::finish`].
 
 use crate::bench::combine::{replica_digests, NodeReport, ReplicaDigest};
-use crate::bench::driver::{make_worker, run_spec, Tally, WorkloadVisitor, MEASURE, STOP, WARMUP};
+use crate::bench::driver::{make_worker, Tally, WorkloadVisitor, MEASURE, STOP, WARMUP};
 use crate::bench::load::build_and_load_node;
+use crate::bench::{BenchError, NodeError};
 use crate::config::Config;
 use crate::workload::{Registry, Workload};
 use ambidex_cluster::{ClusterState, Stage};
@@ -20,7 +21,7 @@ use ambidex_store::{Catalog, LogRegionDesc, TableDesc};
 use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
 use ambidex_txn::log_ring::LogRingConfig;
 use ambidex_txn::runner::{spawn_node, Crew, RunSpec, Serve, Worker};
-use ambidex_txn::{Configuration, NodeDb, Placement, Policy, TxnStats};
+use ambidex_txn::{Configuration, NodeDb, Placement, Policy, RunError, TxnStats};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -73,16 +74,10 @@ pub fn load_node(
     reg: &Registry,
     cfg: &Config,
     transport: SharedNode,
-) -> Result<LoadedNode, String> {
+) -> Result<LoadedNode, NodeError> {
     cfg.validate()?;
     let node = transport.node();
-    if transport.config().threads_per_node != cfg.cluster.threads {
-        return Err(format!(
-            "the transport has {} threads per node, the run {}",
-            transport.config().threads_per_node,
-            cfg.cluster.threads
-        ));
-    }
+    same_threads(&transport, cfg)?;
     let cfg = &reg.resolve(cfg)?;
     reg.entry(&cfg.run.workload)?.load(
         cfg,
@@ -94,14 +89,26 @@ pub fn load_node(
     )
 }
 
+/// The transport's threads are the run's.
+fn same_threads(transport: &SharedNode, cfg: &Config) -> Result<(), NodeError> {
+    let transport = transport.config().threads_per_node;
+    if transport != cfg.cluster.threads {
+        return Err(NodeError::Threads {
+            transport,
+            run: cfg.cluster.threads,
+        });
+    }
+    Ok(())
+}
+
 /// [`load_node`] for a registered workload.
 pub(crate) struct Load<'a> {
     cfg: &'a Config,
     node: NodeId,
     transport: SharedNode,
 }
-impl WorkloadVisitor<LoadedNode> for Load<'_> {
-    fn visit<W: Workload>(self, wl: Arc<W>, placement: Placement) -> Result<LoadedNode, String> {
+impl WorkloadVisitor<LoadedNode, NodeError> for Load<'_> {
+    fn visit<W: Workload>(self, wl: Arc<W>, placement: Placement) -> Result<LoadedNode, NodeError> {
         let cfg = self.cfg;
         let t0 = Instant::now();
         let db = build_and_load_node(
@@ -119,7 +126,7 @@ impl WorkloadVisitor<LoadedNode> for Load<'_> {
             node: self.node,
             transport: self.transport,
             threads: cfg.cluster.threads,
-            spec: run_spec(cfg, cfg.coroutines(), Some(self.node))?,
+            spec: cfg.run_spec(cfg.coroutines(), Some(self.node))?,
             history: cfg.run.history_for(self.node),
             types: wl.txn_types().len(),
             db,
@@ -147,31 +154,19 @@ pub fn rejoin_node(
     config: Configuration,
     incarnation: u64,
     run_ms: f64,
-) -> Result<LoadedNode, String> {
+) -> Result<LoadedNode, NodeError> {
     cfg.validate()?;
     if incarnation < 2 {
-        return Err(format!(
-            "a restarted node is a new incarnation (2 or more), not {incarnation}"
-        ));
+        return Err(NodeError::Incarnation(incarnation));
     }
     let node = transport.node();
-    if transport.config().threads_per_node != cfg.cluster.threads {
-        return Err(format!(
-            "the transport has {} threads per node, the run {}",
-            transport.config().threads_per_node,
-            cfg.cluster.threads
-        ));
-    }
+    same_threads(&transport, cfg)?;
     if config.placement.nodes() != cfg.cluster.nodes || config.placement.is_member(node) {
-        return Err(format!(
-            "node {node} cannot rejoin in a configuration of {} nodes that {} it",
-            config.placement.nodes(),
-            if config.placement.is_member(node) {
-                "still has"
-            } else {
-                "does not fit"
-            }
-        ));
+        return Err(NodeError::CannotRejoin {
+            node,
+            nodes: config.placement.nodes(),
+            still_member: config.placement.is_member(node),
+        });
     }
     let cfg = &reg.resolve(cfg)?;
     reg.entry(&cfg.run.workload)?.rejoin(
@@ -196,8 +191,12 @@ pub(crate) struct Rejoin<'a> {
     incarnation: u64,
     run_ms: f64,
 }
-impl WorkloadVisitor<LoadedNode> for Rejoin<'_> {
-    fn visit<W: Workload>(self, wl: Arc<W>, _placement: Placement) -> Result<LoadedNode, String> {
+impl WorkloadVisitor<LoadedNode, NodeError> for Rejoin<'_> {
+    fn visit<W: Workload>(
+        self,
+        wl: Arc<W>,
+        _placement: Placement,
+    ) -> Result<LoadedNode, NodeError> {
         let cfg = self.cfg;
         let t0 = Instant::now();
         // The tables and rings every node has (`load::build_nodes`, `NodeDb::new`),
@@ -207,8 +206,7 @@ impl WorkloadVisitor<LoadedNode> for Rejoin<'_> {
             self.config,
             &wl.tables(),
             LogRingConfig::default(),
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         db.set_incarnation(self.incarnation);
         // Not the first incarnation's transactions again.
         let seed = cfg.run.seed ^ self.incarnation.wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -218,7 +216,7 @@ impl WorkloadVisitor<LoadedNode> for Rejoin<'_> {
             node: self.node,
             transport: self.transport,
             threads: cfg.cluster.threads,
-            spec: run_spec(cfg, cfg.coroutines(), Some(self.node))?,
+            spec: cfg.run_spec(cfg.coroutines(), Some(self.node))?,
             history: cfg.run.history_for(self.node).map(|p| {
                 // The first incarnation's file stays as it was.
                 let mut s = p.into_os_string();
@@ -288,27 +286,25 @@ impl LoadedNode {
     }
 
     /// The cluster's catalog (every node's descriptors, from the launcher), once.
-    pub fn set_catalog(&self, cat: Catalog) -> Result<(), String> {
-        self.db.set_catalog(cat).map_err(|e| e.to_string())
+    pub fn set_catalog(&self, cat: Catalog) -> Result<(), NodeError> {
+        Ok(self.db.set_catalog(cat)?)
     }
 
     /// Starts every thread of this node on its transport, workers in the warmup phase:
     /// nothing is counted until [`RunningNode::measure`]. Thread 0 runs the start-up
     /// check of the other nodes' tables. Refused without the catalog.
-    pub fn start(self) -> Result<RunningNode, String> {
+    pub fn start(self) -> Result<RunningNode, NodeError> {
         if self.db.catalog().is_none() {
-            return Err(format!(
-                "node {} has no catalog of the cluster's tables; it cannot start (the \
-                 launcher sends it with the \"catalog\" command before \"start\")",
-                self.node
-            ));
+            return Err(NodeError::NoCatalog(self.node));
         }
         let transport = self.transport;
         let recorder = match &self.history {
-            Some(path) => Some(
-                ambidex_history::Recorder::create(path)
-                    .map_err(|e| format!("cannot create history file {}: {e}", path.display()))?,
-            ),
+            Some(path) => Some(ambidex_history::Recorder::create(path).map_err(|source| {
+                BenchError::History {
+                    path: path.display().to_string(),
+                    source,
+                }
+            })?),
             None => None,
         };
         let mut spec = self.spec;
@@ -374,20 +370,18 @@ impl RunningNode {
         node: NodeId,
         tables: Vec<TableDesc>,
         log: LogRegionDesc,
-    ) -> Result<(), String> {
-        self.db
-            .replace_in_catalog(node, tables, log)
-            .map_err(|e| e.to_string())
+    ) -> Result<(), NodeError> {
+        Ok(self.db.replace_in_catalog(node, tables, log)?)
     }
 
     /// True once every worker of this node has returned (the node still serves
     /// requests); an error if a thread of this node failed.
-    pub fn workers_done(&self) -> Result<bool, String> {
+    pub fn workers_done(&self) -> Result<bool, NodeError> {
         if let Some(e) = self.crew.error.lock().unwrap().clone() {
-            return Err(e.to_string());
+            return Err(RunError::Failed(vec![e]).into());
         }
         if let Some(Err(e)) = self.db.verification() {
-            return Err(e.to_string());
+            return Err(e.into());
         }
         Ok(self.crew.live.load(Ordering::SeqCst) == 0)
     }
@@ -395,18 +389,17 @@ impl RunningNode {
     /// Every node's workers are done: stops serving, checks this node's data and
     /// returns its report. With `last`, the manager's final state, this node checks
     /// under that configuration (see [`check_under`]).
-    pub fn finish(mut self, last: Option<&ClusterState>) -> Result<NodeReport, String> {
+    pub fn finish(mut self, last: Option<&ClusterState>) -> Result<NodeReport, NodeError> {
         self.phase.store(STOP, Ordering::SeqCst);
         self.crew.drain.store(true, Ordering::SeqCst);
         for h in std::mem::take(&mut self.handles) {
-            h.join().map_err(|_| "a node thread panicked".to_string())?;
+            h.join().map_err(|_| NodeError::ThreadPanicked)?;
         }
         if let Some(e) = self.crew.error.lock().unwrap().clone() {
-            return Err(e.to_string());
+            return Err(RunError::Failed(vec![e]).into());
         }
         if let Some(rec) = &self.recorder {
-            rec.flush()
-                .map_err(|e| format!("writing the history: {e}"))?;
+            rec.flush().map_err(NodeError::HistoryWrite)?;
         }
         let (mut txn, mut rpc) = (TxnStats::default(), RpcStats::default());
         let mut counters = CounterSnapshot::default();
@@ -432,10 +425,7 @@ impl RunningNode {
         );
         r.policy = self.policy;
         r.load_seconds = self.load_seconds;
-        r.remote_tables_verified = self
-            .db
-            .remote_tables_verified()
-            .map_err(|e| e.to_string())? as u64;
+        r.remote_tables_verified = self.db.remote_tables_verified()? as u64;
         r.cpu_seconds = self.measured.0;
         r.measured_s = self.measured.1;
         r.max_rss_bytes = cputime::max_rss_bytes();
@@ -461,21 +451,22 @@ impl RunningNode {
 /// otherwise count a partition the new primary counts too, or one no node counts.
 /// A final state that is not at stage Run (the run ended mid-reconfiguration) cannot be
 /// checked this way: an error. Without `last` (no manager), nothing changes.
-pub fn check_under(db: &NodeDb, last: Option<&ClusterState>) -> Result<(), String> {
+pub fn check_under(db: &NodeDb, last: Option<&ClusterState>) -> Result<(), NodeError> {
     let Some(last) = last else { return Ok(()) };
     if last.stage != Stage::Run {
-        return Err(format!(
-            "the run ended during a reconfiguration (epoch {}, stage {:?}): the checks need a settled configuration",
-            last.config.epoch, last.stage
-        ));
+        return Err(NodeError::Unsettled {
+            epoch: last.config.epoch,
+            stage: format!("{:?}", last.stage),
+        });
     }
     let state = db.cluster();
     let epoch = state.config.epoch();
     if last.config.epoch < epoch {
-        return Err(format!(
-            "node {}: the launcher's final configuration (epoch {}) is older than this node's (epoch {epoch})",
-            db.node, last.config.epoch
-        ));
+        return Err(NodeError::StaleFinalState {
+            node: db.node,
+            last: last.config.epoch,
+            mine: epoch,
+        });
     }
     // The same epoch has the same primaries (the configurations may differ only in
     // which new copies are synced), so only a newer one is entered.

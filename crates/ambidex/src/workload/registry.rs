@@ -8,10 +8,10 @@
 //! ([`Entry`]): the cost of a trait object is paid once per run, never per transaction.
 
 use super::Workload;
-use crate::bench::combine::Combine;
+use crate::bench::combine::{Combine, CombineError};
 use crate::bench::driver::{Run, WorkloadVisitor};
 use crate::bench::node::{Load, LoadedNode, Rejoin};
-use crate::bench::{BenchError, BenchReport};
+use crate::bench::{BenchError, BenchReport, NodeError};
 use crate::config::Config;
 use crate::sim::{SimReport, SimRun};
 use ambidex_txn::Placement;
@@ -65,9 +65,9 @@ pub trait Registrar {
 pub(crate) trait Entry: Send + Sync {
     fn info(&self) -> &WorkloadInfo;
     fn bench(&self, cfg: &Config, v: Run<'_>) -> Result<(), BenchError>;
-    fn load(&self, cfg: &Config, v: Load<'_>) -> Result<LoadedNode, String>;
-    fn rejoin(&self, cfg: &Config, v: Rejoin<'_>) -> Result<LoadedNode, String>;
-    fn combine(&self, cfg: &Config, v: Combine<'_>) -> Result<BenchReport, String>;
+    fn load(&self, cfg: &Config, v: Load<'_>) -> Result<LoadedNode, NodeError>;
+    fn rejoin(&self, cfg: &Config, v: Rejoin<'_>) -> Result<LoadedNode, NodeError>;
+    fn combine(&self, cfg: &Config, v: Combine<'_>) -> Result<BenchReport, CombineError>;
     fn sim(&self, cfg: &Config, v: SimRun<'_>) -> Result<SimReport, String>;
 }
 
@@ -125,13 +125,13 @@ where
     fn bench(&self, cfg: &Config, v: Run<'_>) -> Result<(), BenchError> {
         self.visit(cfg, false, v)
     }
-    fn load(&self, cfg: &Config, v: Load<'_>) -> Result<LoadedNode, String> {
+    fn load(&self, cfg: &Config, v: Load<'_>) -> Result<LoadedNode, NodeError> {
         self.visit(cfg, false, v)
     }
-    fn rejoin(&self, cfg: &Config, v: Rejoin<'_>) -> Result<LoadedNode, String> {
+    fn rejoin(&self, cfg: &Config, v: Rejoin<'_>) -> Result<LoadedNode, NodeError> {
         self.visit(cfg, false, v)
     }
-    fn combine(&self, cfg: &Config, v: Combine<'_>) -> Result<BenchReport, String> {
+    fn combine(&self, cfg: &Config, v: Combine<'_>) -> Result<BenchReport, CombineError> {
         self.visit(cfg, false, v)
     }
     fn sim(&self, cfg: &Config, v: SimRun<'_>) -> Result<SimReport, String> {

@@ -68,11 +68,14 @@
 //! status 3. Commands may also be written as bare words (`start`), for people; other
 //! fields of a command object are ignored.
 
-use ambidex::bench::etcd_membership;
-use ambidex::bench::lost::{arm_commit_kill, begins_since_armed, CommitMoment};
-use ambidex::bench::node::{load_node, rejoin_node, LoadedNode, RunningNode};
-use ambidex::config::{ManagerKind, Transport};
-use ambidex::{transports, Config};
+use crate::bench::etcd_membership::{self, MembershipError};
+use crate::bench::lost::{arm_commit_kill, begins_since_armed, CommitMoment};
+use crate::bench::node::{load_node, rejoin_node, LoadedNode, RunningNode};
+use crate::bench::NodeError;
+use crate::config::{ConfigError, ManagerKind, Transport};
+use crate::transports::OpenError;
+use crate::workload::Registry;
+use crate::{transports, Config};
 use ambidex_cluster::manager::channel::ChannelInbox;
 use ambidex_cluster::{Agent, ClusterState, Event, ManagerClient};
 use ambidex_store::{Catalog, LogRegionDesc, TableDesc};
@@ -118,22 +121,48 @@ enum Cmd {
 
 enum Input {
     Cmd(Cmd),
-    Bad(String),
+    Bad(CommandError),
     Eof,
 }
 
-fn parse_command(line: &str) -> Result<Cmd, String> {
+/// A command line from the launcher that cannot be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// Longer than a node reads.
+    #[error("a command line over {0} bytes")]
+    TooLong(u64),
+    /// Not UTF-8.
+    #[error("a command line that is not UTF-8")]
+    NotUtf8,
+    /// Not JSON, or no command.
+    #[error(
+        "bad command {line:?}: {source} (commands: catalog, start, measure, stop, finish, \
+         abort, rejoin, replace_node, die_in_commit)"
+    )]
+    Bad {
+        /// The line.
+        line: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The input could not be read.
+    #[error("reading commands: {0}")]
+    Read(#[source] std::io::Error),
+}
+
+fn parse_command(line: &str) -> Result<Cmd, CommandError> {
     let line = line.trim();
+    let bad = |source| CommandError::Bad {
+        line: line.into(),
+        source,
+    };
     let v: serde_json::Value = if line.starts_with('{') {
-        serde_json::from_str(line).map_err(|e| format!("bad command {line:?}: {e}"))?
+        serde_json::from_str(line).map_err(bad)?
     } else {
         serde_json::json!({ "cmd": line })
     };
-    serde_json::from_value(v).map_err(|e| {
-        format!(
-            "bad command {line:?}: {e} (commands: catalog, start, measure, stop, finish, abort, rejoin, replace_node, die_in_commit)"
-        )
-    })
+    serde_json::from_value(v).map_err(bad)
 }
 
 /// The manager message of a `{"manager": {...}}` line, if it is one.
@@ -166,7 +195,7 @@ fn read_commands(tx: std::sync::mpsc::Sender<Input>, inbox: ChannelInbox, node: 
         let msg = match (&mut r).take(MAX_COMMAND).read_until(b'\n', &mut buf) {
             Ok(0) => Input::Eof,
             Ok(_) if buf.last() != Some(&b'\n') && buf.len() as u64 >= MAX_COMMAND => {
-                Input::Bad(format!("a command line over {MAX_COMMAND} bytes"))
+                Input::Bad(CommandError::TooLong(MAX_COMMAND))
             }
             Ok(_) => match std::str::from_utf8(&buf) {
                 Ok(s) if s.trim().is_empty() => continue,
@@ -186,9 +215,9 @@ fn read_commands(tx: std::sync::mpsc::Sender<Input>, inbox: ChannelInbox, node: 
                         Err(e) => Input::Bad(e),
                     }
                 }
-                Err(_) => Input::Bad("a command line that is not UTF-8".into()),
+                Err(_) => Input::Bad(CommandError::NotUtf8),
             },
-            Err(e) => Input::Bad(format!("reading commands: {e}")),
+            Err(e) => Input::Bad(CommandError::Read(e)),
         };
         let end = !matches!(msg, Input::Cmd(_));
         if tx.send(msg).is_err() || end {
@@ -230,38 +259,120 @@ enum State {
     Stopped(RunningNode, bool),
 }
 
-pub fn run(config: &Path, node: u16, no_progress: bool, rejoin: bool) -> Result<(), String> {
+/// Why a node process stopped before its report.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeProcessError {
+    /// Its configuration file.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A configuration whose nodes all live in one process.
+    #[error(
+        "{0}: transport \"local\" keeps every node in one process; a node process needs \
+         \"shm\" or \"udp\""
+    )]
+    LocalTransport(String),
+    /// A node the cluster does not have.
+    #[error("node {node} is not in this {nodes}-node cluster")]
+    NotInCluster {
+        /// The node.
+        node: u16,
+        /// The cluster's nodes.
+        nodes: u16,
+    },
+    /// Its transport could not be opened.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// `--rejoin` in a cluster with no manager.
+    #[error(
+        "a restarted node rejoins through a configuration manager (embedded or etcd), and \
+         this cluster has none"
+    )]
+    RejoinWithoutManager,
+    /// `--rejoin`, and another command came before `rejoin`.
+    #[error("a node started with --rejoin needs the rejoin command first, not {0}")]
+    RejoinFirst(String),
+    /// A command that cannot be taken.
+    #[error(transparent)]
+    Command(#[from] CommandError),
+    /// A command that is not valid in the node's phase.
+    #[error("command {cmd} is not valid while {phase}")]
+    NotNow {
+        /// The command.
+        cmd: String,
+        /// The phase.
+        phase: &'static str,
+    },
+    /// Loading, starting, running or finishing the node.
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    /// Its client of the run's membership in etcd.
+    #[error(transparent)]
+    Membership(#[from] MembershipError),
+    /// Its cluster agent's thread.
+    #[error("cannot start the cluster agent: {0}")]
+    Agent(#[source] std::io::Error),
+    /// `finish`, and its workers did not return.
+    #[error("workers still running 60 s after finish")]
+    WorkersStillRunning,
+    /// Its report could not be serialized.
+    #[error("its report: {0}")]
+    Report(#[source] serde_json::Error),
+}
+
+/// A node process that failed, by node ([`run`]).
+#[derive(Debug, thiserror::Error)]
+#[error("node {node}: {error}")]
+pub struct NodeProcessFailed {
+    /// The node.
+    pub node: u16,
+    /// Why.
+    #[source]
+    pub error: NodeProcessError,
+}
+
+/// Runs this process as node `node` of the cluster the configuration file `config`
+/// describes (its workload from `reg`), driven by the control protocol on stdin and
+/// stdout until its report (see the module's documentation). This is the process's
+/// main loop: the end of its input, `abort`, or a commit-phase kill end the process
+/// itself (status 3, 2, SIGKILL). A failure is also sent as an `error` event.
+pub fn run(
+    reg: &Registry,
+    config: &Path,
+    node: u16,
+    no_progress: bool,
+    rejoin: bool,
+) -> Result<(), NodeProcessFailed> {
     let ev = Events { node };
-    match run_inner(config, node, no_progress, rejoin, &ev) {
+    match run_inner(reg, config, node, no_progress, rejoin, &ev) {
         Ok(()) => Ok(()),
-        Err(e) => {
-            ev.send("error", serde_json::json!({ "message": e }));
-            Err(format!("node {node}: {e}"))
+        Err(error) => {
+            ev.send("error", serde_json::json!({ "message": error.to_string() }));
+            Err(NodeProcessFailed { node, error })
         }
     }
 }
 
 fn run_inner(
+    reg: &Registry,
     config: &Path,
     node: u16,
     no_progress: bool,
     rejoin: bool,
     ev: &Events,
-) -> Result<(), String> {
+) -> Result<(), NodeProcessError> {
     let mut cfg = Config::read(config, &Config::default())?;
     cfg.validate()?;
     if cfg.cluster.transport == Transport::Local {
-        return Err(format!(
-            "{}: transport \"local\" keeps every node in one process; a node process needs \
-             \"shm\" or \"udp\"",
-            config.display()
+        return Err(NodeProcessError::LocalTransport(
+            config.display().to_string(),
         ));
     }
     if node >= cfg.cluster.nodes {
-        return Err(format!(
-            "node {node} is not in this {}-node cluster",
-            cfg.cluster.nodes
-        ));
+        return Err(NodeProcessError::NotInCluster {
+            node,
+            nodes: cfg.cluster.nodes,
+        });
     }
     cfg.run.progress = !no_progress;
     let (tx, rx) = std::sync::mpsc::channel();
@@ -275,15 +386,11 @@ fn run_inner(
     let etcd_events: Arc<Mutex<Vec<Event>>> = Arc::default();
 
     // The transport first: the tables live in regions registered on it.
-    let udp = cfg.rpc.udp_options().map_err(|e| e.to_string())?;
+    let udp = cfg.rpc.udp_options()?;
     let transport = transports::open_node_with(&cfg.cluster, node, udp)?;
     let loaded = if rejoin {
         if manager.is_none() {
-            return Err(
-                "a restarted node rejoins through a configuration manager (embedded or etcd), \
-                 and this cluster has none"
-                    .into(),
-            );
+            return Err(NodeProcessError::RejoinWithoutManager);
         }
         // What to rejoin comes first; nothing else is valid before it.
         match rx.recv() {
@@ -291,28 +398,16 @@ fn run_inner(
                 config,
                 incarnation,
                 run_ms,
-            })) => rejoin_node(
-                crate::registry(),
-                &cfg,
-                transport,
-                *config,
-                incarnation,
-                run_ms as f64,
-            )?,
-            Ok(Input::Cmd(c)) => {
-                return Err(format!(
-                    "a node started with --rejoin needs the rejoin command first, not {}",
-                    cmd_name(&c)
-                ))
-            }
-            Ok(Input::Bad(e)) => return Err(e),
+            })) => rejoin_node(reg, &cfg, transport, *config, incarnation, run_ms as f64)?,
+            Ok(Input::Cmd(c)) => return Err(NodeProcessError::RejoinFirst(cmd_name(&c))),
+            Ok(Input::Bad(e)) => return Err(e.into()),
             Ok(Input::Eof) | Err(_) => {
                 eprintln!("ambidex node {node}: control input closed before rejoin; stopping");
                 std::process::exit(3);
             }
         }
     } else {
-        load_node(crate::registry(), &cfg, transport)?
+        load_node(reg, &cfg, transport)?
     };
     ev.send(
         "ready",
@@ -340,7 +435,7 @@ fn run_inner(
         };
         let cmd = match input {
             Input::Cmd(c) => c,
-            Input::Bad(e) => return Err(e),
+            Input::Bad(e) => return Err(e.into()),
             Input::Eof => {
                 eprintln!(
                     "ambidex node {node}: control input closed before the run finished; stopping"
@@ -394,7 +489,7 @@ fn run_inner(
                         // threads wait without a lease until it is admitted.
                         k => Agent::join(name, client, state, m.lease, clock, node, k),
                     }
-                    .map_err(|e| format!("cannot start the cluster agent: {e}"))?;
+                    .map_err(NodeProcessError::Agent)?;
                     agent = Some(a);
                 }
                 State::Running(l.start()?, false)
@@ -463,7 +558,7 @@ fn run_inner(
                 let until = Instant::now() + Duration::from_secs(60);
                 while !r.workers_done()? {
                     if Instant::now() >= until {
-                        return Err("workers still running 60 s after finish".into());
+                        return Err(NodeProcessError::WorkersStillRunning);
                     }
                     std::thread::sleep(Duration::from_millis(5));
                 }
@@ -471,7 +566,7 @@ fn run_inner(
                 report.manager_events =
                     std::mem::take(&mut *etcd_events.lock().unwrap_or_else(|e| e.into_inner()));
                 let body = serde_json::json!({
-                    "report": serde_json::to_value(&report).map_err(|e| e.to_string())?
+                    "report": serde_json::to_value(&report).map_err(NodeProcessError::Report)?
                 });
                 ev.send("report", body);
                 return Ok(());
@@ -483,10 +578,10 @@ fn run_inner(
                     State::Running(_, true) => "measuring",
                     State::Stopped(..) => "stopped (waiting for finish)",
                 };
-                return Err(format!(
-                    "command {} is not valid while {phase}",
-                    cmd_name(&c)
-                ));
+                return Err(NodeProcessError::NotNow {
+                    cmd: cmd_name(&c),
+                    phase,
+                });
             }
         });
     }
@@ -505,7 +600,10 @@ fn cmd_name(c: &Cmd) -> String {
 
 /// The next command, or `None` after a short wait (so the caller can poll). A thread
 /// failure while running is an error.
-fn next_input(rx: &Receiver<Input>, state: &mut Option<State>) -> Result<Option<Input>, String> {
+fn next_input(
+    rx: &Receiver<Input>,
+    state: &mut Option<State>,
+) -> Result<Option<Input>, NodeProcessError> {
     match rx.recv_timeout(Duration::from_millis(5)) {
         Ok(i) => Ok(Some(i)),
         Err(RecvTimeoutError::Timeout) => {
@@ -524,11 +622,17 @@ mod tests {
 
     #[test]
     fn commands_parse_as_json_or_words_and_bad_ones_are_errors() {
-        assert_eq!(parse_command("{\"cmd\":\"start\"}\n"), Ok(Cmd::Start));
-        assert_eq!(parse_command("  finish "), Ok(Cmd::Finish { state: None }));
+        assert_eq!(parse_command("{\"cmd\":\"start\"}\n").unwrap(), Cmd::Start);
+        assert_eq!(
+            parse_command("  finish ").unwrap(),
+            Cmd::Finish { state: None }
+        );
         assert!(parse_command("{\"cmd\":\"launch\"}").is_err());
         // Other fields are ignored (room for parameters later).
-        assert_eq!(parse_command("{\"cmd\":\"stop\",\"x\":1}"), Ok(Cmd::Stop));
+        assert_eq!(
+            parse_command("{\"cmd\":\"stop\",\"x\":1}").unwrap(),
+            Cmd::Stop
+        );
         assert!(parse_command("{\"cmd\":").is_err());
         assert!(parse_command("[1,2]").is_err());
         assert!(parse_command("\u{0}").is_err());

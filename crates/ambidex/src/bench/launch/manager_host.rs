@@ -5,7 +5,8 @@
 //! ([`answer_line`]), and a thread of its own pushes every new state to every node
 //! ([`ManagerHost::start_pushing`]).
 
-use ambidex_cluster::manager::channel::{answer_call, ToNode};
+use super::error::ManagerHostError;
+use ambidex_cluster::manager::channel::{answer_call, ChannelError, ToNode};
 use ambidex_cluster::membership::Event;
 use ambidex_cluster::{ClusterState, Configuration, EmbeddedManager};
 use ambidex_transport::clock::{SharedClock, SystemClock};
@@ -47,8 +48,12 @@ impl ManagerHost {
     /// Starts managing a cluster of `nodes` nodes and `replication` copies with leases
     /// of `lease`. Every member's first lease runs from now: start it just before the
     /// nodes are told to start (loading does not count against it).
-    pub fn start(nodes: u16, replication: u16, lease: Duration) -> Result<ManagerHost, String> {
-        let config = Configuration::initial(nodes, replication).map_err(|e| e.to_string())?;
+    pub fn start(
+        nodes: u16,
+        replication: u16,
+        lease: Duration,
+    ) -> Result<ManagerHost, ManagerHostError> {
+        let config = Configuration::initial(nodes, replication)?;
         let clock = SystemClock::shared();
         let manager = Arc::new(EmbeddedManager::start(config, lease, clock.clone()));
         Ok(ManagerHost {
@@ -60,6 +65,7 @@ impl ManagerHost {
         })
     }
 
+    /// The manager (the nodes' calls are answered on it).
     pub fn manager(&self) -> Arc<EmbeddedManager> {
         self.manager.clone()
     }
@@ -69,13 +75,14 @@ impl ManagerHost {
         self.start_ns = self.clock.now_ns();
     }
 
+    /// Manager time of the run's start, ns.
     pub fn start_ns(&self) -> u64 {
         self.start_ns
     }
 
     /// Pushes the current state, then every new one, to each of `stdins` (a closed
     /// one, a dead node's, is skipped).
-    pub fn start_pushing(&mut self, stdins: Vec<Stdin>) -> Result<(), String> {
+    pub fn start_pushing(&mut self, stdins: Vec<Stdin>) -> Result<(), ManagerHostError> {
         let (m, stop) = (self.manager.clone(), self.stop.clone());
         let h = std::thread::Builder::new()
             .name("manager-push".into())
@@ -100,15 +107,17 @@ impl ManagerHost {
                     }
                 }
             })
-            .map_err(|e| format!("cannot start the manager's pusher: {e}"))?;
+            .map_err(ManagerHostError::Pusher)?;
         self.pusher = Some(h);
         Ok(())
     }
 
+    /// The membership's events so far.
     pub fn events(&self) -> Vec<Event> {
         self.manager.events()
     }
 
+    /// The membership's state now.
     pub fn state(&self) -> ClusterState {
         self.manager.state()
     }
@@ -136,8 +145,8 @@ pub fn answer_line(
     node: u16,
     incarnation: u64,
     msg: &serde_json::Value,
-) -> Result<String, String> {
+) -> Result<String, ChannelError> {
     let mut client = manager.client(node, incarnation);
-    let a = answer_call(msg, &mut client).map_err(|e| e.to_string())?;
+    let a = answer_call(msg, &mut client)?;
     Ok(serde_json::json!({ "manager": a.to_value() }).to_string())
 }
