@@ -1,6 +1,7 @@
 //! What a command of the command line failed with: one variant per subcommand's error
 //! type, printed by [`crate::main_with_args`] with its chain of causes.
 
+use crate::bench::{rpc::RpcBenchError, store::StoreBenchError};
 use std::error::Error;
 use std::path::PathBuf;
 
@@ -10,6 +11,12 @@ pub enum CliError {
     /// `main_with` (or `main_with_args`) was called a second time in this process.
     #[error("main_with was called twice")]
     CalledTwice,
+    /// `bench rpc`.
+    #[error(transparent)]
+    RpcBench(#[from] RpcBenchError),
+    /// `bench store`.
+    #[error(transparent)]
+    StoreBench(#[from] StoreBenchError),
     /// `check-history`.
     #[error(transparent)]
     CheckHistory(#[from] CheckHistoryError),
@@ -29,9 +36,9 @@ pub enum CliError {
         role: String,
     },
     /// The text of a module that still reports its failures as a `String` (`node`,
-    /// `sim`, `bench::workload`, `cluster`, `bench::{store,rpc,transport}`, `study`).
-    // bridge: goes once node, sim, bench::workload, cluster, bench::{store,rpc,transport}
-    // and study return a type
+    /// `sim`, `bench::workload`, `cluster`, `bench::transport`, `study`).
+    // bridge: goes once node, sim, bench::workload, cluster, bench::transport and study
+    // return a type
     #[error("{0}")]
     Message(String),
 }

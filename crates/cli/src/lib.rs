@@ -176,8 +176,7 @@ where
             BenchCommand::Stress(a) => workload(Some("stress"), &a),
             BenchCommand::Tpce(a) => workload(Some("tpce"), &a),
             BenchCommand::Store(args) => {
-                // bridge: goes once bench::store returns a type
-                let r = bench::store::run(&args).map_err(CliError::Message)?;
+                let r = bench::store::run(&args)?;
                 if args.json {
                     print_json(&r)
                 } else {
@@ -186,8 +185,7 @@ where
                 }
             }
             BenchCommand::Rpc(args) => {
-                // bridge: goes once bench::rpc returns a type
-                let r = bench::rpc::run(&args).map_err(CliError::Message)?;
+                let r = bench::rpc::run(&args)?;
                 if args.json {
                     print_json(&r)
                 } else {
