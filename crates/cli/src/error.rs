@@ -1,7 +1,7 @@
 //! What a command of the command line failed with: one variant per subcommand's error
 //! type, printed by [`crate::main_with_args`] with its chain of causes.
 
-use crate::bench::{rpc::RpcBenchError, store::StoreBenchError};
+use crate::bench::{rpc::RpcBenchError, store::StoreBenchError, transport::TransportBenchError};
 use std::error::Error;
 use std::path::PathBuf;
 
@@ -11,6 +11,9 @@ pub enum CliError {
     /// `main_with` (or `main_with_args`) was called a second time in this process.
     #[error("main_with was called twice")]
     CalledTwice,
+    /// `bench transport` (or its peer node).
+    #[error(transparent)]
+    TransportBench(#[from] TransportBenchError),
     /// `bench rpc`.
     #[error(transparent)]
     RpcBench(#[from] RpcBenchError),
@@ -36,9 +39,8 @@ pub enum CliError {
         role: String,
     },
     /// The text of a module that still reports its failures as a `String` (`node`,
-    /// `sim`, `bench::workload`, `cluster`, `bench::transport`, `study`).
-    // bridge: goes once node, sim, bench::workload, cluster, bench::transport and study
-    // return a type
+    /// `sim`, `bench::workload`, `cluster`, `study`).
+    // bridge: goes once node, sim, bench::workload, cluster and study return a type
     #[error("{0}")]
     Message(String),
 }

@@ -194,8 +194,7 @@ where
                 }
             }
             BenchCommand::Transport(args) => {
-                // bridge: goes once bench::transport returns a type
-                let r = bench::transport::run(&args).map_err(CliError::Message)?;
+                let r = bench::transport::run(&args)?;
                 if args.json {
                     print_json(&r)
                 } else {
@@ -298,8 +297,7 @@ fn run_peer(role: &str, node: u16, spec: &str) -> Result<(), CliError> {
     // bridge: goes once cluster returns a type
     let transport = cluster::open_peer(spec, node).map_err(CliError::Message)?;
     match role {
-        // bridge: goes once bench::transport returns a type
-        "bench-transport" => bench::transport::peer(transport).map_err(CliError::Message),
+        "bench-transport" => Ok(bench::transport::peer(transport)?),
         other => Err(CliError::UnknownPeerRole { role: other.into() }),
     }
 }
