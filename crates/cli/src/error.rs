@@ -2,6 +2,7 @@
 //! type, printed by [`crate::main_with_args`] with its chain of causes.
 
 use crate::bench::{rpc::RpcBenchError, store::StoreBenchError, transport::TransportBenchError};
+use crate::study::StudyError;
 use std::error::Error;
 use std::path::PathBuf;
 
@@ -20,6 +21,9 @@ pub enum CliError {
     /// `bench store`.
     #[error(transparent)]
     StoreBench(#[from] StoreBenchError),
+    /// `study`.
+    #[error(transparent)]
+    Study(#[from] StudyError),
     /// `check-history`.
     #[error(transparent)]
     CheckHistory(#[from] CheckHistoryError),
@@ -39,8 +43,8 @@ pub enum CliError {
         role: String,
     },
     /// The text of a module that still reports its failures as a `String` (`node`,
-    /// `sim`, `bench::workload`, `cluster`, `study`).
-    // bridge: goes once node, sim, bench::workload, cluster and study return a type
+    /// `sim`, `bench::workload`, `cluster`).
+    // bridge: goes once node, sim, bench::workload and cluster return a type
     #[error("{0}")]
     Message(String),
 }

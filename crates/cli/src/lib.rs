@@ -205,8 +205,7 @@ where
         },
         // bridge: goes once sim returns a type
         Command::Sim(a) => sim::run(&a).map_err(CliError::Message),
-        // bridge: goes once study returns a type
-        Command::Study(c) => study::run(&c).map_err(CliError::Message),
+        Command::Study(c) => Ok(study::run(&c)?),
         Command::Node {
             config,
             node,
