@@ -2,16 +2,45 @@
 //! others `ambidex peer` processes started and watched by the facade's launcher
 //! (`ambidex::bench::launch::NodeProcesses`), or threads with the `local` transport.
 
-use ambidex::bench::launch::{Launch, NodeProcesses};
-use ambidex::config::{ClusterSection, Transport};
-use ambidex::transports;
+use ambidex::bench::launch::{Launch, LaunchError, NodeProcesses};
+use ambidex::config::{ClusterSection, ConfigError, Transport};
+use ambidex::transports::{self, OpenError};
 use ambidex_transport::local::LocalFabric;
-use ambidex_transport::{NodeId, SharedNode};
+use ambidex_transport::{NodeId, SharedNode, TransportError};
 use std::time::Duration;
+
+/// A peer's failure, whatever its role's error type.
+pub type PeerError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A benchmark cluster that could not be started, or whose peers failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The cluster's section.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The local fabric.
+    #[error("the local fabric: {0}")]
+    Fabric(#[source] TransportError),
+    /// The shm or udp transport.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The peers' cluster spec (`--spec`) could not be encoded or decoded.
+    #[error("bad cluster spec: {0}")]
+    Spec(#[source] serde_json::Error),
+    /// The peer processes.
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    /// Peer threads that failed (`local`).
+    #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
+    Peers(Vec<PeerError>),
+    /// A peer thread panicked.
+    #[error("peer thread panicked")]
+    PeerPanicked,
+}
 
 /// The nodes of a benchmark cluster other than the driver's.
 enum Peers {
-    Threads(Vec<std::thread::JoinHandle<Result<(), String>>>),
+    Threads(Vec<std::thread::JoinHandle<Result<(), PeerError>>>),
     Processes(Box<NodeProcesses>),
 }
 
@@ -28,11 +57,12 @@ impl BenchCluster {
     pub fn start(
         mut cluster: ClusterSection,
         role: &str,
-        local_role: fn(SharedNode) -> Result<(), String>,
-    ) -> Result<BenchCluster, String> {
+        local_role: fn(SharedNode) -> Result<(), PeerError>,
+    ) -> Result<BenchCluster, ClusterError> {
         transports::on_this_host(&mut cluster);
         if cluster.transport == Transport::Local {
-            let fabric = LocalFabric::new(cluster.cluster_config()?).map_err(|e| e.to_string())?;
+            let fabric =
+                LocalFabric::new(cluster.cluster_config()?).map_err(ClusterError::Fabric)?;
             let peers = (1..cluster.nodes)
                 .map(|n| {
                     let node = fabric.node(n);
@@ -47,7 +77,7 @@ impl BenchCluster {
         }
         transports::create(&cluster)?;
         let result = (|| {
-            let spec = serde_json::to_string(&cluster).map_err(|e| e.to_string())?;
+            let spec = serde_json::to_string(&cluster).map_err(ClusterError::Spec)?;
             let args = |n: u16| -> Vec<String> {
                 [
                     "peer",
@@ -65,8 +95,7 @@ impl BenchCluster {
                 args: &args,
                 nodes: 1..cluster.nodes,
                 wrapper: None,
-            })
-            .map_err(|e| e.to_string())?;
+            })?;
             let driver = transports::open_node(&cluster, 0)?;
             Ok((peers, driver))
         })();
@@ -93,7 +122,7 @@ impl BenchCluster {
 
     /// Waits for every peer (5 s) and removes the cluster's files. A peer that failed is
     /// an error, not hidden.
-    pub fn finish(self) -> Result<(), String> {
+    pub fn finish(self) -> Result<(), ClusterError> {
         let result = match self.peers {
             Peers::Threads(hs) => {
                 let mut errors = Vec::new();
@@ -101,18 +130,16 @@ impl BenchCluster {
                     match h.join() {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => errors.push(e),
-                        Err(_) => errors.push("peer thread panicked".into()),
+                        Err(_) => return Err(ClusterError::PeerPanicked),
                     }
                 }
                 if errors.is_empty() {
                     Ok(())
                 } else {
-                    Err(errors.join("; "))
+                    Err(ClusterError::Peers(errors))
                 }
             }
-            Peers::Processes(mut p) => p
-                .wait_exits(Duration::from_secs(5), "at the end")
-                .map_err(|e| e.to_string()),
+            Peers::Processes(mut p) => Ok(p.wait_exits(Duration::from_secs(5), "at the end")?),
         };
         drop(self.driver);
         transports::destroy(&self.cluster);
@@ -121,8 +148,7 @@ impl BenchCluster {
 }
 
 /// Opens node `node` of the cluster `spec` (JSON of a [`ClusterSection`]) for a peer.
-pub fn open_peer(spec: &str, node: NodeId) -> Result<SharedNode, String> {
-    let cluster: ClusterSection =
-        serde_json::from_str(spec).map_err(|e| format!("bad cluster spec: {e}"))?;
+pub fn open_peer(spec: &str, node: NodeId) -> Result<SharedNode, ClusterError> {
+    let cluster: ClusterSection = serde_json::from_str(spec).map_err(ClusterError::Spec)?;
     Ok(transports::open_node(&cluster, node)?)
 }

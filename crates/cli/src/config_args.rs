@@ -2,7 +2,9 @@
 //! FILE` and the flags every run command shares. A flag given beats the file, the file
 //! beats the command's defaults.
 
-use ambidex::config::{Commit, Execute, Lock, Log, ManagerKind, PassiveAck, PhaseChoice, Validate};
+use ambidex::config::{
+    Commit, ConfigError, Execute, Lock, Log, ManagerKind, PassiveAck, PhaseChoice, Validate,
+};
 use ambidex::Config;
 use std::path::PathBuf;
 
@@ -96,8 +98,9 @@ pub struct ConfigArgs {
 
 impl ConfigArgs {
     /// `base` (the command's defaults), then the file, then these flags. Not validated:
-    /// the caller sets its own flags first.
-    pub fn resolve(&self, base: &Config) -> Result<Config, String> {
+    /// the caller sets its own flags first. Only reading the file can fail, so its
+    /// error is the configuration's own.
+    pub fn resolve(&self, base: &Config) -> Result<Config, ConfigError> {
         let mut c = match &self.config {
             Some(path) => Config::read(path, base)?,
             None => base.clone(),

@@ -5,12 +5,14 @@
 mod bench;
 mod cluster;
 mod config_args;
+mod error;
 mod plot;
 mod sim;
 mod study;
 
 use ambidex::workload::Registry;
 use clap::{Parser, Subcommand};
+use error::{CheckHistoryError, CliError};
 use std::process::ExitCode;
 use std::sync::OnceLock;
 
@@ -140,12 +142,26 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
+    match dispatch(reg, args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ambidex: error: {}", error::chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Sets the registry and runs the command `args` asks for.
+fn dispatch<I, T>(reg: Registry, args: I) -> Result<(), CliError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
     if REGISTRY.set(reg).is_err() {
-        eprintln!("ambidex: error: main_with was called twice");
-        return ExitCode::FAILURE;
+        return Err(CliError::CalledTwice);
     }
     let cli = Cli::parse_from(args);
-    let result = match cli.command {
+    match cli.command {
         Command::Bench { what: None, run } => workload(None, &run),
         Command::Bench {
             what: Some(what), ..
@@ -157,100 +173,105 @@ where
             BenchCommand::ObjectStore(a) => workload(Some("object-store"), &a),
             BenchCommand::Stress(a) => workload(Some("stress"), &a),
             BenchCommand::Tpce(a) => workload(Some("tpce"), &a),
-            BenchCommand::Store(args) => bench::store::run(&args).map(|r| {
+            BenchCommand::Store(args) => {
+                let r = bench::store::run(&args)?;
                 if args.json {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&r).expect("report serializes")
-                    );
+                    print_json(&r)
                 } else {
                     bench::store::print_summary(&r);
+                    Ok(())
                 }
-            }),
-            BenchCommand::Rpc(args) => bench::rpc::run(&args).map(|r| {
+            }
+            BenchCommand::Rpc(args) => {
+                let r = bench::rpc::run(&args)?;
                 if args.json {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&r).expect("report serializes")
-                    );
+                    print_json(&r)
                 } else {
                     bench::rpc::print_summary(&args, &r);
+                    Ok(())
                 }
-            }),
-            BenchCommand::Transport(args) => bench::transport::run(&args).map(|r| {
+            }
+            BenchCommand::Transport(args) => {
+                let r = bench::transport::run(&args)?;
                 if args.json {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&r).expect("report serializes")
-                    );
+                    print_json(&r)
                 } else {
                     bench::transport::print_summary(&r);
+                    Ok(())
                 }
-            }),
+            }
         },
-        Command::Sim(a) => sim::run(&a),
-        Command::Study(c) => study::run(&c),
+        // bridge: goes once sim returns a type
+        Command::Sim(a) => sim::run(&a).map_err(CliError::Message),
+        Command::Study(c) => Ok(study::run(&c)?),
         Command::Node {
             config,
             node,
             no_progress,
             rejoin,
         } => ambidex::bench::node_process::run(registry(), &config, node, no_progress, rejoin)
-            .map_err(|e| e.to_string()),
+            .map_err(CliError::from),
         Command::Peer { role, node, spec } => run_peer(&role, node, &spec),
-        Command::CheckHistory { file, adya, json } => check_history(&file, adya, json),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("ambidex: error: {e}");
-            ExitCode::FAILURE
-        }
+        Command::CheckHistory { file, adya, json } => Ok(check_history(&file, adya, json)?),
     }
+}
+
+/// Prints a report as pretty JSON on stdout (`--json`).
+fn print_json(report: &impl serde::Serialize) -> Result<(), CliError> {
+    let json = serde_json::to_string_pretty(report).map_err(CliError::EncodeReport)?;
+    println!("{json}");
+    Ok(())
 }
 
 /// `ambidex bench W` (or, with no subcommand, the configured workload: SmallBank on a
 /// local 3-node cluster, one thread per node, R = 3 by default).
-fn workload(name: Option<&str>, a: &bench::workload::Args) -> Result<(), String> {
-    let out = bench::workload::run(name, a).map_err(|e| e.to_string())?;
+fn workload(name: Option<&str>, a: &bench::workload::Args) -> Result<(), CliError> {
+    let out = bench::workload::run(name, a)?;
     if a.json {
-        let json = match &out {
-            bench::workload::Outcome::One(r) => serde_json::to_string_pretty(r),
-            bench::workload::Outcome::Sweep(s) => serde_json::to_string_pretty(s),
-        };
-        println!("{}", json.map_err(|e| e.to_string())?);
+        match &out {
+            bench::workload::Outcome::One(r) => print_json(r)?,
+            bench::workload::Outcome::Sweep(s) => print_json(s)?,
+        }
     } else {
         bench::workload::print(a, &out);
     }
     // A violated invariant is a failed run, not just a line in the report.
     if let bench::workload::Outcome::One(r) = &out {
         if r.invariant_ok == Some(false) || r.consistency_ok == Some(false) {
-            return Err(format!(
-                "{}: the workload's consistency check failed (see the report)",
-                r.workload
-            ));
+            return Err(CliError::ConsistencyFailed {
+                workload: r.workload.clone(),
+            });
         }
     }
     Ok(())
 }
 
-fn check_history(file: &std::path::Path, adya: bool, json: bool) -> Result<(), String> {
-    let recs =
-        ambidex::history::parse_file(file).map_err(|e| format!("{}: {e}", file.display()))?;
+fn check_history(file: &std::path::Path, adya: bool, json: bool) -> Result<(), CheckHistoryError> {
+    let recs = ambidex::history::parse_file(file).map_err(|source| CheckHistoryError::Parse {
+        path: file.to_path_buf(),
+        source,
+    })?;
     let report = ambidex::history::check(&recs);
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
+        let text =
+            serde_json::to_string_pretty(&report).map_err(CheckHistoryError::EncodeReport)?;
+        println!("{text}");
     } else {
         println!("{}", report.summary());
     }
     let mut ok = report.valid;
     if adya {
         let export = file.with_extension("elle.jsonl");
-        ambidex::history::export_elle_file(&recs, &export).map_err(|e| e.to_string())?;
-        let v = ambidex::history::run_adya(&export).map_err(|e| e.to_string())?;
+        ambidex::history::export_elle_file(&recs, &export).map_err(|source| {
+            CheckHistoryError::Export {
+                path: export.clone(),
+                source,
+            }
+        })?;
+        let v = ambidex::history::run_adya(&export).map_err(|source| CheckHistoryError::Adya {
+            path: export.clone(),
+            source,
+        })?;
         println!(
             "adya ({}): valid={:?} {:?}",
             export.display(),
@@ -262,14 +283,14 @@ fn check_history(file: &std::path::Path, adya: bool, json: bool) -> Result<(), S
     if ok {
         Ok(())
     } else {
-        Err("the history is not serializable".into())
+        Err(CheckHistoryError::NotSerializable)
     }
 }
 
-fn run_peer(role: &str, node: u16, spec: &str) -> Result<(), String> {
+fn run_peer(role: &str, node: u16, spec: &str) -> Result<(), CliError> {
     let transport = cluster::open_peer(spec, node)?;
     match role {
-        "bench-transport" => bench::transport::peer(transport),
-        other => Err(format!("unknown peer role {other:?}")),
+        "bench-transport" => Ok(bench::transport::peer(transport)?),
+        other => Err(CliError::UnknownPeerRole { role: other.into() }),
     }
 }

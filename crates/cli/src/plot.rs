@@ -6,7 +6,32 @@
 use ambidex::bench::SweepPoint;
 use plotters::prelude::*;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Why a plot could not be drawn.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    /// The data to draw is empty (a sweep without points, a run without commits).
+    #[error("plotting {}: no {what} to plot", path.display())]
+    Empty {
+        /// What is missing: `points`, `phases`, `committed transactions`.
+        what: &'static str,
+        /// The SVG file.
+        path: PathBuf,
+    },
+    /// plotters could not lay the chart out or write the file.
+    #[error("plotting {}", path.display())]
+    Draw {
+        /// The SVG file.
+        path: PathBuf,
+        /// plotters' error (the file system's, for the SVG backend).
+        #[source]
+        source: DrawError,
+    },
+}
+
+/// What plotters fails with on the SVG backend.
+pub type DrawError = DrawingAreaErrorKind<std::io::Error>;
 
 /// What to draw.
 pub enum Plot<'a> {
@@ -24,25 +49,37 @@ pub enum Plot<'a> {
 }
 
 /// Draws `what` to the SVG file `path`.
-pub fn plot(what: Plot<'_>, title: &str, path: &Path) -> Result<(), String> {
-    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
+pub fn draw(what: Plot<'_>, title: &str, path: &Path) -> Result<(), PlotError> {
+    let empty = |what| PlotError::Empty {
+        what,
+        path: path.to_path_buf(),
+    };
     match what {
-        Plot::Sweep(points) => sweep(&root, points, title),
-        Plot::Phases(phases) => phases_chart(&root, phases, title),
-        Plot::Timeline { buckets, marks } => timeline(&root, buckets, marks, title),
+        Plot::Sweep([]) => return Err(empty("points")),
+        Plot::Phases(p) if p.is_empty() => return Err(empty("phases")),
+        Plot::Timeline { buckets: [], .. } => return Err(empty("committed transactions")),
+        _ => {}
     }
-    .map_err(|e| format!("plotting {}: {e}", path.display()))?;
-    root.present().map_err(|e| e.to_string())
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    let drawn = root.fill(&WHITE).and_then(|()| {
+        match what {
+            Plot::Sweep(points) => sweep(&root, points, title),
+            Plot::Phases(phases) => phases_chart(&root, phases, title),
+            Plot::Timeline { buckets, marks } => timeline(&root, buckets, marks, title),
+        }?;
+        root.present()
+    });
+    drawn.map_err(|source| PlotError::Draw {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
-type PlotResult = Result<(), Box<dyn std::error::Error>>;
+type PlotResult = Result<(), DrawError>;
 
+/// Draws a sweep of at least one point.
 fn sweep(root: &Area<'_>, points: &[SweepPoint], title: &str) -> PlotResult {
-    if points.is_empty() {
-        return Err("no points to plot".into());
-    }
     let x_max = points.iter().map(|p| p.committed_per_s).fold(0.0, f64::max) * 1.1 + 1.0;
     let y_max = points
         .iter()
@@ -96,10 +133,8 @@ fn sweep(root: &Area<'_>, points: &[SweepPoint], title: &str) -> PlotResult {
     Ok(())
 }
 
+/// Draws a breakdown of at least one phase.
 fn phases_chart(root: &Area<'_>, phases: &BTreeMap<String, f64>, title: &str) -> PlotResult {
-    if phases.is_empty() {
-        return Err("no phases to plot".into());
-    }
     // Protocol order (execute, validate, log, commit backups, commit primaries), then
     // any other key.
     let order = |k: &str| {
@@ -150,10 +185,8 @@ fn phases_chart(root: &Area<'_>, phases: &BTreeMap<String, f64>, title: &str) ->
     Ok(())
 }
 
+/// Draws a timeline of at least one bucket.
 fn timeline(root: &Area<'_>, buckets: &[u64], marks: &[(f64, String)], title: &str) -> PlotResult {
-    if buckets.is_empty() {
-        return Err("no committed transactions to plot".into());
-    }
     let bucket_s = ambidex::bench::driver::TIMELINE_BUCKET.as_secs_f64();
     let x_max = buckets.len() as f64 * bucket_s * 1e3;
     let x_max = marks.iter().map(|m| m.0).fold(x_max, f64::max) + 1.0;
@@ -215,14 +248,25 @@ mod tests {
             },
         ];
         let svg = dir.join("sweep.svg");
-        plot(Plot::Sweep(&points), "O(3,1)", &svg).unwrap();
+        draw(Plot::Sweep(&points), "O(3,1)", &svg).unwrap();
         let text = std::fs::read_to_string(&svg).unwrap();
         assert!(text.contains("<svg") && text.contains("polyline"));
         let phases: BTreeMap<String, f64> =
             [("execute".to_string(), 5.0), ("commit".to_string(), 3.0)].into();
         let svg2 = dir.join("phases.svg");
-        plot(Plot::Phases(&phases), "phases", &svg2).unwrap();
+        draw(Plot::Phases(&phases), "phases", &svg2).unwrap();
         assert!(std::fs::read_to_string(&svg2).unwrap().contains("execute"));
+        // Nothing to draw is an error naming the file, and no file is written.
+        let svg3 = dir.join("empty.svg");
+        let e = draw(Plot::Sweep(&[]), "none", &svg3).unwrap_err();
+        assert!(matches!(e, PlotError::Empty { what: "points", .. }), "{e}");
+        assert!(e.to_string().contains("empty.svg"), "{e}");
+        assert!(!svg3.exists());
+        // A file that cannot be written is plotters' error, with the file's name.
+        let bad = dir.join("no-such-dir").join("x.svg");
+        let e = draw(Plot::Sweep(&points), "x", &bad).unwrap_err();
+        assert!(matches!(e, PlotError::Draw { .. }), "{e}");
+        assert!(crate::error::chain(&e).contains("x.svg: caused by"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

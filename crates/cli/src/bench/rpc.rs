@@ -3,8 +3,44 @@
 //! layer's cost shows as a ratio. All nodes run as threads of this process.
 
 use ambidex::config::{ClusterSection, Transport};
-use ambidex::transports::InProcess;
+use ambidex::transports::{InProcess, OpenError};
 use ambidex_rpc::bench::{run_bench, RpcBenchConfig, RpcBenchReport};
+
+/// Why `bench rpc` could not run: its flags, the cluster, or the benchmark itself.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcBenchError {
+    /// Fewer than 2 nodes, or no thread, coroutine or request per batch.
+    #[error(
+        "need --nodes >= 2 and at least one thread, coroutine and request per batch \
+         (got --nodes {nodes} --threads {threads} --coroutines {coroutines} --batch {batch})"
+    )]
+    Shape {
+        nodes: u16,
+        threads: u16,
+        coroutines: u16,
+        batch: u16,
+    },
+    /// `--duration` outside (0, 3600].
+    #[error("--duration must be between 0 and 3600 seconds (got {0})")]
+    Duration(f64),
+    /// `--rounds` outside 1..=100.
+    #[error("--rounds must be between 1 and 100 (got {0})")]
+    Rounds(u16),
+    /// The in-process cluster could not be opened.
+    #[error("opening a {transport} cluster of {nodes} nodes")]
+    Open {
+        /// The transport's name.
+        transport: &'static str,
+        /// Its nodes.
+        nodes: u16,
+        /// Why.
+        #[source]
+        source: OpenError,
+    },
+    /// The benchmark could not run or finish.
+    #[error("the RPC benchmark")]
+    Run(#[source] ambidex_rpc::bench::RpcBenchError),
+}
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct Args {
@@ -47,23 +83,31 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(a: &Args) -> Result<RpcBenchReport, String> {
+pub fn run(a: &Args) -> Result<RpcBenchReport, RpcBenchError> {
     if a.nodes < 2 || a.threads == 0 || a.coroutines == 0 || a.batch == 0 {
-        return Err(
-            "need --nodes >= 2 and at least one thread, coroutine and request per batch".into(),
-        );
+        return Err(RpcBenchError::Shape {
+            nodes: a.nodes,
+            threads: a.threads,
+            coroutines: a.coroutines,
+            batch: a.batch,
+        });
     }
     if !(a.duration > 0.0 && a.duration <= 3600.0) {
-        return Err("--duration must be between 0 and 3600 seconds".into());
+        return Err(RpcBenchError::Duration(a.duration));
     }
     if a.rounds == 0 || a.rounds > 100 {
-        return Err("--rounds must be between 1 and 100".into());
+        return Err(RpcBenchError::Rounds(a.rounds));
     }
     let cluster = InProcess::open(&ClusterSection {
         transport: a.transport,
         nodes: a.nodes,
         threads: a.threads,
         ..ClusterSection::default()
+    })
+    .map_err(|source| RpcBenchError::Open {
+        transport: a.transport.name(),
+        nodes: a.nodes,
+        source,
     })?;
     let cfg = RpcBenchConfig {
         nodes: a.nodes,
@@ -79,7 +123,7 @@ pub fn run(a: &Args) -> Result<RpcBenchReport, String> {
         duration_s: a.duration,
         rounds: a.rounds,
     };
-    run_bench(&cfg, cluster.nodes.clone()).map_err(|e| e.to_string())
+    run_bench(&cfg, cluster.nodes.clone()).map_err(RpcBenchError::Run)
 }
 
 pub fn print_summary(a: &Args, r: &RpcBenchReport) {

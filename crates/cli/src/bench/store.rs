@@ -4,6 +4,20 @@
 
 use ambidex_store::bench::{run_bench, StoreBenchConfig, StoreBenchReport};
 
+/// Flags `bench store` cannot run with.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreBenchError {
+    /// `--items` outside 1000..=500000000.
+    #[error("--items must be between 1000 and 500000000 (got {0})")]
+    Items(usize),
+    /// `--duration` outside (0, 600].
+    #[error("--duration must be between 0 and 600 seconds (got {0})")]
+    Duration(f64),
+    /// `--threads 0`.
+    #[error("--threads must be at least 1")]
+    NoThreads,
+}
+
 #[derive(Clone, Debug, clap::Args)]
 pub struct Args {
     /// Items in the 8-byte-key / 40-byte-value table (created 90% full).
@@ -21,12 +35,12 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(a: &Args) -> Result<StoreBenchReport, String> {
+pub fn run(a: &Args) -> Result<StoreBenchReport, StoreBenchError> {
     if a.items < 1000 || a.items > 500_000_000 {
-        return Err("--items must be between 1000 and 500000000".into());
+        return Err(StoreBenchError::Items(a.items));
     }
     if !(a.duration > 0.0 && a.duration <= 600.0) {
-        return Err("--duration must be between 0 and 600 seconds".into());
+        return Err(StoreBenchError::Duration(a.duration));
     }
     let mut cfg = StoreBenchConfig {
         items: a.items,
@@ -36,7 +50,7 @@ pub fn run(a: &Args) -> Result<StoreBenchReport, String> {
     };
     if let Some(t) = a.threads {
         if t == 0 {
-            return Err("--threads must be at least 1".into());
+            return Err(StoreBenchError::NoThreads);
         }
         cfg.threads = t;
     }

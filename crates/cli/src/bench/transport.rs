@@ -6,7 +6,7 @@
 //! `datagram.ops` counts datagrams delivered in both directions. The READ test keeps
 //! `window` batches of `batch` READs in flight, only the last of each batch signaled.
 
-use crate::cluster::BenchCluster;
+use crate::cluster::{BenchCluster, ClusterError};
 use ambidex::config::{ClusterSection, Transport};
 use ambidex_transport::cputime;
 use ambidex_transport::wait::Backoff;
@@ -16,6 +16,75 @@ use std::time::{Duration, Instant};
 
 const CTRL: u8 = 0xC0;
 const REGION_LEN: usize = 1 << 20;
+/// Times a control command is sent before the peer counts as silent (500 ms each).
+const ASK_TRIES: u32 = 20;
+
+/// Why `bench transport` (or its peer node) could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportBenchError {
+    /// `--size`, `--batch` or `--window` is 0.
+    #[error(
+        "--size, --batch and --window must be at least 1 \
+         (got --size {size} --batch {batch} --window {window})"
+    )]
+    Zero {
+        size: usize,
+        batch: usize,
+        window: usize,
+    },
+    /// `--duration` outside (0, 3600].
+    #[error("--duration must be between 0 and 3600 seconds (got {0})")]
+    Duration(f64),
+    /// `--size` over the MTU or the largest one-sided operation.
+    #[error("--size must be at most {max} bytes (got {size})")]
+    SizeTooLarge { size: usize, max: usize },
+    /// More datagrams in flight than the receive queue holds.
+    #[error(
+        "--batch x --window must not exceed the receive depth ({depth}) \
+         (got {batch} x {window})"
+    )]
+    WindowTooDeep {
+        batch: usize,
+        window: usize,
+        depth: usize,
+    },
+    /// The benchmark's cluster could not be started, or a peer failed.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// A transport operation refused (opening an endpoint, registering a region,
+    /// sending, posting READs).
+    #[error("{what}")]
+    Transport {
+        /// The operation: `sending datagrams to node 1`.
+        what: &'static str,
+        /// The transport's error.
+        #[source]
+        source: TransportError,
+    },
+    /// A one-sided READ completed with an error.
+    #[error("READ failed: {}", .0.name())]
+    ReadFailed(AccessError),
+    /// The peer's region descriptor did not decode.
+    #[error("peer sent a malformed region descriptor ({len} bytes)")]
+    MalformedRegion { len: usize },
+    /// The peer's counters did not decode.
+    #[error("peer sent malformed counters")]
+    MalformedCounters(#[source] serde_json::Error),
+    /// The peer's counters could not be encoded for the driver.
+    #[error("encoding this node's counters")]
+    EncodeCounters(#[source] serde_json::Error),
+    /// The peer answered none of the tries of a control command.
+    #[error(
+        "peer did not answer control command '{}' in {ASK_TRIES} tries of 500 ms",
+        *.cmd as char
+    )]
+    NoAnswer { cmd: u8 },
+}
+
+/// `what` failed with the transport's error.
+fn transport(what: &'static str) -> impl FnOnce(TransportError) -> TransportBenchError {
+    move |source| TransportBenchError::Transport { what, source }
+}
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct Args {
@@ -73,25 +142,31 @@ pub struct Report {
     pub counters: CounterSnapshot,
 }
 
-pub fn run(args: &Args) -> Result<Report, String> {
+pub fn run(args: &Args) -> Result<Report, TransportBenchError> {
     if args.batch == 0 || args.window == 0 || args.size == 0 {
-        return Err("--size, --batch and --window must be at least 1".into());
+        return Err(TransportBenchError::Zero {
+            size: args.size,
+            batch: args.batch,
+            window: args.window,
+        });
     }
     if !(args.duration > 0.0 && args.duration <= 3600.0) {
-        return Err("--duration must be between 0 and 3600 seconds".into());
+        return Err(TransportBenchError::Duration(args.duration));
     }
     let config = ClusterConfig::new(2, 1);
     if args.size > config.mtu || args.size > config.max_onesided {
-        return Err(format!(
-            "--size must be at most {} bytes",
-            config.mtu.min(config.max_onesided)
-        ));
+        return Err(TransportBenchError::SizeTooLarge {
+            size: args.size,
+            max: config.mtu.min(config.max_onesided),
+        });
     }
-    if args.batch * args.window > config.recv_depth {
-        return Err(format!(
-            "--batch x --window must not exceed the receive depth ({})",
-            config.recv_depth
-        ));
+    // Saturating: a product past usize is over any receive depth too.
+    if args.batch.saturating_mul(args.window) > config.recv_depth {
+        return Err(TransportBenchError::WindowTooDeep {
+            batch: args.batch,
+            window: args.window,
+            depth: config.recv_depth,
+        });
     }
     let cluster = BenchCluster::start(
         ClusterSection {
@@ -101,7 +176,7 @@ pub fn run(args: &Args) -> Result<Report, String> {
             ..ClusterSection::default()
         },
         "bench-transport",
-        peer,
+        |node| Ok(peer(node)?),
     )?;
     let result = drive(args, &cluster);
     let finished = cluster.finish();
@@ -110,13 +185,15 @@ pub fn run(args: &Args) -> Result<Report, String> {
     Ok(report)
 }
 
-fn drive(args: &Args, cluster: &BenchCluster) -> Result<Report, String> {
+fn drive(args: &Args, cluster: &BenchCluster) -> Result<Report, TransportBenchError> {
     let node = cluster.driver.clone();
-    let mut ep = node.endpoint(0).map_err(|e| e.to_string())?;
+    let mut ep = node
+        .endpoint(0)
+        .map_err(transport("opening the driver's endpoint"))?;
     let peer = EndpointAddr::new(1, 0);
     let remote = {
         let r = ask(&mut *ep, peer, b'r')?;
-        RegionDesc::decode(&r).ok_or("peer sent a malformed region descriptor")?
+        RegionDesc::decode(&r).ok_or(TransportBenchError::MalformedRegion { len: r.len() })?
     };
     let cpu = || cputime::process_cpu_seconds() + cluster.peers_cpu_seconds();
     let warmup = Duration::from_secs_f64((args.duration / 5.0).min(0.5));
@@ -148,7 +225,8 @@ fn drive(args: &Args, cluster: &BenchCluster) -> Result<Report, String> {
             }
         }
         while outstanding + args.batch <= args.batch * args.window {
-            ep.send(&batch).map_err(|e| e.to_string())?;
+            ep.send(&batch)
+                .map_err(transport("sending datagrams to the peer"))?;
             outstanding += args.batch;
         }
         let n = ep.poll_recv(256, &mut |_, p| debug_assert!(p.first() != Some(&CTRL)));
@@ -178,7 +256,7 @@ fn drive(args: &Args, cluster: &BenchCluster) -> Result<Report, String> {
     // One-sided READs.
     let scratch = node
         .register(args.size * args.batch, Perms::ALL)
-        .map_err(|e| e.to_string())?;
+        .map_err(transport("registering the READs' local buffer"))?;
     let slots = (remote.len as usize / args.size.next_multiple_of(8)).max(1) as u64;
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     let mut ops: Vec<OneSidedOp> = Vec::with_capacity(args.batch);
@@ -217,14 +295,15 @@ fn drive(args: &Args, cluster: &BenchCluster) -> Result<Report, String> {
                     signaled: i + 1 == args.batch,
                 });
             }
-            ep.post(&ops).map_err(|e| e.to_string())?;
+            ep.post(&ops)
+                .map_err(transport("posting READs to the peer"))?;
             in_flight += 1;
         }
         cq.clear();
         let n = ep.poll_cq(64, &mut cq);
         for c in &cq {
             if let Err(e) = c.status {
-                return Err(format!("READ failed: {}", e.name()));
+                return Err(TransportBenchError::ReadFailed(e));
             }
         }
         if n > 0 {
@@ -250,7 +329,7 @@ fn drive(args: &Args, cluster: &BenchCluster) -> Result<Report, String> {
     let mut counters = ep.counters();
     counters.merge(&node.counters());
     let peer_counters: CounterSnapshot = serde_json::from_slice(&ask(&mut *ep, peer, b'c')?)
-        .map_err(|e| format!("peer sent malformed counters: {e}"))?;
+        .map_err(TransportBenchError::MalformedCounters)?;
     counters.merge(&peer_counters);
     ask(&mut *ep, peer, b'q')?;
     Ok(Report {
@@ -266,13 +345,13 @@ fn drive(args: &Args, cluster: &BenchCluster) -> Result<Report, String> {
 }
 
 /// Sends a control command to the peer and returns the reply's body.
-fn ask(ep: &mut dyn Endpoint, peer: EndpointAddr, cmd: u8) -> Result<Vec<u8>, String> {
-    for _ in 0..20 {
+fn ask(ep: &mut dyn Endpoint, peer: EndpointAddr, cmd: u8) -> Result<Vec<u8>, TransportBenchError> {
+    for _ in 0..ASK_TRIES {
         ep.send(&[Datagram {
             dst: peer,
             payload: &[CTRL, cmd],
         }])
-        .map_err(|e| e.to_string())?;
+        .map_err(transport("sending a control command to the peer"))?;
         let deadline = Instant::now() + Duration::from_millis(500);
         while Instant::now() < deadline {
             let mut reply = None;
@@ -287,19 +366,18 @@ fn ask(ep: &mut dyn Endpoint, peer: EndpointAddr, cmd: u8) -> Result<Vec<u8>, St
             ep.wait(Duration::from_millis(1));
         }
     }
-    Err(format!(
-        "peer did not answer control command '{}'",
-        cmd as char
-    ))
+    Err(TransportBenchError::NoAnswer { cmd })
 }
 
 /// The peer node: echoes every poll's datagrams back with one doorbell, serves its region
 /// to one-sided READs, answers control commands.
-pub fn peer(node: SharedNode) -> Result<(), String> {
+pub fn peer(node: SharedNode) -> Result<(), TransportBenchError> {
     let region = node
         .register(REGION_LEN, Perms::READ)
-        .map_err(|e| e.to_string())?;
-    let mut ep = node.endpoint(0).map_err(|e| e.to_string())?;
+        .map_err(transport("registering the region the driver READs"))?;
+    let mut ep = node
+        .endpoint(0)
+        .map_err(transport("opening the peer's endpoint"))?;
     let mut data: Vec<u8> = Vec::with_capacity(256 * 64);
     let mut echo: Vec<(EndpointAddr, usize, usize)> = Vec::with_capacity(256);
     let mut ctrl: Vec<(EndpointAddr, u8)> = Vec::new();
@@ -329,7 +407,8 @@ pub fn peer(node: SharedNode) -> Result<(), String> {
                     payload: &data[off..off + len],
                 })
                 .collect();
-            ep.send(&batch).map_err(|e| e.to_string())?;
+            ep.send(&batch)
+                .map_err(transport("echoing datagrams to the driver"))?;
         }
         for &(src, cmd) in &ctrl {
             let body: Vec<u8> = match cmd {
@@ -337,7 +416,7 @@ pub fn peer(node: SharedNode) -> Result<(), String> {
                 b'c' => {
                     let mut c = ep.counters();
                     c.merge(&node.counters());
-                    serde_json::to_vec(&c).map_err(|e| e.to_string())?
+                    serde_json::to_vec(&c).map_err(TransportBenchError::EncodeCounters)?
                 }
                 b'q' => Vec::new(),
                 _ => continue,
@@ -348,7 +427,7 @@ pub fn peer(node: SharedNode) -> Result<(), String> {
                 dst: src,
                 payload: &reply,
             }])
-            .map_err(|e| e.to_string())?;
+            .map_err(transport("answering the driver's control command"))?;
             if cmd == b'q' {
                 // Keep answering briefly in case the reply is lost and the driver asks again.
                 let until = Instant::now() + Duration::from_millis(100);

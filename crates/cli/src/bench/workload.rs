@@ -6,7 +6,7 @@
 //! configured by one `Config`: `--config FILE`, then the flags.
 
 use crate::config_args::{set, ConfigArgs};
-use crate::plot::{plot, Plot};
+use crate::plot::{draw, Plot, PlotError};
 use ambidex::bench::launch::{
     check_kills, check_restarts, run_node_processes, FaultError, KillSpec, LaunchError,
     LaunchOptions, RestartSpec,
@@ -192,10 +192,7 @@ fn parse_restart(s: &str) -> Result<RestartSpec, NodeAtError> {
 /// is a report: see [`Outcome`]).
 #[derive(Debug, thiserror::Error)]
 pub enum BenchCmdError {
-    /// The command line or configuration file.
-    #[error("{0}")]
-    Args(String), // bridge: goes once config_args returns a type
-    /// The configuration.
+    /// The configuration (the file, the flags, or the whole).
     #[error(transparent)]
     Config(#[from] ambidex::config::ConfigError),
     /// The workload's name.
@@ -228,8 +225,8 @@ pub enum BenchCmdError {
     #[error(transparent)]
     Bench(#[from] BenchError),
     /// A plot.
-    #[error("{0}")]
-    Plot(String), // bridge: goes once plot returns a type
+    #[error(transparent)]
+    Plot(#[from] PlotError),
 }
 
 /// A sweep's output: the curve and every run's report.
@@ -247,10 +244,7 @@ pub enum Outcome {
 /// The run's configuration: the defaults, `--config FILE`, then the flags (and the
 /// subcommand's workload, if any); validated.
 pub fn config(workload: Option<&str>, a: &Args) -> Result<Config, BenchCmdError> {
-    let mut c = a
-        .cfg
-        .resolve(&Config::default())
-        .map_err(|e| BenchCmdError::Args(e.to_string()))?;
+    let mut c = a.cfg.resolve(&Config::default())?;
     if let Some(w) = workload.or(a.workload.as_deref()) {
         c.run.workload = w.to_string();
     }
@@ -343,15 +337,15 @@ fn plot_timeline(r: &BenchReport, path: &Path) -> Result<(), BenchCmdError> {
             .unwrap_or_default();
         marks.push((e.at_ms, what));
     }
-    plot(
+    draw(
         Plot::Timeline {
             buckets: &r.timeline_10ms,
             marks: &marks,
         },
         &format!("{}: committed transactions/s over time", r.workload),
         path,
-    )
-    .map_err(|e| BenchCmdError::Plot(e.to_string()))
+    )?;
+    Ok(())
 }
 
 fn run_one_or_sweep(a: &Args, cfg: &Config) -> Result<Outcome, BenchCmdError> {
@@ -369,12 +363,11 @@ fn run_one_or_sweep(a: &Args, cfg: &Config) -> Result<Outcome, BenchCmdError> {
         };
         let r = run_node_processes(crate::registry(), cfg, &opts)?;
         if let Some(path) = &a.plot {
-            plot(
+            draw(
                 Plot::Phases(&r.phase_means_us),
                 &format!("{workload}: mean time per phase"),
                 path,
-            )
-            .map_err(|e| BenchCmdError::Plot(e.to_string()))?;
+            )?;
         }
         return Ok(Outcome::One(Box::new(r)));
     }
@@ -384,23 +377,21 @@ fn run_one_or_sweep(a: &Args, cfg: &Config) -> Result<Outcome, BenchCmdError> {
         }
         let (points, runs) = sweep_coroutines(crate::registry(), &cfg, counts)?;
         if let Some(path) = &a.plot {
-            plot(
+            draw(
                 Plot::Sweep(&points),
                 &format!("{workload}: throughput vs latency"),
                 path,
-            )
-            .map_err(|e| BenchCmdError::Plot(e.to_string()))?;
+            )?;
         }
         return Ok(Outcome::Sweep(SweepReport { points, runs }));
     }
     let r = run_bench(crate::registry(), &cfg)?;
     if let Some(path) = &a.plot {
-        plot(
+        draw(
             Plot::Phases(&r.phase_means_us),
             &format!("{workload}: mean time per phase"),
             path,
-        )
-        .map_err(|e| BenchCmdError::Plot(e.to_string()))?;
+        )?;
     }
     Ok(Outcome::One(Box::new(r)))
 }

@@ -5,7 +5,7 @@
 //! with the median throughput.
 
 use super::figure::Point;
-use super::Plan;
+use super::{Plan, StudyError};
 use ambidex::bench::sweep_coroutines;
 use ambidex::Config;
 use serde::{Deserialize, Serialize};
@@ -91,19 +91,22 @@ struct RecordedFigure {
 /// The measurements of an earlier run of the same study, read back from its
 /// `study.json` in the plan's directory (`--replot`). A figure the file lacks has no
 /// points.
-pub fn read_back(plan: &Plan) -> Result<Measured, String> {
+pub fn read_back(plan: &Plan) -> Result<Measured, StudyError> {
     let path = plan.out.join("study.json");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("--replot reads {}: {e}", path.display()))?;
-    let r: Recorded = serde_json::from_str(&text)
-        .map_err(|e| format!("{} is not a study's output: {e}", path.display()))?;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(source) => return Err(StudyError::ReadBack { path, source }),
+    };
+    let r: Recorded = match serde_json::from_str(&text) {
+        Ok(r) => r,
+        Err(source) => return Err(StudyError::NotAStudy { path, source }),
+    };
     if r.study != plan.name {
-        return Err(format!(
-            "{} holds study {}, not {}",
-            path.display(),
-            r.study,
-            plan.name
-        ));
+        return Err(StudyError::OtherStudy {
+            path,
+            found: r.study,
+            wanted: plan.name.clone(),
+        });
     }
     Ok(Measured {
         points: r.figures.into_iter().map(|f| (f.id, f.points)).collect(),
@@ -127,17 +130,17 @@ struct Job {
 
 /// What makes two runs the same: the configuration, its transaction section by the
 /// policy it resolves to (a preset and the same choices spelled as overrides are one).
-fn job_key(cfg: &Config) -> Result<String, String> {
-    let policy = cfg.policy().map_err(|e| e.to_string())?;
+fn job_key(cfg: &Config) -> Result<String, StudyError> {
+    let policy = cfg.policy()?;
     let mut c = cfg.clone();
     c.txn.mode = ambidex::config::policy_phases(&policy);
     (c.txn.execute, c.txn.lock, c.txn.validate) = (None, None, None);
     (c.txn.log, c.txn.commit, c.txn.passive_ack) = (None, None, None);
-    serde_json::to_string(&c).map_err(|e| e.to_string())
+    serde_json::to_string(&c).map_err(StudyError::EncodeConfig)
 }
 
 /// The distinct runs of a plan, in figure order.
-fn jobs(plan: &Plan) -> Result<Vec<Job>, String> {
+fn jobs(plan: &Plan) -> Result<Vec<Job>, StudyError> {
     let mut jobs: Vec<Job> = Vec::new();
     let mut index: BTreeMap<(String, usize), usize> = BTreeMap::new();
     for f in &plan.figures {
@@ -163,7 +166,7 @@ fn jobs(plan: &Plan) -> Result<Vec<Job>, String> {
 }
 
 /// Runs every job `plan.repeat` times and keeps each one's median run.
-pub fn measure(plan: &Plan) -> Result<Measured, String> {
+pub fn measure(plan: &Plan) -> Result<Measured, StudyError> {
     let jobs = jobs(plan)?;
     let total = jobs.len() * plan.repeat;
     let per_run = jobs
@@ -179,10 +182,9 @@ pub fn measure(plan: &Plan) -> Result<Measured, String> {
         total as f64 * per_run
     );
     let bar = indicatif::ProgressBar::new(total as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
-            .map_err(|e| e.to_string())?,
-    );
+    bar.set_style(indicatif::ProgressStyle::with_template(
+        "[{elapsed_precise}] {bar:30} {pos}/{len} {msg}",
+    )?);
     let t0 = Instant::now();
     let tty = std::io::stderr().is_terminal();
     let mut runs: Vec<Vec<Point>> = vec![Vec::new(); jobs.len()];
@@ -197,7 +199,7 @@ pub fn measure(plan: &Plan) -> Result<Measured, String> {
                         Some(r) => runs[i].push(Point::from_report(label, r)),
                         None => errors[i] = Some("the run returned no report".into()),
                     },
-                    Err(e) => errors[i] = Some(e.to_string()),
+                    Err(e) => errors[i] = Some(crate::error::chain(&e)),
                 }
             }
             bar.inc(1);

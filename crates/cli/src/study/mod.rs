@@ -14,10 +14,118 @@ mod phases;
 mod plot;
 
 use crate::config_args::{set, ConfigArgs};
-use ambidex::config::Transport;
+use crate::plot::PlotError;
+use ambidex::config::{ConfigError, Transport};
 use ambidex::Config;
 use ambidex_workloads::WorkloadKind;
 use std::path::PathBuf;
+
+/// A study that cannot be made: its flags, its configuration, an earlier run's output
+/// (`--replot`) or writing its own. A run that fails is not one: it is a missing point
+/// (`measure::Failure`).
+#[derive(Debug, thiserror::Error)]
+pub enum StudyError {
+    /// The configuration of its figures is invalid (or `--workload` is no workload).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// `study phases --workload` other than DrTM+H's two.
+    #[error(
+        "study phases runs DrTM+H's workloads: --workload smallbank or tpcc-no, not {workload}"
+    )]
+    NotAPhasesWorkload {
+        /// The workload given.
+        workload: &'static str,
+    },
+    /// `study fasst` with `--nodes` or `--threads`.
+    #[error("study fasst sets the cluster's shape itself (Figures 8 and 9 vary it): drop {flag}")]
+    FasstShape {
+        /// The flag given.
+        flag: &'static str,
+    },
+    /// A workload the study runs is not in this program's registry.
+    #[error("{workload} is not registered")]
+    NotRegistered {
+        /// The workload.
+        workload: &'static str,
+    },
+    /// `--coroutines` empty or with a 0.
+    #[error("--coroutines needs positive counts, e.g. 1,4,16 (got {given:?})")]
+    Coroutines {
+        /// The counts given.
+        given: Vec<usize>,
+    },
+    /// `--repeat 0`.
+    #[error("--repeat must be at least 1")]
+    NoRepeat,
+    /// `--figures` names a figure the study does not have.
+    #[error("study {study} has no figure {figure}; its figures are {known:?}")]
+    NoSuchFigure {
+        /// The study's name.
+        study: String,
+        /// The figure asked for.
+        figure: u32,
+        /// The study's figures.
+        known: Vec<u32>,
+    },
+    /// A run's configuration could not be encoded to tell runs apart.
+    #[error("encoding a run's configuration as JSON")]
+    EncodeConfig(#[source] serde_json::Error),
+    /// The progress bar's template is invalid.
+    #[error("the progress bar's template")]
+    ProgressTemplate(#[from] indicatif::style::TemplateError),
+    /// `--replot` cannot read the earlier run's `study.json`.
+    #[error("--replot reads {}", path.display())]
+    ReadBack {
+        /// The file.
+        path: PathBuf,
+        /// What the file system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `--replot`'s `study.json` is not one a study wrote.
+    #[error("{} is not a study's output", path.display())]
+    NotAStudy {
+        /// The file.
+        path: PathBuf,
+        /// What the JSON parser said.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// `--replot`'s `study.json` is another study's.
+    #[error("{} holds study {found}, not {wanted}", path.display())]
+    OtherStudy {
+        /// The file.
+        path: PathBuf,
+        /// The study it holds.
+        found: String,
+        /// This study.
+        wanted: String,
+    },
+    /// The output directory cannot be created.
+    #[error("creating {}", path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// What the file system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `study.json` could not be encoded.
+    #[error("encoding study.json")]
+    EncodeStudy(#[source] serde_json::Error),
+    /// An output file cannot be written.
+    #[error("writing {}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// What the file system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A figure's SVG cannot be drawn.
+    #[error(transparent)]
+    Plot(#[from] PlotError),
+}
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -99,7 +207,7 @@ pub struct Plan {
     pub figures: Vec<figure::FigureSpec>,
 }
 
-pub fn run(cmd: &Command) -> Result<(), String> {
+pub fn run(cmd: &Command) -> Result<(), StudyError> {
     let (mut plan, common) = match cmd {
         Command::Phases(a) => (phases_plan(a)?, &a.common),
         Command::Fasst(a) => (fasst_plan(a)?, a),
@@ -107,10 +215,11 @@ pub fn run(cmd: &Command) -> Result<(), String> {
     if let Some(wanted) = &common.figures {
         let known: Vec<u32> = plan.figures.iter().filter_map(|f| f.number()).collect();
         if let Some(n) = wanted.iter().find(|n| !known.contains(n)) {
-            return Err(format!(
-                "study {} has no figure {n}; its figures are {known:?}",
-                plan.name
-            ));
+            return Err(StudyError::NoSuchFigure {
+                study: plan.name.clone(),
+                figure: *n,
+                known,
+            });
         }
         plan.figures
             .retain(|f| f.number().is_some_and(|n| wanted.contains(&n)));
@@ -128,7 +237,7 @@ pub fn run(cmd: &Command) -> Result<(), String> {
 /// The cluster every figure starts from: 3 nodes x 1 thread, R = 3, no manager (a study
 /// run has no failures to survive; leases would only add their renewals), the flags'
 /// transport, window and scale.
-fn base_config(a: &CommonArgs, workload: WorkloadKind) -> Result<Config, String> {
+fn base_config(a: &CommonArgs, workload: WorkloadKind) -> Result<Config, ConfigError> {
     let mut c = ConfigArgs::default().resolve(&Config::default())?;
     c.run.workload = workload.into();
     c.cluster.transport = a.transport;
@@ -158,14 +267,14 @@ fn study_scale(w: WorkloadKind, quick: bool) -> Option<f64> {
 }
 
 /// The sweep's coroutine counts and its two ends.
-fn sweep(a: &CommonArgs, full: &[usize]) -> Result<(Vec<usize>, Vec<usize>), String> {
+fn sweep(a: &CommonArgs, full: &[usize]) -> Result<(Vec<usize>, Vec<usize>), StudyError> {
     let sweep = match &a.coroutines {
         Some(c) => c.clone(),
         None if a.quick => vec![1, 16],
         None => full.to_vec(),
     };
     if sweep.is_empty() || sweep.contains(&0) {
-        return Err("--coroutines needs positive counts, e.g. 1,4,16".into());
+        return Err(StudyError::Coroutines { given: sweep });
     }
     let (lo, hi) = (
         *sweep.iter().min().expect("not empty"),
@@ -175,20 +284,17 @@ fn sweep(a: &CommonArgs, full: &[usize]) -> Result<(Vec<usize>, Vec<usize>), Str
     Ok((sweep, ends))
 }
 
-fn repeat(a: &CommonArgs) -> Result<usize, String> {
+fn repeat(a: &CommonArgs) -> Result<usize, StudyError> {
     match a.repeat.unwrap_or(if a.quick { 1 } else { 3 }) {
-        0 => Err("--repeat must be at least 1".into()),
+        0 => Err(StudyError::NoRepeat),
         n => Ok(n),
     }
 }
 
-fn phases_plan(a: &PhasesArgs) -> Result<Plan, String> {
+fn phases_plan(a: &PhasesArgs) -> Result<Plan, StudyError> {
     let w: WorkloadKind = a.workload.parse()?;
     if !matches!(w, WorkloadKind::SmallBank | WorkloadKind::TpccNo) {
-        return Err(format!(
-            "study phases runs DrTM+H's workloads: --workload smallbank or tpcc-no, not {}",
-            w.name()
-        ));
+        return Err(StudyError::NotAPhasesWorkload { workload: w.name() });
     }
     let c = &a.common;
     let base = base_config(c, w)?;
@@ -206,16 +312,22 @@ fn phases_plan(a: &PhasesArgs) -> Result<Plan, String> {
     })
 }
 
-fn fasst_plan(a: &CommonArgs) -> Result<Plan, String> {
+fn fasst_plan(a: &CommonArgs) -> Result<Plan, StudyError> {
     if a.nodes.is_some() || a.threads.is_some() {
-        return Err("study fasst sets the cluster's shape itself (Figures 8 and 9 vary it)".into());
+        let flag = if a.nodes.is_some() {
+            "--nodes"
+        } else {
+            "--threads"
+        };
+        return Err(StudyError::FasstShape { flag });
     }
     let base = base_config(a, WorkloadKind::Tatp)?;
     let (sweep, _) = sweep(a, &[1, 2, 4, 8, 12, 16, 19])?;
     // Figures 7-9 run at the workloads' default coroutines (FaSST's ~20).
+    let tatp = WorkloadKind::Tatp.name();
     let one = crate::registry()
-        .info(WorkloadKind::Tatp.name())
-        .ok_or("tatp is not registered")?
+        .info(tatp)
+        .ok_or(StudyError::NotRegistered { workload: tatp })?
         .default_coroutines;
     let shapes: &[(u16, u16)] = if a.quick {
         &fasst::SHAPES[..3]

@@ -3,7 +3,7 @@
 
 use super::figure::{fmt_num, FigureSpec, Point, Points, Shape, Verdict, PHASES};
 use super::measure::{Failure, Machine, Measured};
-use super::Plan;
+use super::{Plan, StudyError};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -90,9 +90,12 @@ fn word(h: Option<bool>) -> &'static str {
 }
 
 /// Writes `study.json`, `study.md` and the SVGs into the plan's directory.
-pub fn write(plan: &Plan, m: &Measured) -> Result<(), String> {
+pub fn write(plan: &Plan, m: &Measured) -> Result<(), StudyError> {
     let dir = &plan.out;
-    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|source| StudyError::CreateDir {
+        path: dir.clone(),
+        source,
+    })?;
     let empty: Vec<Point> = Vec::new();
     let figures: Vec<FigureJson<'_>> = plan
         .figures
@@ -146,13 +149,16 @@ pub fn write(plan: &Plan, m: &Measured) -> Result<(), String> {
         figures,
         failures: &m.failures,
     };
-    let json = serde_json::to_string_pretty(&study).map_err(|e| e.to_string())?;
+    let json = serde_json::to_string_pretty(&study).map_err(StudyError::EncodeStudy)?;
     write_file(&dir.join("study.json"), &json)?;
     write_file(&dir.join("study.md"), &markdown(plan, &study))
 }
 
-fn write_file(path: &Path, text: &str) -> Result<(), String> {
-    std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+fn write_file(path: &Path, text: &str) -> Result<(), StudyError> {
+    std::fs::write(path, text).map_err(|source| StudyError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn markdown(plan: &Plan, s: &StudyJson<'_>) -> String {

@@ -3,11 +3,12 @@
 //! built-in estimate (no font library), as `crate::plot`.
 
 use super::figure::{FigureSpec, Point, Shape, PHASES};
+use crate::plot::{DrawError, PlotError};
 use plotters::prelude::*;
 use std::path::Path;
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
-type Res = Result<(), Box<dyn std::error::Error>>;
+type Res = Result<(), DrawError>;
 
 fn color(i: usize) -> RGBColor {
     const C: [RGBColor; 8] = [
@@ -24,23 +25,27 @@ fn color(i: usize) -> RGBColor {
 }
 
 /// Draws figure `f` with `points` to `path`.
-pub fn figure(f: &FigureSpec, points: &[Point], path: &Path) -> Result<(), String> {
+pub fn figure(f: &FigureSpec, points: &[Point], path: &Path) -> Result<(), PlotError> {
     let size = match f.shape {
         Shape::Curve => (900, 560),
         _ => (1100, 520),
     };
     let root = SVGBackend::new(path, size).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
     let labels: Vec<&str> = f.series.iter().map(|s| s.label.as_str()).collect();
-    let r = match f.shape {
-        Shape::Curve => curve(&root, &f.title, &labels, points),
-        Shape::Bars | Shape::Rates | Shape::Scaling => {
-            bars(&root, &f.title, f.shape, &labels, &f.coroutines, points)
-        }
-        Shape::Phases => stacked(&root, &f.title, &labels, &f.coroutines, points),
-    };
-    r.map_err(|e| format!("plotting {}: {e}", path.display()))?;
-    root.present().map_err(|e| e.to_string())
+    let drawn = root.fill(&WHITE).and_then(|()| {
+        match f.shape {
+            Shape::Curve => curve(&root, &f.title, &labels, points),
+            Shape::Bars | Shape::Rates | Shape::Scaling => {
+                bars(&root, &f.title, f.shape, &labels, &f.coroutines, points)
+            }
+            Shape::Phases => stacked(&root, &f.title, &labels, &f.coroutines, points),
+        }?;
+        root.present()
+    });
+    drawn.map_err(|source| PlotError::Draw {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn of<'a>(points: &'a [Point], series: &str) -> Vec<&'a Point> {
