@@ -49,11 +49,25 @@ pub struct ClusterReport {
     pub elapsed: Duration,
     /// CPU time this process used meanwhile.
     pub cpu_seconds: f64,
+    /// One-sided operations (READ, WRITE, CAS, FAA) the nodes' endpoints posted: the
+    /// one-sided phases' and the start-up check's (0 under an RPC-only policy but for
+    /// the check).
+    pub onesided_posted: u64,
+    /// Commit records the coordinators WROTE one-sided into other nodes' log rings
+    /// (policies with `log = "write"`).
+    pub log_records_written: u64,
 }
 
 impl ClusterReport {
-    pub(crate) fn new(txn: &ambidex_txn::TxnStats, elapsed: Duration, cpu_seconds: f64) -> Self {
+    pub(crate) fn new(
+        txn: &ambidex_txn::TxnStats,
+        transport: &ambidex_transport::CounterSnapshot,
+        elapsed: Duration,
+        cpu_seconds: f64,
+    ) -> Self {
         ClusterReport {
+            onesided_posted: transport.get("onesided_posted"),
+            log_records_written: txn.log_ring.records_written,
             committed: txn.committed,
             read_only_committed: txn.read_only_committed,
             aborted: txn.aborted,
@@ -173,7 +187,12 @@ impl Cluster {
         let r = h.join();
         self.shared.close();
         let r = r.map_err(|_| Error::ClusterPanicked)??;
-        Ok(ClusterReport::new(&r.txn, r.elapsed, r.cpu_seconds))
+        Ok(ClusterReport::new(
+            &r.txn,
+            &r.transport,
+            r.elapsed,
+            r.cpu_seconds,
+        ))
     }
 }
 

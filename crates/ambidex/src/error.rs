@@ -178,4 +178,8 @@ pub enum StartError {
     /// The node threads ended before they all started (and the run said why).
     #[error("the node threads ended before they started: {0}")]
     Ended(#[source] Box<Error>),
+    /// A node started on its own ([`Node::start`](crate::Node::start)) could not get
+    /// the other nodes' descriptors, or its start-up check of their tables failed.
+    #[error("{0}")]
+    StartupCheck(#[source] ambidex_txn::StartupCheckError),
 }

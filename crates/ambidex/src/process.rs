@@ -5,11 +5,13 @@
 //! What is built: clusters whose nodes find each other by the configuration alone
 //! (`udp` addresses or the `shm` directory), with no configuration manager
 //! (`cluster.manager = "none"`: a node that stops stops the cluster's transactions that
-//! need it) and a transaction policy of RPCs only (`fasst`, the default). Not built: the
-//! one-sided policies need every node's table descriptors (the catalog), which only the
-//! launcher of `ambidex bench` exchanges today; leases need a manager the nodes reach
-//! (the launcher's, or etcd through `ambidex node`). Both are refused with a clear
-//! error.
+//! need it), under every transaction policy. The one-sided policies (`farm`, `drtm-r`,
+//! `drtm-h`) need every node's table and log region descriptors (the catalog): with no
+//! launcher to hand them out, the nodes ask each other over the cluster's own RPCs
+//! when they start (`ambidex_txn::catalog_exchange`), so [`Node::start`] returns once
+//! every other node has answered and this node's start-up check of their tables passed.
+//! Not built: leases need a manager the nodes reach (the launcher's, or etcd through
+//! `ambidex node`); they are refused with a clear error.
 
 use crate::cluster::{ClusterReport, DEFAULT_COROUTINES, START_TIMEOUT};
 use crate::config::{Config, ManagerKind, Transport};
@@ -18,8 +20,7 @@ use crate::node::Node;
 use crate::retry::RetryPolicy;
 use crate::schema::Schema;
 use crate::service::{job_server, Shared};
-use ambidex_transport::cputime;
-use ambidex_txn::policy::{Commit, Execute, Lock, Log, Validate};
+use ambidex_transport::{cputime, CounterSnapshot};
 use ambidex_txn::runner::{spawn_node, Crew, Serve};
 use ambidex_txn::{NodeDb, TxnStats};
 use std::sync::atomic::Ordering;
@@ -32,6 +33,10 @@ use std::time::{Duration, Instant};
 pub struct NodeProcess {
     node: Node,
     shared: Arc<Shared>,
+    db: Arc<NodeDb>,
+    /// How long start-up may take: [`START_TIMEOUT`], plus the catalog exchange's
+    /// bound when the node asks the others for their descriptors.
+    start_timeout: Duration,
     crew: Crew,
     handles: Vec<JoinHandle<()>>,
     started: Instant,
@@ -42,14 +47,35 @@ impl Node {
     /// Starts node `id` of the cluster `config` describes in this process, with the
     /// tables of `schema` (the same schema on every node), and returns once its threads
     /// run. Every node of the cluster is a process started the same way, with the same
-    /// configuration and schema; transactions that need a node not yet started are
-    /// retried until it is (up to the retry policy).
+    /// configuration and schema.
+    ///
+    /// Under an RPC-only policy (`fasst`, the default) it returns at once: transactions
+    /// that need a node not yet started are retried until it is (up to the retry
+    /// policy). Under a one-sided policy (`farm`, `drtm-r`, `drtm-h`) it first asks
+    /// every other node for its table and log region descriptors, again until each
+    /// answered (for at most a minute: [`Node::start_within`] sets the bound), then
+    /// reads their tables' superblocks one-sided through them (the start-up check), and
+    /// returns once both are done: start the nodes of such a cluster concurrently (each
+    /// from its own process or thread), not one after another's return. A node that
+    /// never answers is an error naming it.
     ///
     /// `config.cluster.transport` must be `udp` (with `udp_addrs`, one per node) or
     /// `shm` (with `shm_dir`, created by `ambidex`'s launcher or
-    /// `ambidex::transports::create`), `cluster.manager` must be `"none"`, and the
-    /// policy one of RPCs only (see the module's documentation for why).
+    /// `ambidex::transports::create`), and `cluster.manager` must be `"none"` (see the
+    /// module's documentation for why).
     pub fn start(config: &Config, id: u16, schema: &Schema) -> Result<NodeProcess, Error> {
+        Self::start_within(config, id, schema, START_TIMEOUT)
+    }
+
+    /// [`Node::start`] that waits at most `peers` (plus one RPC `give_up`) for every
+    /// other node's descriptors under a one-sided policy; the error then names the
+    /// nodes that did not answer. (An RPC-only policy waits for no other node.)
+    pub fn start_within(
+        config: &Config,
+        id: u16,
+        schema: &Schema,
+        peers: Duration,
+    ) -> Result<NodeProcess, Error> {
         config.validate()?;
         check_supported(config)?;
         let placement = config.placement()?;
@@ -59,13 +85,20 @@ impl Node {
         let transport = crate::transports::open_node_with(&config.cluster, id, udp)
             .map_err(StartError::Transport)?;
         let db = NodeDb::new(&*transport, placement, &schema.specs(&config.placement()?))?;
+        let mut start_timeout = START_TIMEOUT;
+        if !spec.txn.policy.is_rpc_only() {
+            // No launcher hands out the catalog: thread 0 asks the other nodes before
+            // its start-up check, and the job servers start after both.
+            db.fetch_catalog_at_start(peers)?;
+            start_timeout += peers + spec.rpc.give_up;
+        }
         let threads = config.cluster.threads;
         let shared = Arc::new(Shared::new(config.cluster.nodes, threads));
         let crew = Crew::new(threads as usize * coroutines);
         let (cpu0, started) = (cputime::process_cpu_seconds(), Instant::now());
         let handles = spawn_node(
             transport,
-            db,
+            db.clone(),
             &spec,
             job_server(shared.clone()),
             &crew,
@@ -74,6 +107,8 @@ impl Node {
         let p = NodeProcess {
             node: Node::new(shared.clone(), id, RetryPolicy::default()),
             shared,
+            db,
+            start_timeout,
             crew,
             handles,
             started,
@@ -98,18 +133,6 @@ fn check_supported(config: &Config) -> Result<(), Error> {
              leases need the launcher's manager or etcd (ambidex node)",
         ));
     }
-    let p = config.policy()?;
-    let rpc_only = p.execute == Execute::Rpc
-        && p.lock == Lock::Rpc
-        && p.validate == Validate::Rpc
-        && p.log == Log::Rpc
-        && p.commit == Commit::Rpc;
-    if !rpc_only {
-        return Err(unsupported(
-            "Node::start runs policies of RPCs only (fasst): the one-sided phases need the \
-             cluster's catalog of table descriptors, which only ambidex's launcher exchanges",
-        ));
-    }
     Ok(())
 }
 
@@ -126,12 +149,13 @@ impl NodeProcess {
         self.node.clone()
     }
 
-    /// Waits until every thread's job servers run; the first thread failure if one
-    /// came first.
+    /// Waits until every thread's job servers run (after the catalog exchange and the
+    /// start-up check, if the node makes them); the first thread failure, or the
+    /// exchange's or check's, if one came first.
     fn wait_started(&self) -> Result<(), Error> {
         let want = self.shared.threads as usize;
         let t0 = Instant::now();
-        while self.shared.started() < want {
+        loop {
             if let Some(e) = self
                 .crew
                 .error
@@ -141,17 +165,23 @@ impl NodeProcess {
             {
                 return Err(ambidex_txn::RunError::Failed(vec![e]).into());
             }
-            if t0.elapsed() > START_TIMEOUT {
+            // A failed check lets the job servers start (with nothing to serve).
+            if let Some(Err(e)) = self.db.verification() {
+                return Err(StartError::StartupCheck(e).into());
+            }
+            if self.shared.started() >= want {
+                return Ok(());
+            }
+            if t0.elapsed() > self.start_timeout {
                 return Err(StartError::TimedOut {
                     started: self.shared.started(),
                     want,
-                    after: START_TIMEOUT,
+                    after: self.start_timeout,
                 }
                 .into());
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        Ok(())
     }
 
     /// Stops this node: the transactions queued run first, then its threads stop
@@ -186,7 +216,7 @@ impl NodeProcess {
         {
             return Err(ambidex_txn::RunError::Failed(vec![e]).into());
         }
-        let mut txn = TxnStats::default();
+        let (mut txn, mut transport) = (TxnStats::default(), CounterSnapshot::default());
         for r in self
             .crew
             .results
@@ -195,9 +225,11 @@ impl NodeProcess {
             .iter()
         {
             txn.merge(&r.0);
+            transport.merge(&r.2);
         }
         Ok(ClusterReport::new(
             &txn,
+            &transport,
             self.started.elapsed(),
             cputime::process_cpu_seconds() - self.cpu0,
         ))

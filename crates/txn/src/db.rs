@@ -55,6 +55,10 @@ pub struct NodeDb {
     /// caches (`RemoteTables`, `RingWriters`), which they drop at every new epoch, so
     /// the lock is off the one-sided hot path.
     catalog: RwLock<Option<Arc<Catalog>>>,
+    /// Set when this node has no launcher to hand it the catalog: its thread 0 asks
+    /// the other nodes for their descriptors, for at most this long
+    /// ([`NodeDb::fetch_catalog_at_start`]).
+    catalog_exchange: Mutex<Option<std::time::Duration>>,
     /// One registered region per thread of this node: the destination of its
     /// coroutines' one-sided READs (the start-up check's and the one-sided phases').
     scratch: Vec<Region>,
@@ -217,6 +221,7 @@ impl NodeDb {
             location_cache: LocationCache::new(cache_entries),
             tables,
             catalog: RwLock::new(None),
+            catalog_exchange: Mutex::new(None),
             scratch,
             verified: Mutex::new(None),
             bad_requests: AtomicU64::new(0),
@@ -365,6 +370,37 @@ impl NodeDb {
             })?;
         *slot = Some(Arc::new(next));
         Ok(())
+    }
+
+    /// This node has no launcher to give it the catalog: when its threads start
+    /// ([`crate::runner::start_thread`]), thread 0 asks every other node for its
+    /// descriptors ([`crate::catalog_exchange::fetch_catalog`]), for at most `within`,
+    /// sets the catalog, then runs the start-up check; the workers wait for both. Call
+    /// before the threads start; refused once the catalog is set.
+    pub fn fetch_catalog_at_start(&self, within: std::time::Duration) -> Result<(), DbError> {
+        if self.catalog().is_some() {
+            return Err(DbError::CatalogAlreadySet { node: self.node });
+        }
+        *self
+            .catalog_exchange
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(within);
+        Ok(())
+    }
+
+    /// How long thread 0 asks the other nodes for the catalog, if it is to
+    /// ([`NodeDb::fetch_catalog_at_start`]).
+    pub fn catalog_exchange(&self) -> Option<std::time::Duration> {
+        *self
+            .catalog_exchange
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this node runs the start-up check (and gates its workers behind it): it
+    /// has the catalog, or will ask the other nodes for it.
+    pub fn checks_at_start(&self) -> bool {
+        self.catalog().is_some() || self.catalog_exchange().is_some()
     }
 
     /// The cluster's catalog, once set.
@@ -532,7 +568,7 @@ impl NodeDb {
         let node = self.node;
         match self.verification() {
             Some(r) => r,
-            None if self.catalog().is_none() => Err(StartupCheckError::NoCatalogAtStart { node }),
+            None if !self.checks_at_start() => Err(StartupCheckError::NoCatalogAtStart { node }),
             None => Err(StartupCheckError::Unfinished { node }),
         }
     }

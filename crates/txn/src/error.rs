@@ -3,6 +3,8 @@
 //!
 //! - [`DbError`]: a node's database could not be built, loaded, or given its catalog.
 //! - [`StartupCheckError`]: the start-up check of the other nodes' tables failed.
+//! - [`CatalogExchangeError`], [`DescriptorsDecodeError`]: a node without a launcher
+//!   could not get the other nodes' descriptors from them ([`crate::catalog_exchange`]).
 //! - [`OutOfRoom`]: tables of a node refused committed data for want of room.
 //! - [`StartError`]: a node thread could not start.
 //! - [`RestartError`]: a killed node could not be started again.
@@ -303,6 +305,122 @@ pub enum StartupCheckError {
         /// This node.
         node: NodeId,
     },
+    /// The node was to ask the others for the catalog ([`crate::catalog_exchange`]),
+    /// and could not get it: no check ran.
+    #[error(transparent)]
+    CatalogExchange(#[from] CatalogExchangeError),
+}
+
+/// Why a node could not get the cluster's catalog from the other nodes
+/// ([`crate::catalog_exchange::fetch_catalog`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CatalogExchangeError {
+    /// Some nodes never answered (not started, unreachable) within the time allowed.
+    #[error(
+        "node {node}: no descriptors from node(s) {missing:?} within {after:?} (are they \
+         started, with the same configuration?)"
+    )]
+    NoAnswer {
+        /// This node.
+        node: NodeId,
+        /// The nodes that never answered.
+        missing: Vec<NodeId>,
+        /// How long this node asked.
+        after: std::time::Duration,
+    },
+    /// A node's answer did not decode.
+    #[error("node {node}: node {peer}'s descriptors: {source}")]
+    BadAnswer {
+        /// This node.
+        node: NodeId,
+        /// The node that answered.
+        peer: NodeId,
+        /// What was wrong with it.
+        #[source]
+        source: DescriptorsDecodeError,
+    },
+    /// A node's answer decoded but does not fit this cluster or its earlier pages.
+    #[error("node {node}: node {peer}'s descriptors: {why}")]
+    Inconsistent {
+        /// This node.
+        node: NodeId,
+        /// The node that answered.
+        peer: NodeId,
+        /// What did not fit.
+        why: &'static str,
+    },
+    /// A node's descriptors were refused by the catalog's checks (a layout that does
+    /// not fit its region, missing permissions, a bad log region).
+    #[error("node {node}: node {peer}'s descriptors: {source}")]
+    Catalog {
+        /// This node.
+        node: NodeId,
+        /// The node that answered.
+        peer: NodeId,
+        /// The catalog's check.
+        #[source]
+        source: CatalogError,
+    },
+    /// A request could not be sent, or was answered with an RPC error other than a
+    /// timeout (a node without the handler: another version of ambidex).
+    #[error("node {node}: asking node {peer} for its descriptors: {source}")]
+    Rpc {
+        /// This node.
+        node: NodeId,
+        /// The node asked.
+        peer: NodeId,
+        /// The RPC error.
+        #[source]
+        source: RpcError,
+    },
+    /// The catalog built from the answers was refused by this node's database.
+    #[error(transparent)]
+    Set(#[from] DbError),
+}
+
+/// Why an answer to a descriptors request did not decode
+/// ([`crate::catalog_exchange::DescriptorsPage::decode`]). Answers are untrusted bytes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DescriptorsDecodeError {
+    /// The answer ends early (or claims more descriptors than it holds).
+    #[error("answer truncated")]
+    Truncated,
+    /// Bytes follow the answer.
+    #[error("{0} bytes after the answer")]
+    TrailingBytes(usize),
+    /// The node refused the request (its status byte; `BadRequest` if it could not
+    /// decode it, for instance of another format version).
+    #[error("the node refused the request (status {0})")]
+    Refused(u8),
+    /// The answer is of another format version.
+    #[error("format version {found}, this node reads {want}")]
+    Version {
+        /// The answer's version.
+        found: u8,
+        /// The version this node reads.
+        want: u8,
+    },
+    /// The answer claims more tables than a node can have.
+    #[error("{total} tables (at most {max})")]
+    TooManyTables {
+        /// Tables claimed.
+        total: u16,
+        /// The limit.
+        max: u32,
+    },
+    /// The page's descriptors run past the tables it claims.
+    #[error("descriptors {first}..{first}+{n} of {total} tables")]
+    BadRange {
+        /// The page's first descriptor.
+        first: u16,
+        /// Descriptors in the page.
+        n: u16,
+        /// Tables claimed.
+        total: u16,
+    },
+    /// A region's permission bits include unknown ones.
+    #[error("unknown permission bits {0:#x}")]
+    BadPerms(u8),
 }
 
 /// Tables of a node that refused committed data for want of room

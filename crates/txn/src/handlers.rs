@@ -70,6 +70,12 @@ pub fn register(
     rt.register(rtype::COPY_DONE, move |_, req, resp| {
         copy_done(&d, req, resp)
     });
+    // Answered at all times, before this node's own catalog is set: a node that starts
+    // later asks the ones already running.
+    let (d, max) = (db.clone(), rt.max_message());
+    rt.register(rtype::DESCRIPTORS, move |_, req, resp| {
+        crate::catalog_exchange::answer(&d, max, req, resp)
+    });
     let d = db.clone();
     rt.register(rtype::COMMIT_BACKUP, move |_, req, resp| {
         commit_backup(&d, req, resp)

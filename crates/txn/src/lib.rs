@@ -17,6 +17,8 @@
 //! - [`policy`]: how each phase issues its work.
 //! - [`messages`]: one type per request and response, encoding and decoding together.
 //! - [`handlers`]: the primaries', backups' and log replicas' request handlers.
+//! - [`catalog_exchange`]: nodes without a launcher ask each other for their
+//!   descriptors (the catalog) by RPC.
 //! - [`log`]: in-memory log replicas (memory is assumed battery-backed, as in the
 //!   papers), truncated once a transaction is installed everywhere.
 //! - [`log_ring`]: the one-sided log (`Log::Write`): rings in registered memory that
@@ -41,13 +43,15 @@
 //! from the request's sender, so a coordinator can name only its own locks.
 //!
 //! Setting up a node thread: create the node's [`NodeDb`] once (and give every node the
-//! cluster's catalog, which the one-sided phases need), then on each thread
+//! cluster's catalog, which the one-sided phases need, or have it ask the other nodes
+//! for it: [`NodeDb::fetch_catalog_at_start`]), then on each thread
 //! `let th = TxnThread::install(&mut runtime, db.clone(), TxnConfig::default());`,
 //! attach the node's scratch region for one-sided READs, spawn workers that run
 //! `Txn::begin(&ctx, &th)` and, with passive ACK, committers
 //! ([`TxnThread::spawn_committers`]); `runner::start_thread` does all of it.
 
 pub mod actions;
+pub mod catalog_exchange;
 mod committer;
 pub mod db;
 pub(crate) mod error;
@@ -69,8 +73,8 @@ pub use ambidex_cluster::{Configuration, Placement};
 pub use ambidex_store::LockOwner;
 pub use db::{NodeDb, TableSpec};
 pub use error::{
-    DbError, EtcdError, OutOfRoom, RestartError, RunError, RunFailure, StartError,
-    StartupCheckError, TableFull,
+    CatalogExchangeError, DbError, DescriptorsDecodeError, EtcdError, OutOfRoom, RestartError,
+    RunError, RunFailure, StartError, StartupCheckError, TableFull,
 };
 pub use log_ring::LogRegionSetupError;
 pub use messages::WriteKind;

@@ -18,6 +18,7 @@
 //! RECOVER         req [n u16][n × (txn u64, write)]        resp [status][m u16][m busy u16]
 //! COPY            req [n u16][n × copied item]             resp [status]
 //! COPY_DONE       req [n u16][n × partition u32]           resp [status]
+//! DESCRIPTORS     req and resp in crate::catalog_exchange (versioned, paged)
 //! copied item     [table][key][version u64][len u32][stored value (version prefix + value)]
 //! write           [table][key][kind][prev_version u64][offset][store_version][len u32][value]
 //! ```
@@ -48,6 +49,9 @@ pub(crate) mod rtype {
     pub const COPY: u8 = 43;
     /// Re-replication: every item of these partitions was copied.
     pub const COPY_DONE: u8 = 44;
+    /// Catalog exchange: the answering node's table and log region descriptors
+    /// (encoded in [`crate::catalog_exchange`]).
+    pub const DESCRIPTORS: u8 = 45;
 }
 
 /// Status byte of every response.

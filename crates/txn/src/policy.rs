@@ -196,6 +196,16 @@ impl Policy {
             || self.commit == Commit::Write
     }
 
+    /// Whether every phase is by RPC (FaSST): no node reaches another's regions, so no
+    /// catalog of descriptors is needed.
+    pub fn is_rpc_only(&self) -> bool {
+        self.execute == Execute::Rpc
+            && self.lock == Lock::Rpc
+            && self.validate == Validate::Rpc
+            && self.log == Log::Rpc
+            && self.commit == Commit::Rpc
+    }
+
     /// Whether the location cache is read and filled.
     pub fn uses_location_cache(&self) -> bool {
         matches!(self.execute, Execute::Cached | Execute::Hybrid)
@@ -234,6 +244,10 @@ mod tests {
         assert_eq!(p.preset_name(), None);
         assert!(serde_json::from_str::<Policy>(&j.replacen("\"hybrid\"", "\"magic\"", 1)).is_err());
         assert!(Policy::fasst().lock_at_execute() && !Policy::fasst().needs_locations());
+        assert!(Policy::fasst().is_rpc_only());
+        for p in ["farm", "drtm-r", "drtm-h"] {
+            assert!(!Policy::preset(p).unwrap().is_rpc_only(), "{p}");
+        }
         assert!(!Policy::farm().lock_at_execute() && Policy::farm().needs_locations());
     }
 }

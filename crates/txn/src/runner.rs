@@ -342,7 +342,7 @@ pub fn run(
     let mut verified = 0;
     for db in current
         .iter()
-        .filter(|d| d.catalog().is_some() && Some(d.node) != gone)
+        .filter(|d| d.checks_at_start() && Some(d.node) != gone)
     {
         match db.remote_tables_verified() {
             Ok(n) => verified += n,
@@ -898,10 +898,11 @@ where
     if let Some(h) = history {
         th.set_history(h);
     }
-    // The start-up check of the other nodes' tables (once the catalog is known), on
-    // thread 0, by a coroutine spawned after the workers (their ids stay 0..coroutines);
-    // the workers wait for it.
-    let verify = addr.thread == 0 && db.catalog().is_some();
+    // The start-up check of the other nodes' tables (once the catalog is known, or
+    // after asking the other nodes for it), on thread 0, by a coroutine spawned after
+    // the workers (their ids stay 0..coroutines); the workers wait for it.
+    let verify = addr.thread == 0 && db.checks_at_start();
+    let max_message = rt.max_message();
     let (scratch, per_worker) = db
         .scratch_region(addr.thread)
         .ok_or(StartError::NoScratch { node, thread })?;
@@ -912,10 +913,11 @@ where
             source,
         })?;
     let (worker, done) = (Rc::new(worker), Rc::new(done));
-    // With a catalog, every thread's workers start once the node's start-up check has
-    // passed; if it failed they start with `stop` set (they return at once, and the run
-    // reports the error).
-    let gated = db.catalog().is_some();
+    // With a catalog (or one to ask for), every thread's workers start once the node's
+    // start-up check has passed; if it (or the exchange) failed they start with `stop`
+    // set (they return at once, and the run reports the error).
+    let gated = db.checks_at_start();
+    let exchanging = db.catalog_exchange().is_some();
     let coroutines = spec.coroutines;
     for c in 0..coroutines {
         let (th, worker, stop, db) = (th.clone(), worker.clone(), stop.clone(), db.clone());
@@ -925,6 +927,9 @@ where
             let (done_ctx, done_th) = (ctx.clone(), th.clone());
             while gated && !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 match db.verification() {
+                    // A catalog exchange can wait seconds for a node starting late:
+                    // yielding workers would spin the cores meanwhile.
+                    None if exchanging => ctx.pause().await,
                     None => ctx.yield_now().await,
                     Some(Ok(_)) => break,
                     Some(Err(_)) => stop.store(true, std::sync::atomic::Ordering::SeqCst),
@@ -948,6 +953,16 @@ where
     }
     if verify {
         rt.spawn(move |ctx| async move {
+            // No launcher gave this node the catalog: the other nodes do.
+            if let (None, Some(within)) = (db.catalog(), db.catalog_exchange()) {
+                let got = crate::catalog_exchange::fetch_catalog(&ctx, &db, max_message, within)
+                    .await
+                    .and_then(|cat| Ok(db.set_catalog(cat)?));
+                if let Err(e) = got {
+                    db.record_verification(Err(e.into()));
+                    return;
+                }
+            }
             let state = db.cluster().clone();
             let member = || state.config.with(|c| c.placement.is_member(db.node));
             // A restarted node checks once it is admitted and running: until then it
