@@ -53,6 +53,41 @@ pub const SEND_PAYMENT_CENTS: i64 = 500;
 pub const WRITE_CHECK_CENTS: i64 = 500;
 pub const WRITE_CHECK_PENALTY_CENTS: i64 = 100;
 
+/// A violation of SmallBank's invariants, or partial checks that cannot be combined (a
+/// malformed part is the facade's `PartError`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SmallBankError {
+    /// The balances do not add up to the initial total plus the committed deltas.
+    #[error(
+        "total balance {total} != expected {expected} (initial {initial} + committed deltas \
+         {committed_delta}, in cents)"
+    )]
+    MoneyNotConserved {
+        /// Σ balances at the primaries, in cents.
+        total: i64,
+        /// `initial + committed_delta`.
+        expected: i64,
+        /// Σ balances as loaded.
+        initial: i64,
+        /// Σ of the committed transactions' deposits and withdrawals.
+        committed_delta: i64,
+    },
+    /// A table has more or fewer accounts at their primaries than were loaded.
+    #[error("table {table} has {found} accounts, {loaded} loaded")]
+    Accounts {
+        /// The table (`SAVINGS` or `CHECKING`).
+        table: u32,
+        /// Accounts found.
+        found: i64,
+        /// Accounts loaded.
+        loaded: u64,
+    },
+    /// No node's partial check to combine.
+    #[error("no node checked its accounts")]
+    NoParts,
+}
+
 pub struct SmallBank {
     pub accounts: u64,
     pub hot: u64,
@@ -287,26 +322,36 @@ impl Workload for SmallBank {
         for table in [SAVINGS, CHECKING] {
             let rows = primary_rows(dbs, table);
             if rows.len() as u64 != self.accounts {
-                return Err(format!(
-                    "table {table} has {} accounts, {} loaded",
-                    rows.len(),
-                    self.accounts
-                )
+                return Err(SmallBankError::Accounts {
+                    table,
+                    found: rows.len() as i64,
+                    loaded: self.accounts,
+                }
                 .into());
             }
             total += rows.iter().map(|(_, v)| get_i64(v, 0)).sum::<i64>();
         }
-        let expected = self.expected_total();
-        let summary = serde_json::json!({
+        let (initial, committed_delta) = (
+            self.initial_total.load(Ordering::SeqCst),
+            self.delta.load(Ordering::SeqCst),
+        );
+        // As `expected_total`, from the values the error reports.
+        let expected = initial + committed_delta;
+        if total != expected {
+            return Err(SmallBankError::MoneyNotConserved {
+                total,
+                expected,
+                initial,
+                committed_delta,
+            }
+            .into());
+        }
+        Ok(serde_json::json!({
             "total_cents": total,
             "expected_cents": expected,
-            "initial_cents": self.initial_total.load(Ordering::SeqCst),
-            "committed_delta_cents": self.delta.load(Ordering::SeqCst),
-        });
-        if total != expected {
-            return Err(format!("total balance {total} != expected {expected} ({summary})").into());
-        }
-        Ok(summary)
+            "initial_cents": initial,
+            "committed_delta_cents": committed_delta,
+        }))
     }
 
     /// This node's primaries: their count and balance per table, with the committed
@@ -339,7 +384,7 @@ impl Workload for SmallBank {
         parts: &[serde_json::Value],
     ) -> Result<serde_json::Value, WorkloadError> {
         if parts.is_empty() {
-            return Err("no node checked its accounts".into());
+            return Err(SmallBankError::NoParts.into());
         }
         // A node restarted during the run loaded nothing and counted only its new
         // incarnation's deltas: its rows count, its initial total does not, and the
@@ -355,9 +400,12 @@ impl Workload for SmallBank {
         }
         for (table, n) in [(SAVINGS, rows[0]), (CHECKING, rows[1])] {
             if n as u64 != self.accounts {
-                return Err(
-                    format!("table {table} has {n} accounts, {} loaded", self.accounts).into(),
-                );
+                return Err(SmallBankError::Accounts {
+                    table,
+                    found: n,
+                    loaded: self.accounts,
+                }
+                .into());
             }
         }
         let expected = initial.saturating_add(delta);
@@ -379,16 +427,21 @@ impl Workload for SmallBank {
                 "unaccounted_cents": total.saturating_sub(expected),
             }));
         }
-        let summary = serde_json::json!({
+        if total != expected {
+            return Err(SmallBankError::MoneyNotConserved {
+                total,
+                expected,
+                initial,
+                committed_delta: delta,
+            }
+            .into());
+        }
+        Ok(serde_json::json!({
             "total_cents": total,
             "expected_cents": expected,
             "initial_cents": initial,
             "committed_delta_cents": delta,
-        });
-        if total != expected {
-            return Err(format!("total balance {total} != expected {expected} ({summary})").into());
-        }
-        Ok(summary)
+        }))
     }
 }
 
