@@ -500,6 +500,45 @@ mod tests {
         assert!(per_node.iter().all(|&c| c > 3_600), "{per_node:?}");
     }
 
+    /// A wrong total is a `SmallBankError` carrying the numbers (initial totals are
+    /// per loaded node, deltas summed over the nodes).
+    #[test]
+    fn a_wrong_total_is_reported_with_its_numbers() {
+        let bank = SmallBank::new(Placement::new(3, 3).unwrap(), 1, 0.01);
+        let part = |node: u16, rows: u64, cents: i64| {
+            serde_json::json!({
+                "node": node, "savings_rows": rows, "checking_rows": rows,
+                "primary_cents": cents, "initial_cents": 100, "committed_delta_cents": 5,
+            })
+        };
+        let n = bank.accounts;
+        let e = bank
+            .check_combine(&[part(0, n, 116), part(1, 0, 0), part(2, 0, 0)])
+            .unwrap_err();
+        assert_eq!(
+            e.downcast_ref::<SmallBankError>(),
+            Some(&SmallBankError::MoneyNotConserved {
+                total: 116,
+                expected: 115,
+                initial: 100,
+                committed_delta: 15,
+            }),
+            "{e}"
+        );
+        let e = bank
+            .check_combine(&[part(0, n - 1, 115), part(1, 0, 0), part(2, 0, 0)])
+            .unwrap_err();
+        assert_eq!(
+            e.downcast_ref::<SmallBankError>(),
+            Some(&SmallBankError::Accounts {
+                table: SAVINGS,
+                found: n as i64 - 1,
+                loaded: n,
+            }),
+            "{e}"
+        );
+    }
+
     #[test]
     fn mix_matches_the_spec() {
         let mut rng = SmallRng::seed_from_u64(2);
