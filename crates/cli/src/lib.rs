@@ -190,7 +190,7 @@ where
                 }
             }),
         },
-        Command::Sim(a) => sim::run(&a),
+        Command::Sim(a) => sim::run(&a).map_err(|e| e.to_string()),
         Command::Study(c) => study::run(&c),
         Command::Node {
             config,

@@ -13,7 +13,7 @@ use crate::bench::driver::{Run, WorkloadVisitor};
 use crate::bench::node::{Load, LoadedNode, Rejoin};
 use crate::bench::{BenchError, BenchReport};
 use crate::config::Config;
-use crate::sim::{SimReport, SimRun};
+use crate::sim::{SimError, SimReport, SimRun};
 use ambidex_txn::Placement;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -68,7 +68,7 @@ pub(crate) trait Entry: Send + Sync {
     fn load(&self, cfg: &Config, v: Load<'_>) -> Result<LoadedNode, String>;
     fn rejoin(&self, cfg: &Config, v: Rejoin<'_>) -> Result<LoadedNode, String>;
     fn combine(&self, cfg: &Config, v: Combine<'_>) -> Result<BenchReport, String>;
-    fn sim(&self, cfg: &Config, v: SimRun<'_>) -> Result<SimReport, String>;
+    fn sim(&self, cfg: &Config, v: SimRun<'_>) -> Result<SimReport, SimError>;
 }
 
 struct Typed<W, F> {
@@ -134,7 +134,7 @@ where
     fn combine(&self, cfg: &Config, v: Combine<'_>) -> Result<BenchReport, String> {
         self.visit(cfg, false, v)
     }
-    fn sim(&self, cfg: &Config, v: SimRun<'_>) -> Result<SimReport, String> {
+    fn sim(&self, cfg: &Config, v: SimRun<'_>) -> Result<SimReport, SimError> {
         self.visit(cfg, true, v)
     }
 }
@@ -157,7 +157,8 @@ fn registered(known: &[&str]) -> String {
     }
 }
 
-/// The harness still reports some failures as text.
+/// The node processes' load and rejoin paths and the launcher's combination
+/// (`bench::node`, `bench::combine`) still report failures as text.
 impl From<UnknownWorkload> for String {
     fn from(e: UnknownWorkload) -> String {
         e.to_string()
