@@ -200,7 +200,7 @@ fn main() -> std::process::ExitCode {
 }
 
 /// The benchmark and the simulator, called from code.
-fn demo() -> Result<(), String> {
+fn demo() -> Result<(), Box<dyn std::error::Error>> {
     let registry = registry();
 
     // The benchmark: 3 nodes in this process, every counter on 3 of them.
@@ -229,7 +229,7 @@ fn demo() -> Result<(), String> {
             s.committed, s.serializable, s.workload_check
         );
         if !s.passed() {
-            return Err(s.failure_report());
+            return Err(s.failure_report().into());
         }
     }
     Ok(())

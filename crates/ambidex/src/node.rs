@@ -4,7 +4,7 @@
 
 use crate::error::Error;
 use crate::retry::RetryPolicy;
-use crate::service::{CatchUnwind, Job, Shared};
+use crate::service::{CatchUnwind, Job, Panic, Shared};
 use crate::tx::{ReadTx, Tx};
 use ambidex_txn::runner::WorkerCtx;
 use ambidex_txn::Txn;
@@ -194,7 +194,7 @@ async fn retrying<T>(
 }
 
 /// Commits after a closure that returned `Ok`, aborts after one that failed.
-async fn finish<T>(tx: &mut Tx<'_>, out: Result<Result<T, Error>, String>) -> Attempt<T> {
+async fn finish<T>(tx: &mut Tx<'_>, out: Result<Result<T, Error>, Panic>) -> Attempt<T> {
     match out {
         Ok(Ok(v)) => match tx.commit().await {
             Ok(()) => Attempt::Done(v),
@@ -208,7 +208,7 @@ async fn finish<T>(tx: &mut Tx<'_>, out: Result<Result<T, Error>, String>) -> At
         // (dropping an unfinished transaction releases its locks too).
         Err(panic) => {
             tx.abort().await;
-            Attempt::Failed(Error::Panicked(panic))
+            Attempt::Failed(Error::Panicked(panic.0))
         }
     }
 }

@@ -163,18 +163,21 @@ pub(crate) fn job_server(shared: Arc<Shared>) -> Worker {
     })
 }
 
-/// A future that turns a panic while polling `0` into `Err(message)`, so an
+/// A future that turns a panic while polling `0` into `Err(Panic)`, so an
 /// application's closure that panics fails its own transaction, not the node's thread.
 pub(crate) struct CatchUnwind<'f, T>(pub(crate) Pin<Box<dyn Future<Output = T> + 'f>>);
 
+/// A closure's panic, by its message.
+pub(crate) struct Panic(pub(crate) String);
+
 impl<T> Future for CatchUnwind<'_, T> {
-    type Output = Result<T, String>;
+    type Output = Result<T, Panic>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let f = &mut self.0;
         match std::panic::catch_unwind(AssertUnwindSafe(|| f.as_mut().poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
-            Err(p) => Poll::Ready(Err(panic_message(&*p))),
+            Err(p) => Poll::Ready(Err(Panic(panic_message(&*p)))),
         }
     }
 }

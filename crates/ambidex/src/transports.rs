@@ -69,13 +69,6 @@ pub enum OpenError {
     Transport(#[from] TransportError),
 }
 
-/// The transports' errors are text for the harness that still reports strings.
-impl From<OpenError> for String {
-    fn from(e: OpenError) -> String {
-        e.to_string()
-    }
-}
-
 /// Creates whatever the backend keeps outside the nodes (the shm directory).
 pub fn create(c: &ClusterSection) -> Result<(), OpenError> {
     if c.transport == Transport::Shm {

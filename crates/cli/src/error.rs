@@ -53,10 +53,9 @@ pub enum CliError {
         /// The role given.
         role: String,
     },
-    /// The text of `sim`, which still reports its failures as a `String`.
-    // bridge: goes once sim returns a type
-    #[error("{0}")]
-    Message(String),
+    /// `sim`.
+    #[error(transparent)]
+    Sim(#[from] crate::sim::SimCmdError),
 }
 
 /// Why `check-history` failed (or found the history not serializable).

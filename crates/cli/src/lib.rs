@@ -201,8 +201,7 @@ where
                 }
             }
         },
-        // bridge: goes once sim returns a type
-        Command::Sim(a) => sim::run(&a).map_err(CliError::Message),
+        Command::Sim(a) => Ok(sim::run(&a)?),
         Command::Study(c) => Ok(study::run(&c)?),
         Command::Node {
             config,

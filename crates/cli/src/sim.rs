@@ -64,9 +64,83 @@ pub struct Args {
     pub trace: Option<usize>,
 }
 
+/// Why `ambidex sim` failed: a bad command line or configuration, a simulation that
+/// could not be made, a report that could not be written, or failing seeds.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimCmdError {
+    /// `--config FILE` or a flag is refused.
+    #[error(transparent)]
+    Flags(ambidex::config::ConfigError),
+    /// `--seeds` is not a range of seeds.
+    #[error("--seeds {arg:?}: expected A..B or A..=B with A < B (for example 0..200)")]
+    BadSeeds {
+        /// The argument given.
+        arg: String,
+    },
+    /// `--seeds` names more seeds than one command runs.
+    #[error("--seeds {arg:?}: at most {MAX_SEEDS} seeds per command, not {count}")]
+    TooManySeeds {
+        /// The argument given.
+        arg: String,
+        /// The seeds it names.
+        count: u64,
+    },
+    /// Both `--seed` and `--seeds`.
+    #[error("--seed and --seeds: give one of them")]
+    SeedAndSeeds,
+    /// `--history` or `--trace` with `--seeds`.
+    #[error("--history and --trace need a single --seed")]
+    OneSeedOnly,
+    /// No workload is registered under the name given.
+    #[error(transparent)]
+    UnknownWorkload(#[from] ambidex::workload::UnknownWorkload),
+    /// The simulation's configuration is refused.
+    #[error(transparent)]
+    Config(#[from] ambidex::sim::SimConfigError),
+    /// The transaction policy is refused.
+    #[error(transparent)]
+    Policy(#[from] ambidex::config::ConfigError),
+    /// A seed's simulation could not be made.
+    #[error(transparent)]
+    Sim(#[from] ambidex::sim::SimError),
+    /// The recorded history could not be written.
+    #[error("cannot write the history to {path}: {source}")]
+    History {
+        /// The file.
+        path: String,
+        /// What the file system said.
+        source: std::io::Error,
+    },
+    /// The JSON report could not be made.
+    #[error("the JSON report: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The seed's checks failed.
+    #[error("seed {seed} failed {checks} check(s); reproduce with: {command}")]
+    Failed {
+        /// The seed.
+        seed: u64,
+        /// Its failed checks.
+        checks: usize,
+        /// The command that reproduces it.
+        command: String,
+    },
+    /// Some of the seeds failed their checks.
+    #[error("{failed} of {seeds} seeds failed")]
+    SeedsFailed {
+        /// Seeds that failed.
+        failed: usize,
+        /// Seeds run.
+        seeds: usize,
+    },
+}
+
+/// Most seeds one `--seeds` runs.
+const MAX_SEEDS: u64 = 10_000_000;
+
 /// Parses `A..B` (B excluded) or `A..=B` into the seeds it names.
-fn parse_seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
-    let bad = || format!("--seeds {s:?}: expected A..B or A..=B with A < B (for example 0..200)");
+fn parse_seeds(s: &str) -> Result<std::ops::Range<u64>, SimCmdError> {
+    let bad = || SimCmdError::BadSeeds { arg: s.to_string() };
     let (a, b, inclusive) = if let Some((a, b)) = s.split_once("..=") {
         (a, b, true)
     } else if let Some((a, b)) = s.split_once("..") {
@@ -84,16 +158,22 @@ fn parse_seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
     if a >= end {
         return Err(bad());
     }
-    if end - a > 10_000_000 {
-        return Err(format!("--seeds {s:?}: at most 10000000 seeds per command"));
+    if end - a > MAX_SEEDS {
+        return Err(SimCmdError::TooManySeeds {
+            arg: s.to_string(),
+            count: end - a,
+        });
     }
     Ok(a..end)
 }
 
 /// The simulation's configuration: the simulator's defaults, `--config FILE`, then the
 /// flags; validated.
-fn config(a: &Args) -> Result<Config, String> {
-    let mut c = a.cfg.resolve(&ambidex::sim::defaults("smallbank", 0))?;
+fn config(a: &Args) -> Result<Config, SimCmdError> {
+    let mut c = a
+        .cfg
+        .resolve(&ambidex::sim::defaults("smallbank", 0))
+        .map_err(SimCmdError::Flags)?;
     set(&mut c.run.workload, a.workload.clone());
     crate::registry().entry_exists(&c.run.workload)?;
     set(&mut c.run.seed, a.seed);
@@ -128,15 +208,16 @@ fn reproduce(a: &Args, command: &str) -> String {
     }
 }
 
-pub fn run(a: &Args) -> Result<(), String> {
+/// Runs `ambidex sim`: one seed, or many (`--seeds`).
+pub fn run(a: &Args) -> Result<(), SimCmdError> {
     if a.seed.is_some() && a.seeds.is_some() {
-        return Err("--seed and --seeds: give one of them".into());
+        return Err(SimCmdError::SeedAndSeeds);
     }
     let cfg = config(a)?;
     match &a.seeds {
         Some(range) => {
             if cfg.run.history.is_some() || cfg.sim.trace > 0 {
-                return Err("--history and --trace need a single --seed".into());
+                return Err(SimCmdError::OneSeedOnly);
             }
             many(a, &cfg, parse_seeds(range)?)
         }
@@ -152,7 +233,7 @@ fn first_line(s: &str, max: usize) -> String {
     l
 }
 
-fn one(a: &Args, cfg: &Config) -> Result<(), String> {
+fn one(a: &Args, cfg: &Config) -> Result<(), SimCmdError> {
     let t0 = Instant::now();
     let mut r = ambidex::sim::run(crate::registry(), cfg)?;
     r.command = reproduce(a, &r.command);
@@ -163,26 +244,24 @@ fn one(a: &Args, cfg: &Config) -> Result<(), String> {
             text.push_str(&ambidex::history::format::to_line(rec));
             text.push('\n');
         }
-        std::fs::write(path, text)
-            .map_err(|e| format!("cannot write the history to {}: {e}", path))?;
+        std::fs::write(path, text).map_err(|source| SimCmdError::History {
+            path: path.clone(),
+            source,
+        })?;
     }
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
-        );
+        println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         print_one(&r, wall);
     }
     if r.passed() {
         Ok(())
     } else {
-        Err(format!(
-            "seed {} failed {} check(s); reproduce with: {}",
-            r.seed,
-            r.failures.len(),
-            r.command
-        ))
+        Err(SimCmdError::Failed {
+            seed: r.seed,
+            checks: r.failures.len(),
+            command: r.command,
+        })
     }
 }
 
@@ -325,14 +404,14 @@ struct SeedLine {
     command: String,
 }
 
-fn many(a: &Args, template: &Config, seeds: std::ops::Range<u64>) -> Result<(), String> {
+fn many(a: &Args, template: &Config, seeds: std::ops::Range<u64>) -> Result<(), SimCmdError> {
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .clamp(1, 256);
     let count = (seeds.end - seeds.start) as usize;
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Result<SeedLine, String>>> = Mutex::new(Vec::new());
+    let results: Mutex<Vec<Result<SeedLine, ambidex::sim::SimError>>> = Mutex::new(Vec::new());
     let t0 = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..jobs.min(count) {
@@ -388,8 +467,7 @@ fn many(a: &Args, template: &Config, seeds: std::ops::Range<u64>) -> Result<(), 
                 "seeds_per_s": lines.len() as f64 / wall.max(1e-9),
                 "jobs": jobs,
                 "runs": lines,
-            }))
-            .map_err(|e| e.to_string())?
+            }))?
         );
     } else {
         for l in &failed {
@@ -420,7 +498,10 @@ fn many(a: &Args, template: &Config, seeds: std::ops::Range<u64>) -> Result<(), 
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(format!("{} of {} seeds failed", failed.len(), lines.len()))
+        Err(SimCmdError::SeedsFailed {
+            failed: failed.len(),
+            seeds: lines.len(),
+        })
     }
 }
 

@@ -23,6 +23,20 @@ pub const VALUE_SIZE: usize = 40;
 /// Most keys in one transaction.
 pub const MAX_KEYS: usize = 64;
 
+/// What the object store refuses.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ObjectStoreError {
+    /// Reads and writes per transaction outside `1 ≤ r ≤ MAX_KEYS`, `w ≤ r`.
+    #[error("O(r, w) needs 1 ≤ r ≤ {MAX_KEYS} and w ≤ r (got r = {reads}, w = {writes})")]
+    BadShape {
+        /// Keys read (r).
+        reads: usize,
+        /// Keys written (w).
+        writes: usize,
+    },
+}
+
 pub struct ObjectStore {
     pub keys: u64,
     pub params: ObjStoreParams,
@@ -39,10 +53,10 @@ impl ObjectStore {
         params: ObjStoreParams,
     ) -> Result<ObjectStore, WorkloadError> {
         if params.reads == 0 || params.writes > params.reads || params.reads > MAX_KEYS {
-            return Err(format!(
-                "O(r, w) needs 1 ≤ r ≤ {MAX_KEYS} and w ≤ r (got r = {}, w = {})",
-                params.reads, params.writes
-            )
+            return Err(ObjectStoreError::BadShape {
+                reads: params.reads,
+                writes: params.writes,
+            }
             .into());
         }
         let keys =

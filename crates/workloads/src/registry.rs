@@ -219,7 +219,6 @@ fn tpcc_params(
                   more warehouses: run.warehouses_per_node (--warehouses)"
                 .into(),
         }
-        .to_string()
         .into());
     }
     let threads = cfg.cluster.threads;
@@ -235,8 +234,9 @@ fn tpcc_params(
         p.outstanding_requests = cfg.run.outstanding_requests;
         return Ok(p);
     }
-    if only_new_order && cfg.cluster.nodes as u32 * (threads as u32) < 2 {
-        return Err("tpcc-no needs at least 2 warehouses (nodes × threads ≥ 2)".into());
+    let warehouses = cfg.cluster.nodes as u32 * (threads as u32);
+    if only_new_order && warehouses < 2 {
+        return Err(tpcc::TpccError::TooFewWarehouses { warehouses }.into());
     }
     // One warehouse per thread unless the configuration says otherwise: few enough that
     // a few hundred transactions really conflict.

@@ -53,6 +53,41 @@ pub const SEND_PAYMENT_CENTS: i64 = 500;
 pub const WRITE_CHECK_CENTS: i64 = 500;
 pub const WRITE_CHECK_PENALTY_CENTS: i64 = 100;
 
+/// A violation of SmallBank's invariants, or partial checks that cannot be combined (a
+/// malformed part is the facade's `PartError`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SmallBankError {
+    /// The balances do not add up to the initial total plus the committed deltas.
+    #[error(
+        "total balance {total} != expected {expected} (initial {initial} + committed deltas \
+         {committed_delta}, in cents)"
+    )]
+    MoneyNotConserved {
+        /// Σ balances at the primaries, in cents.
+        total: i64,
+        /// `initial + committed_delta`.
+        expected: i64,
+        /// Σ balances as loaded.
+        initial: i64,
+        /// Σ of the committed transactions' deposits and withdrawals.
+        committed_delta: i64,
+    },
+    /// A table has more or fewer accounts at their primaries than were loaded.
+    #[error("table {table} has {found} accounts, {loaded} loaded")]
+    Accounts {
+        /// The table (`SAVINGS` or `CHECKING`).
+        table: u32,
+        /// Accounts found.
+        found: i64,
+        /// Accounts loaded.
+        loaded: u64,
+    },
+    /// No node's partial check to combine.
+    #[error("no node checked its accounts")]
+    NoParts,
+}
+
 pub struct SmallBank {
     pub accounts: u64,
     pub hot: u64,
@@ -287,26 +322,36 @@ impl Workload for SmallBank {
         for table in [SAVINGS, CHECKING] {
             let rows = primary_rows(dbs, table);
             if rows.len() as u64 != self.accounts {
-                return Err(format!(
-                    "table {table} has {} accounts, {} loaded",
-                    rows.len(),
-                    self.accounts
-                )
+                return Err(SmallBankError::Accounts {
+                    table,
+                    found: rows.len() as i64,
+                    loaded: self.accounts,
+                }
                 .into());
             }
             total += rows.iter().map(|(_, v)| get_i64(v, 0)).sum::<i64>();
         }
-        let expected = self.expected_total();
-        let summary = serde_json::json!({
+        let (initial, committed_delta) = (
+            self.initial_total.load(Ordering::SeqCst),
+            self.delta.load(Ordering::SeqCst),
+        );
+        // As `expected_total`, from the values the error reports.
+        let expected = initial + committed_delta;
+        if total != expected {
+            return Err(SmallBankError::MoneyNotConserved {
+                total,
+                expected,
+                initial,
+                committed_delta,
+            }
+            .into());
+        }
+        Ok(serde_json::json!({
             "total_cents": total,
             "expected_cents": expected,
-            "initial_cents": self.initial_total.load(Ordering::SeqCst),
-            "committed_delta_cents": self.delta.load(Ordering::SeqCst),
-        });
-        if total != expected {
-            return Err(format!("total balance {total} != expected {expected} ({summary})").into());
-        }
-        Ok(summary)
+            "initial_cents": initial,
+            "committed_delta_cents": committed_delta,
+        }))
     }
 
     /// This node's primaries: their count and balance per table, with the committed
@@ -339,7 +384,7 @@ impl Workload for SmallBank {
         parts: &[serde_json::Value],
     ) -> Result<serde_json::Value, WorkloadError> {
         if parts.is_empty() {
-            return Err("no node checked its accounts".into());
+            return Err(SmallBankError::NoParts.into());
         }
         // A node restarted during the run loaded nothing and counted only its new
         // incarnation's deltas: its rows count, its initial total does not, and the
@@ -355,9 +400,12 @@ impl Workload for SmallBank {
         }
         for (table, n) in [(SAVINGS, rows[0]), (CHECKING, rows[1])] {
             if n as u64 != self.accounts {
-                return Err(
-                    format!("table {table} has {n} accounts, {} loaded", self.accounts).into(),
-                );
+                return Err(SmallBankError::Accounts {
+                    table,
+                    found: n,
+                    loaded: self.accounts,
+                }
+                .into());
             }
         }
         let expected = initial.saturating_add(delta);
@@ -379,16 +427,21 @@ impl Workload for SmallBank {
                 "unaccounted_cents": total.saturating_sub(expected),
             }));
         }
-        let summary = serde_json::json!({
+        if total != expected {
+            return Err(SmallBankError::MoneyNotConserved {
+                total,
+                expected,
+                initial,
+                committed_delta: delta,
+            }
+            .into());
+        }
+        Ok(serde_json::json!({
             "total_cents": total,
             "expected_cents": expected,
             "initial_cents": initial,
             "committed_delta_cents": delta,
-        });
-        if total != expected {
-            return Err(format!("total balance {total} != expected {expected} ({summary})").into());
-        }
-        Ok(summary)
+        }))
     }
 }
 
@@ -445,6 +498,45 @@ mod tests {
             per_node[p.primary(CHECKING, id) as usize] += 1;
         }
         assert!(per_node.iter().all(|&c| c > 3_600), "{per_node:?}");
+    }
+
+    /// A wrong total is a `SmallBankError` carrying the numbers (initial totals are
+    /// per loaded node, deltas summed over the nodes).
+    #[test]
+    fn a_wrong_total_is_reported_with_its_numbers() {
+        let bank = SmallBank::new(Placement::new(3, 3).unwrap(), 1, 0.01);
+        let part = |node: u16, rows: u64, cents: i64| {
+            serde_json::json!({
+                "node": node, "savings_rows": rows, "checking_rows": rows,
+                "primary_cents": cents, "initial_cents": 100, "committed_delta_cents": 5,
+            })
+        };
+        let n = bank.accounts;
+        let e = bank
+            .check_combine(&[part(0, n, 116), part(1, 0, 0), part(2, 0, 0)])
+            .unwrap_err();
+        assert_eq!(
+            e.downcast_ref::<SmallBankError>(),
+            Some(&SmallBankError::MoneyNotConserved {
+                total: 116,
+                expected: 115,
+                initial: 100,
+                committed_delta: 15,
+            }),
+            "{e}"
+        );
+        let e = bank
+            .check_combine(&[part(0, n - 1, 115), part(1, 0, 0), part(2, 0, 0)])
+            .unwrap_err();
+        assert_eq!(
+            e.downcast_ref::<SmallBankError>(),
+            Some(&SmallBankError::Accounts {
+                table: SAVINGS,
+                found: n as i64 - 1,
+                loaded: n,
+            }),
+            "{e}"
+        );
     }
 
     #[test]

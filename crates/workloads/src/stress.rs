@@ -31,6 +31,27 @@ const TYPES: &[&str] = &["read", "set", "delete"];
 /// The mix, in percent: read, set, delete.
 const MIX: [u32; 3] = [40, 40, 20];
 
+/// A violation of the stress test's invariant (a malformed partial check from another
+/// node is the facade's `PartError`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StressError {
+    /// Committed reads saw a group partly present or with differing values.
+    #[error("{reads} committed read(s) saw a group neither whole nor absent")]
+    TornReads {
+        /// How many.
+        reads: u64,
+    },
+    /// The final state has a group partly present or with differing values.
+    #[error("group {group} ends with {present} of {GROUP} keys present (or differing values)")]
+    TornGroup {
+        /// The group.
+        group: u64,
+        /// Its keys present.
+        present: usize,
+    },
+}
+
 pub struct Stress {
     pub groups: u64,
     placement: Placement,
@@ -183,10 +204,7 @@ impl Workload for Stress {
     fn check(&self, dbs: &[Arc<NodeDb>]) -> Result<serde_json::Value, WorkloadError> {
         let violations = self.read_violations.load(Ordering::Relaxed);
         if violations > 0 {
-            return Err(format!(
-                "{violations} committed read(s) saw a group neither whole nor absent"
-            )
-            .into());
+            return Err(StressError::TornReads { reads: violations }.into());
         }
         // The final state: every group whole (one value) or absent.
         let rows = primary_rows(dbs, STRESS);
@@ -200,10 +218,10 @@ impl Workload for Stress {
             }
             let group = &rows[i..j];
             if group.len() as u64 != GROUP || group.iter().any(|r| r.1 != group[0].1) {
-                return Err(format!(
-                    "group {g} ends with {} of {GROUP} keys present (or differing values)",
-                    group.len()
-                )
+                return Err(StressError::TornGroup {
+                    group: g,
+                    present: group.len(),
+                }
                 .into());
             }
             whole += 1;
@@ -236,9 +254,7 @@ impl Workload for Stress {
             bad = bad.saturating_add(part_i64(p, n, "read_violations")?);
         }
         if bad > 0 {
-            return Err(
-                format!("{bad} committed read(s) saw a group neither whole nor absent").into(),
-            );
+            return Err(StressError::TornReads { reads: bad as u64 }.into());
         }
         Ok(serde_json::json!({ "committed_reads": reads, "read_violations": 0 }))
     }

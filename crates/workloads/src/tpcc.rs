@@ -329,6 +329,142 @@ struct Serves {
     extra: Vec<Option<Arc<[u64]>>>,
 }
 
+/// A violated TPC-C consistency condition (spec §3.3.2.1–4), indexes that disagree with
+/// the tables, or parameters TPC-C cannot run with (a malformed partial check from
+/// another node is the facade's `PartError`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TpccError {
+    /// Warehouses or districts missing at their primaries (or too many).
+    #[error(
+        "{warehouses} warehouses and {districts} districts found \
+         ({expected_warehouses} warehouses expected)"
+    )]
+    Population {
+        /// Warehouses found.
+        warehouses: i64,
+        /// Districts found.
+        districts: i64,
+        /// Warehouses there should be (each with `DISTRICTS` districts).
+        expected_warehouses: u64,
+    },
+    /// Condition 1: W_YTD = Σ D_YTD.
+    #[error("condition 1: warehouse {warehouse}: W_YTD {w_ytd} != sum(D_YTD) {d_ytd_sum}")]
+    WarehouseYtd {
+        /// The warehouse.
+        warehouse: u64,
+        /// Its W_YTD.
+        w_ytd: i64,
+        /// Σ D_YTD of its districts.
+        d_ytd_sum: i64,
+    },
+    /// A district without orders (every district is loaded with some).
+    #[error("district ({warehouse}, {district}) has no orders")]
+    NoOrders {
+        /// The warehouse.
+        warehouse: u64,
+        /// The district.
+        district: u64,
+    },
+    /// Condition 2: D_NEXT_O_ID − 1 = max(O_ID) = max(NO_O_ID).
+    #[error(
+        "condition 2: district ({warehouse}, {district}): D_NEXT_O_ID - 1 = {last_o_id}, \
+         max(O_ID) = {max_o_id}, max(NO_O_ID) = {max_no_o_id}"
+    )]
+    NextOrderId {
+        /// The warehouse.
+        warehouse: u64,
+        /// The district.
+        district: u64,
+        /// D_NEXT_O_ID − 1.
+        last_o_id: u64,
+        /// The largest O_ID of its orders.
+        max_o_id: u64,
+        /// The largest NO_O_ID of its new orders (0: none).
+        max_no_o_id: u64,
+    },
+    /// Condition 3: max(NO_O_ID) − min(NO_O_ID) + 1 = rows in NEW_ORDER.
+    #[error(
+        "condition 3: district ({warehouse}, {district}): new orders {min_no_o_id}..={max_no_o_id} \
+         but {rows} rows"
+    )]
+    NewOrderGap {
+        /// The warehouse.
+        warehouse: u64,
+        /// The district.
+        district: u64,
+        /// The smallest NO_O_ID.
+        min_no_o_id: u64,
+        /// The largest NO_O_ID.
+        max_no_o_id: u64,
+        /// Its rows in NEW_ORDER.
+        rows: u64,
+    },
+    /// Condition 4: Σ O_OL_CNT = rows in ORDER_LINE.
+    #[error(
+        "condition 4: district ({warehouse}, {district}): sum(O_OL_CNT) = {ol_cnt_sum} but \
+         {order_lines} order lines"
+    )]
+    OrderLineCount {
+        /// The warehouse.
+        warehouse: u64,
+        /// The district.
+        district: u64,
+        /// Σ O_OL_CNT of its orders.
+        ol_cnt_sum: u64,
+        /// Its rows in ORDER_LINE.
+        order_lines: u64,
+    },
+    /// A node could not bring its indexes to its configuration for the check.
+    #[error(
+        "node {node}: its indexes could not be rebuilt for its configuration (epoch {epoch}, \
+         stage {stage:?}): a row of a warehouse it took over was locked or unreadable"
+    )]
+    IndexRebuild {
+        /// The node.
+        node: u16,
+        /// Its configuration's epoch.
+        epoch: u32,
+        /// Its stage.
+        stage: Stage,
+    },
+    /// A node's ordered index does not hold exactly the keys of its table.
+    #[error(
+        "node {node}: {index} index has {entries} entries, table {rows} rows; first difference \
+         at position {position} ({indexed:?} indexed, {in_table:?} in the table)"
+    )]
+    IndexMismatch {
+        /// The node.
+        node: u16,
+        /// The index (`NEW_ORDER`, `ORDER by customer`).
+        index: &'static str,
+        /// Its entries.
+        entries: usize,
+        /// The table's rows it should hold.
+        rows: usize,
+        /// The first position where they differ.
+        position: usize,
+        /// The index's key there, if any.
+        indexed: Option<u64>,
+        /// The table's key there, if any.
+        in_table: Option<u64>,
+    },
+    /// The members' indexes do not cover every warehouse.
+    #[error("the members' indexes hold {indexed} warehouses of {expected}")]
+    IndexedWarehouses {
+        /// Warehouses indexed.
+        indexed: u64,
+        /// Warehouses there are.
+        expected: u64,
+    },
+    /// `tpcc-no` (always distributed) on a single warehouse.
+    #[error("tpcc-no needs at least 2 warehouses (nodes × threads ≥ 2, here {warehouses})")]
+    TooFewWarehouses {
+        /// nodes × threads.
+        warehouses: u32,
+    },
+}
+
 /// Why a warehouse's indexes could not be rebuilt from the node's copy of its rows.
 #[derive(Debug, thiserror::Error)]
 enum RebuildError {
@@ -1235,11 +1371,11 @@ impl Tpcc {
         if w_ytd.len() as u64 != expected_warehouses
             || d_next.len() as u64 != expected_warehouses * DISTRICTS
         {
-            return Err(format!(
-                "{} warehouses and {} districts found",
-                w_ytd.len(),
-                d_next.len()
-            )
+            return Err(TpccError::Population {
+                warehouses: w_ytd.len() as i64,
+                districts: d_next.len() as i64,
+                expected_warehouses,
+            }
             .into());
         }
         // Condition 1: W_YTD = Σ D_YTD.
@@ -1248,9 +1384,12 @@ impl Tpcc {
                 .map(|d| d_ytd.get(&wd(w, d)).copied().unwrap_or(0))
                 .sum();
             if sum != ytd {
-                return Err(
-                    format!("condition 1: warehouse {w}: W_YTD {ytd} != sum(D_YTD) {sum}").into(),
-                );
+                return Err(TpccError::WarehouseYtd {
+                    warehouse: w,
+                    w_ytd: ytd,
+                    d_ytd_sum: sum,
+                }
+                .into());
             }
         }
         // Per district: max O_ID, Σ O_OL_CNT; NEW_ORDER min, max, count; ORDER_LINE count.
@@ -1287,32 +1426,40 @@ impl Tpcc {
         }
         for (&key, &next) in &d_next {
             let (w, d) = (key >> 4, key & 0xf);
-            let e = dist
-                .get(&key)
-                .ok_or_else(|| format!("district ({w}, {d}) has no orders"))?;
+            let e = dist.get(&key).ok_or(TpccError::NoOrders {
+                warehouse: w,
+                district: d,
+            })?;
             // Condition 2: D_NEXT_O_ID − 1 = max(O_ID) = max(NO_O_ID).
             if next - 1 != e.max_o || (e.no_count > 0 && e.no_max != e.max_o) {
-                return Err(format!(
-                    "condition 2: district ({w}, {d}): D_NEXT_O_ID - 1 = {}, max(O_ID) = {}, max(NO_O_ID) = {}",
-                    next - 1,
-                    e.max_o,
-                    e.no_max
-                ).into());
+                return Err(TpccError::NextOrderId {
+                    warehouse: w,
+                    district: d,
+                    last_o_id: next - 1,
+                    max_o_id: e.max_o,
+                    max_no_o_id: e.no_max,
+                }
+                .into());
             }
             // Condition 3: max(NO_O_ID) − min(NO_O_ID) + 1 = rows in NEW_ORDER.
             if e.no_count > 0 && e.no_max - e.no_min + 1 != e.no_count {
-                return Err(format!(
-                    "condition 3: district ({w}, {d}): new orders {}..={} but {} rows",
-                    e.no_min, e.no_max, e.no_count
-                )
+                return Err(TpccError::NewOrderGap {
+                    warehouse: w,
+                    district: d,
+                    min_no_o_id: e.no_min,
+                    max_no_o_id: e.no_max,
+                    rows: e.no_count,
+                }
                 .into());
             }
             // Condition 4: Σ O_OL_CNT = rows in ORDER_LINE.
             if e.ol_cnt_sum != e.ol_rows {
-                return Err(format!(
-                    "condition 4: district ({w}, {d}): sum(O_OL_CNT) = {} but {} order lines",
-                    e.ol_cnt_sum, e.ol_rows
-                )
+                return Err(TpccError::OrderLineCount {
+                    warehouse: w,
+                    district: d,
+                    ol_cnt_sum: e.ol_cnt_sum,
+                    order_lines: e.ol_rows,
+                }
                 .into());
             }
         }
@@ -1326,13 +1473,13 @@ impl Tpcc {
             .filter(|d| (only.is_none() || only == Some(d.node)) && d.placement().is_member(d.node))
         {
             let n = db.node;
-            let s = self.refresh(db, true).ok_or_else(|| {
-                format!(
-                    "node {n}: its indexes could not be rebuilt for its configuration (epoch {}, stage {:?}): a row of a warehouse it took over was locked or unreadable",
-                    db.cluster().config.epoch(),
-                    db.cluster().stage()
-                )
-            })?;
+            let s = self
+                .refresh(db, true)
+                .ok_or_else(|| TpccError::IndexRebuild {
+                    node: n,
+                    epoch: db.cluster().config.epoch(),
+                    stage: db.cluster().stage(),
+                })?;
             indexed_warehouses += s.held.len() as u64;
             let held = |k: u64| s.held.binary_search(&split_order(k).0).is_ok();
             let ix = &self.idx[n as usize];
@@ -1353,9 +1500,10 @@ impl Tpcc {
             compare(n, "ORDER by customer", &ix.cust_order, table)?;
         }
         if indexed_warehouses != expected_warehouses {
-            return Err(format!(
-                "the members' indexes hold {indexed_warehouses} warehouses of {expected_warehouses}"
-            )
+            return Err(TpccError::IndexedWarehouses {
+                indexed: indexed_warehouses,
+                expected: expected_warehouses,
+            }
             .into());
         }
         Ok(serde_json::json!({
@@ -1708,7 +1856,12 @@ impl Workload for Tpcc {
             }
         }
         if sums[0] as u64 != self.p.warehouses || sums[1] as u64 != self.p.warehouses * DISTRICTS {
-            return Err(format!("{} warehouses and {} districts found", sums[0], sums[1]).into());
+            return Err(TpccError::Population {
+                warehouses: sums[0],
+                districts: sums[1],
+                expected_warehouses: self.p.warehouses,
+            }
+            .into());
         }
         Ok(FIELDS
             .iter()
@@ -1722,10 +1875,10 @@ impl Workload for Tpcc {
 /// Fails unless node `n`'s index `ix` (named `what`) holds exactly the keys `table`.
 fn compare<V: Clone>(
     n: u16,
-    what: &str,
+    what: &'static str,
     ix: &OrderedIndex<V>,
     mut table: Vec<u64>,
-) -> Result<(), WorkloadError> {
+) -> Result<(), TpccError> {
     let mut indexed = Vec::new();
     ix.scan(
         std::ops::Bound::Unbounded,
@@ -1744,13 +1897,15 @@ fn compare<V: Clone>(
         .zip(&table)
         .position(|(a, b)| a != b)
         .unwrap_or(indexed.len().min(table.len()));
-    Err(format!(
-        "node {n}: {what} index has {} entries, table {} rows; first difference at position {diff} ({:?} indexed, {:?} in the table)",
-        indexed.len(),
-        table.len(),
-        indexed.get(diff),
-        table.get(diff),
-    ).into())
+    Err(TpccError::IndexMismatch {
+        node: n,
+        index: what,
+        entries: indexed.len(),
+        rows: table.len(),
+        position: diff,
+        indexed: indexed.get(diff).copied(),
+        in_table: table.get(diff).copied(),
+    })
 }
 
 #[cfg(test)]

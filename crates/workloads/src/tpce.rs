@@ -118,6 +118,84 @@ pub const TYPES: [&str; 2] = ["customer_position", "market_feed"];
 /// The mix in percent, in the order of [`TYPES`].
 pub const MIX: [u32; 2] = [99, 1];
 
+/// A violation of TPC-E's invariants, or partial checks that cannot be combined (a
+/// malformed part's missing field is the facade's `PartError`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TpceError {
+    /// Committed customer positions saw a market feed half applied.
+    #[error("{positions} committed customer position(s) saw a market feed half applied")]
+    TornReads {
+        /// How many.
+        positions: i64,
+    },
+    /// Committed customer positions missed a row.
+    #[error("{positions} committed customer position(s) missed a row (nothing deletes one)")]
+    RowsNotFound {
+        /// How many.
+        positions: i64,
+    },
+    /// The final state lacks writes of a market feed another feed's stamp counts.
+    #[error(
+        "{writes} market feed write(s) missing: security {security} has update count {count}, \
+         a feed's stamp gave it {stamped}"
+    )]
+    TornFinal {
+        /// Securities whose count is below a stamp's.
+        writes: usize,
+        /// The first of them.
+        security: u64,
+        /// Its update count.
+        count: u32,
+        /// The count a stamp gave it.
+        stamped: u32,
+    },
+    /// A table has more or fewer rows at their primaries than were loaded.
+    #[error("{table} has {found} rows, {loaded} loaded")]
+    Rows {
+        /// The table's name.
+        table: &'static str,
+        /// Rows found.
+        found: i64,
+        /// Rows loaded.
+        loaded: u64,
+    },
+    /// Σ LT_VOL is not the initial volume plus the committed feeds' trades.
+    #[error(
+        "LAST_TRADE volume {volume} != expected {expected} (initial {initial} + committed \
+         feeds' trades {committed_delta})"
+    )]
+    VolumeNotConserved {
+        /// Σ LT_VOL at the primaries.
+        volume: i64,
+        /// `initial + committed_delta`.
+        expected: i64,
+        /// Σ LT_VOL as loaded.
+        initial: i64,
+        /// The quantities the committed market feeds traded.
+        committed_delta: i64,
+    },
+    /// No node's partial check to combine.
+    #[error("no node checked its rows")]
+    NoParts,
+    /// A node's partial check lacks one of its lists.
+    #[error("node {node}'s check lacks the list {list:?}")]
+    MissingList {
+        /// The node whose part it is.
+        node: usize,
+        /// The list (`seq`, `needed`).
+        list: &'static str,
+    },
+    /// An entry of a node's list is not a pair of integers.
+    #[error("node {node}'s {list:?} has a malformed entry")]
+    MalformedEntry {
+        /// The node whose part it is.
+        node: usize,
+        /// The list (`seq`, `needed`).
+        list: &'static str,
+    },
+}
+
 // ----- rows -----
 pub const CUSTOMER_VALUE: usize = 64;
 const C_ACCOUNTS: usize = 0;
@@ -473,18 +551,14 @@ impl Tpce {
     }
 
     /// The read-side violations counted by the workers, as an error.
-    fn read_violations(torn: i64, not_found: i64) -> Result<(), WorkloadError> {
+    fn read_violations(torn: i64, not_found: i64) -> Result<(), TpceError> {
         if torn > 0 {
-            return Err(format!(
-                "{torn} committed customer position(s) saw a market feed half applied"
-            )
-            .into());
+            return Err(TpceError::TornReads { positions: torn });
         }
         if not_found > 0 {
-            return Err(format!(
-                "{not_found} committed customer position(s) missed a row (nothing deletes one)"
-            )
-            .into());
+            return Err(TpceError::RowsNotFound {
+                positions: not_found,
+            });
         }
         Ok(())
     }
@@ -527,7 +601,7 @@ impl LastTrades {
 }
 
 /// The first security whose final update count is below what a stamp gave it.
-fn torn_final(seq: &HashMap<u64, u32>, needed: &HashMap<u64, u32>) -> Result<(), WorkloadError> {
+fn torn_final(seq: &HashMap<u64, u32>, needed: &HashMap<u64, u32>) -> Result<(), TpceError> {
     let mut bad: Vec<_> = needed
         .iter()
         .filter(|(a, n)| seq.get(a).copied().unwrap_or(0) < **n)
@@ -535,13 +609,12 @@ fn torn_final(seq: &HashMap<u64, u32>, needed: &HashMap<u64, u32>) -> Result<(),
     bad.sort_unstable();
     match bad.first() {
         None => Ok(()),
-        Some((a, n)) => Err(format!(
-            "{} market feed write(s) missing: security {a} has update count {}, a feed's \
-             stamp gave it {n}",
-            bad.len(),
-            seq.get(a).copied().unwrap_or(0)
-        )
-        .into()),
+        Some(&(&security, &stamped)) => Err(TpceError::TornFinal {
+            writes: bad.len(),
+            security,
+            count: seq.get(&security).copied().unwrap_or(0),
+            stamped,
+        }),
     }
 }
 
@@ -706,31 +779,42 @@ impl Workload for Tpce {
             self.torn.load(Ordering::SeqCst) as i64,
             self.not_found.load(Ordering::SeqCst) as i64,
         )?;
-        for (table, loaded) in [
-            (CUSTOMER, self.customers),
-            (CUSTOMER_ACCOUNT, self.accounts),
-            (HOLDING_SUMMARY, self.holdings),
+        for (table, id, loaded) in [
+            ("CUSTOMER", CUSTOMER, self.customers),
+            ("CUSTOMER_ACCOUNT", CUSTOMER_ACCOUNT, self.accounts),
+            ("HOLDING_SUMMARY", HOLDING_SUMMARY, self.holdings),
         ] {
-            let n = primary_rows(dbs, table).len() as u64;
+            let n = primary_rows(dbs, id).len() as u64;
             if n != loaded {
-                return Err(format!("table {table} has {n} rows, {loaded} loaded").into());
+                return Err(TpceError::Rows {
+                    table,
+                    found: n as i64,
+                    loaded,
+                }
+                .into());
             }
         }
         let lt = LastTrades::of(dbs);
         if lt.rows != self.securities {
-            return Err(format!(
-                "LAST_TRADE has {} rows, {} loaded",
-                lt.rows, self.securities
-            )
+            return Err(TpceError::Rows {
+                table: "LAST_TRADE",
+                found: lt.rows as i64,
+                loaded: self.securities,
+            }
             .into());
         }
         torn_final(&lt.seq, &lt.needed)?;
-        let expected = self.expected_volume();
+        let (initial, committed_delta) = (
+            self.initial_volume.load(Ordering::SeqCst),
+            self.volume_delta.load(Ordering::SeqCst),
+        );
+        // As `expected_volume`, from the values the error reports.
+        let expected = initial + committed_delta;
         let summary = serde_json::json!({
             "volume": lt.volume,
             "expected_volume": expected,
-            "initial_volume": self.initial_volume.load(Ordering::SeqCst),
-            "committed_volume_delta": self.volume_delta.load(Ordering::SeqCst),
+            "initial_volume": initial,
+            "committed_volume_delta": committed_delta,
             "committed_feeds": self.feeds.load(Ordering::SeqCst),
             "committed_positions": self.positions.load(Ordering::SeqCst),
             "securities_updated": lt.seq.len(),
@@ -738,10 +822,12 @@ impl Workload for Tpce {
             "not_found": 0,
         });
         if lt.volume != expected {
-            return Err(format!(
-                "LAST_TRADE volume {} != expected {expected} ({summary})",
-                lt.volume
-            )
+            return Err(TpceError::VolumeNotConserved {
+                volume: lt.volume,
+                expected,
+                initial,
+                committed_delta,
+            }
             .into());
         }
         Ok(summary)
@@ -781,7 +867,7 @@ impl Workload for Tpce {
         parts: &[serde_json::Value],
     ) -> Result<serde_json::Value, WorkloadError> {
         if parts.is_empty() {
-            return Err("no node checked its rows".into());
+            return Err(TpceError::NoParts.into());
         }
         // As SmallBank: a restarted node loaded nothing and counted only its new
         // incarnation's feeds; its rows count, its initial volume does not, and the
@@ -810,15 +896,20 @@ impl Workload for Tpce {
                 rows[k] += part_i64(p, n, name)?;
             }
             for (name, into) in [("seq", &mut seq), ("needed", &mut needed)] {
-                let list = p
-                    .get(name)
-                    .and_then(serde_json::Value::as_array)
-                    .ok_or_else(|| format!("node {n}'s check lacks the list {name:?}"))?;
+                let list = p.get(name).and_then(serde_json::Value::as_array).ok_or(
+                    TpceError::MissingList {
+                        node: n,
+                        list: name,
+                    },
+                )?;
                 for e in list {
                     let pair = e
                         .as_array()
                         .and_then(|a| Some((a.first()?.as_u64()?, a.get(1)?.as_u64()?)))
-                        .ok_or_else(|| format!("node {n}'s {name:?} has a malformed entry"))?;
+                        .ok_or(TpceError::MalformedEntry {
+                            node: n,
+                            list: name,
+                        })?;
                     let v = into.entry(pair.0).or_insert(0);
                     *v = (*v).max(pair.1.min(u32::MAX as u64) as u32);
                 }
@@ -840,7 +931,12 @@ impl Workload for Tpce {
             self.securities,
         ]) {
             if n as u64 != loaded {
-                return Err(format!("{name} has {n} rows, {loaded} loaded").into());
+                return Err(TpceError::Rows {
+                    table: name,
+                    found: n,
+                    loaded,
+                }
+                .into());
             }
         }
         torn_final(&seq, &needed)?;
@@ -873,9 +969,13 @@ impl Workload for Tpce {
             "not_found": 0,
         });
         if volume != expected {
-            return Err(
-                format!("LAST_TRADE volume {volume} != expected {expected} ({summary})").into(),
-            );
+            return Err(TpceError::VolumeNotConserved {
+                volume,
+                expected,
+                initial,
+                committed_delta: delta,
+            }
+            .into());
         }
         Ok(summary)
     }

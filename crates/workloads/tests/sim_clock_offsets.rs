@@ -9,7 +9,7 @@ use ambidex_workloads::WorkloadKind;
 use std::collections::HashMap;
 
 /// One simulated seed of a built-in workload.
-fn run(cfg: &ambidex::Config) -> Result<ambidex::sim::SimReport, String> {
+fn run(cfg: &ambidex::Config) -> Result<ambidex::sim::SimReport, ambidex::sim::SimError> {
     ambidex::sim::run(&ambidex_workloads::registry(), cfg)
 }
 

@@ -9,7 +9,7 @@ use ambidex_workloads::WorkloadKind;
 use std::time::Instant;
 
 /// One simulated seed of a built-in workload.
-fn run(cfg: &Config) -> Result<SimReport, String> {
+fn run(cfg: &Config) -> Result<SimReport, ambidex::sim::SimError> {
     ambidex::sim::run(&ambidex_workloads::registry(), cfg)
 }
 
@@ -444,7 +444,7 @@ fn bad_specs_are_clear_errors() {
             }),
         ),
     ] {
-        let e = run(&bad).expect_err(what);
+        let e = run(&bad).expect_err(what).to_string();
         assert!(e.contains(what), "{what}: {e}");
     }
     let e = FaultProfile::named("meteor").unwrap_err();
@@ -498,7 +498,10 @@ fn scripted_partitions_and_pauses_happen_when_asked() {
         let s = with(spec(WorkloadKind::SmallBank, 3, "none"), |c| {
             c.sim.partitions = vec![bad.into()]
         });
-        assert!(run(&s).unwrap_err().contains("--partition"), "{bad}");
+        assert!(
+            run(&s).unwrap_err().to_string().contains("--partition"),
+            "{bad}"
+        );
     }
 }
 

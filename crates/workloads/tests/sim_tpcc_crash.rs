@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// One simulated seed of a built-in workload.
-fn run(cfg: &ambidex::Config) -> Result<ambidex::sim::SimReport, String> {
+fn run(cfg: &ambidex::Config) -> Result<ambidex::sim::SimReport, ambidex::sim::SimError> {
     ambidex::sim::run(&ambidex_workloads::registry(), cfg)
 }
 

@@ -2,9 +2,10 @@
 //! transport), loads a workload in parallel, runs it with a warmup, checks its invariants
 //! and produces the report.
 //!
-//! Multi-process runs (one `ambidex node` process per node, [`crate::bench::node`]) share the
-//! worker loop (`make_worker`), the per-thread settings ([`run_spec`]) and the report
-//! (`assemble_report`): each node sends a [`NodeReport`](crate::bench::NodeReport) and
+//! Multi-process runs (one `ambidex node` process per node, [`crate::bench::node`]) share
+//! the worker loop (`make_worker`), the per-thread settings
+//! ([`Config::run_spec`](crate::Config::run_spec)) and the report (`assemble_report`):
+//! each node sends a [`NodeReport`](crate::bench::NodeReport) and
 //! [`crate::bench::combine_node_reports`] merges them into the same [`BenchReport`].
 //!
 //! Warmup: workers start together and run for `warmup_s`; a timer thread then flips the
@@ -21,7 +22,7 @@ use crate::config::Config;
 use crate::transports::InProcess;
 use crate::workload::{worker_seed, Outcome, Registry, Workload};
 use ambidex_rpc::RpcStats;
-use ambidex_transport::{cputime, CounterSnapshot, NodeId, SharedNode};
+use ambidex_transport::{cputime, CounterSnapshot, SharedNode};
 use ambidex_txn::runner::{self, RunSpec, Worker, WorkerCtx};
 use ambidex_txn::stats::LocationCacheStats;
 use ambidex_txn::{AbortReason, NodeDb, Placement, Policy, TxnStats};
@@ -218,11 +219,6 @@ pub struct SweepPoint {
     pub p99_us: f64,
 }
 
-/// How every (node, thread) of a run of `cfg` is built ([`Config::run_spec`]).
-pub fn run_spec(cfg: &Config, coroutines: usize, node: Option<NodeId>) -> Result<RunSpec, String> {
-    Ok(cfg.run_spec(coroutines, node)?)
-}
-
 /// Runs the benchmark `cfg` describes (its workload registered in `reg`) and returns its
 /// report.
 pub fn run_bench(reg: &Registry, cfg: &Config) -> Result<BenchReport, BenchError> {
@@ -293,7 +289,7 @@ impl WorkloadVisitor<(), BenchError> for Run<'_> {
 
 /// Something done with a registered workload, whatever its type (the [`Workload`]
 /// trait is not object safe, so the registry's entries visit it instead).
-pub(crate) trait WorkloadVisitor<R, E = String> {
+pub(crate) trait WorkloadVisitor<R, E> {
     fn visit<W: Workload>(self, wl: Arc<W>, placement: Placement) -> Result<R, E>;
 }
 

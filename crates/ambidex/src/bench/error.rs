@@ -129,13 +129,6 @@ pub enum NodeError {
     },
 }
 
-/// Bridge for the simulator's set-up, which still reports text.
-impl From<BenchError> for String {
-    fn from(e: BenchError) -> String {
-        e.to_string()
-    }
-}
-
 impl From<ambidex_txn::DbError> for NodeError {
     fn from(e: ambidex_txn::DbError) -> Self {
         NodeError::Bench(e.into())

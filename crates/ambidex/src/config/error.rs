@@ -112,12 +112,6 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-impl From<ConfigError> for String {
-    fn from(e: ConfigError) -> String {
-        e.to_string()
-    }
-}
-
 pub(super) fn invalid<T>(field: &'static str, why: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError::Invalid {
         field,

@@ -59,17 +59,19 @@ impl Config {
         };
         // A bad per-phase choice is named with its field before serde sees it.
         super::policy::check_file(&value)?;
-        Config::over(base, value).map_err(parse)
+        Config::over(base, value).map_err(|e| parse(e.to_string()))
     }
 
     /// `over` (a parsed file) laid onto `base`.
-    pub fn over(base: &Config, over: serde_json::Value) -> Result<Config, String> {
+    pub fn over(base: &Config, over: serde_json::Value) -> Result<Config, serde_json::Error> {
         if !over.is_object() {
-            return Err("the configuration must be a table (object) of sections".into());
+            return Err(serde::de::Error::custom(
+                "the configuration must be a table (object) of sections",
+            ));
         }
-        let mut v = serde_json::to_value(base).map_err(|e| e.to_string())?;
+        let mut v = serde_json::to_value(base)?;
         merge(&mut v, over);
-        let mut c: Config = serde_json::from_value(v).map_err(|e| e.to_string())?;
+        let mut c: Config = serde_json::from_value(v)?;
         c.run.progress = base.run.progress;
         Ok(c)
     }

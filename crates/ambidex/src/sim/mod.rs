@@ -38,16 +38,17 @@ pub(crate) mod checks;
 mod error;
 pub mod profile;
 
-pub use error::SimConfigError;
+use error::RestartError;
+pub use error::{SimConfigError, SimError};
 
 pub use profile::{FaultProfile, PROFILES};
 
 pub use crate::config::InjectedBug;
 
-use crate::bench::driver::{run_spec, WorkloadVisitor};
+use crate::bench::driver::WorkloadVisitor;
 use crate::bench::load::{build_nodes, LoadOptions};
 use crate::bench::report::policy_flags;
-use crate::bench::{OneSidedCounts, PolicyReport};
+use crate::bench::{BenchError, OneSidedCounts, PolicyReport};
 use crate::config::Config;
 use crate::workload::{worker_seed, Outcome, Registry, Workload};
 use ambidex_cluster::{AgentCore, EventKind, Stage, SteppedClient, SteppedManager};
@@ -59,7 +60,7 @@ use ambidex_txn::log_ring::LogRingConfig;
 use ambidex_txn::recovery::{RecoveryStats, ThreadRecovery};
 use ambidex_txn::runner::{start_thread, ManagerSpec, RunSpec, WorkerCtx};
 use ambidex_txn::stats::LocationCacheStats;
-use ambidex_txn::{NodeDb, Phase, Placement, TableSpec, TxnStats, TxnThread};
+use ambidex_txn::{NodeDb, Phase, Placement, StartError, TableSpec, TxnStats, TxnThread};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -478,7 +479,7 @@ impl SimReport {
 /// Runs one simulated seed of the registered workload `cfg.run.workload` and checks it.
 /// `Err` only for a bad configuration or a set-up failure; a run whose checks fail is
 /// an `Ok` report with `failures`.
-pub fn run(reg: &Registry, cfg: &Config) -> Result<SimReport, String> {
+pub fn run(reg: &Registry, cfg: &Config) -> Result<SimReport, SimError> {
     validate(cfg)?;
     reg.entry(&cfg.run.workload)?.sim(cfg, SimRun { cfg })
 }
@@ -488,8 +489,8 @@ pub(crate) struct SimRun<'a> {
     pub(crate) cfg: &'a Config,
 }
 
-impl WorkloadVisitor<SimReport> for SimRun<'_> {
-    fn visit<W: Workload>(self, wl: Arc<W>, _placement: Placement) -> Result<SimReport, String> {
+impl WorkloadVisitor<SimReport, SimError> for SimRun<'_> {
+    fn visit<W: Workload>(self, wl: Arc<W>, _placement: Placement) -> Result<SimReport, SimError> {
         run_with(self.cfg, wl)
     }
 }
@@ -513,7 +514,7 @@ fn load<W: Workload>(
     transports: &[SharedNode],
     seed: u64,
     steps: u64,
-) -> Result<Vec<Arc<NodeDb>>, String> {
+) -> Result<Vec<Arc<NodeDb>>, BenchError> {
     let room = table_room(steps);
     let opts = LoadOptions {
         progress: false,
@@ -521,7 +522,7 @@ fn load<W: Workload>(
         max_capacity: Some(room),
         no_catalog: false,
     };
-    Ok(build_nodes(wl, placement, transports, seed, &opts)?)
+    build_nodes(wl, placement, transports, seed, &opts)
 }
 
 /// Rows of room per table and node of a run of `steps` steps.
@@ -671,7 +672,13 @@ struct Sim {
 /// Starts the threads of node `.0` as incarnation `.1` on database `.3`, its workers in
 /// slot `.2`, drawing session nonces from `.4`.
 type Spawn = Box<
-    dyn FnMut(NodeId, u64, usize, Arc<NodeDb>, &mut SmallRng) -> Result<Vec<NodeThread>, String>,
+    dyn FnMut(
+        NodeId,
+        u64,
+        usize,
+        Arc<NodeDb>,
+        &mut SmallRng,
+    ) -> Result<Vec<NodeThread>, StartError>,
 >;
 
 /// One incarnation's transactions whose outcome another node may decide, by id.
@@ -1033,7 +1040,7 @@ impl Sim {
     /// nor run transactions until admitted) and an agent that asks to join. The
     /// survivors' catalogs take its new regions once they removed the old incarnation
     /// ([`Sim::update_catalogs`]).
-    fn restart(&mut self, n: NodeId, crashed_at_ns: u64) -> Result<(), String> {
+    fn restart(&mut self, n: NodeId, crashed_at_ns: u64) -> Result<(), RestartError> {
         let nn = n as usize;
         let now = self.now();
         let state = self.cluster.manager.state();
@@ -1041,7 +1048,7 @@ impl Sim {
         let before_removal = state.config.placement.is_member(n);
         let survivor = (0..self.dbs.len())
             .find(|&m| m != nn && !self.crashed[m] && state.config.placement.is_member(m as NodeId))
-            .ok_or("no survivor to rejoin")?;
+            .ok_or(RestartError::NoSurvivor)?;
         let mut config = (*self.dbs[survivor].config().load()).clone();
         // Restarted before its crashed incarnation was removed: it starts in the
         // configuration without it (the one its join makes the manager publish, as far
@@ -1049,18 +1056,17 @@ impl Sim {
         // There its runtime would answer the epoch's requests (the RPC layer serves
         // whatever the lease) from an empty store.
         if config.placement.is_member(n) && self.bug != Some(InjectedBug::JoinerServesOldEpoch) {
-            config = config.without(1 << n).map_err(|e| e.to_string())?;
+            config = config
+                .without(1 << n)
+                .map_err(RestartError::Configuration)?;
         }
         let transport = self.net.node(n);
-        transport.restart().map_err(|e| e.to_string())?;
-        let db = NodeDb::with_config(&*transport, config, &self.specs, LogRingConfig::default())
-            .map_err(|e| e.to_string())?;
+        transport.restart().map_err(RestartError::Transport)?;
+        let db = NodeDb::with_config(&*transport, config, &self.specs, LogRingConfig::default())?;
         if let Some(cat) = self.dbs[survivor].catalog() {
             let mut whole = (*cat).clone();
-            whole
-                .replace_node(n, db.table_descs(), Some(db.log_region_desc()))
-                .map_err(|e| e.to_string())?;
-            db.set_catalog(whole).map_err(|e| e.to_string())?;
+            whole.replace_node(n, db.table_descs(), Some(db.log_region_desc()))?;
+            db.set_catalog(whole)?;
             self.catalog_pending.push(n);
         }
         // The agent first: the node holds no lease from here on.
@@ -1075,8 +1081,9 @@ impl Sim {
         self.cluster.agents[nn] = Some((agent, client));
         self.cluster.next_agent[nn] = now;
         let slot = self.slot_node.len() / self.per_slot;
-        if slot >= self.dbs.len() + MAX_RESTARTS {
-            return Err("no worker slot left".into());
+        let slots = self.dbs.len() + MAX_RESTARTS;
+        if slot >= slots {
+            return Err(RestartError::NoSlot { slots });
         }
         let threads = (self.spawn)(n, incarnation, slot, db.clone(), &mut self.restart_rng)?;
         self.slot_node.extend(vec![n; self.per_slot]);
@@ -1193,7 +1200,7 @@ impl Sim {
 
 /// Runs one simulated seed of any workload (`run.workload` and `run.scale` are not
 /// used: `wl` is the workload, built by the caller for `cfg`'s cluster shape).
-pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, String> {
+pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, SimError> {
     validate(cfg)?;
     let faults = FaultProfile::named(&cfg.sim.faults)?;
     let script = script(cfg)?;
@@ -1211,7 +1218,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
     net_faults.onesided_rto_ns = ((cfg.rpc.rto_min_ms * 1e6) as u64).max(1);
     net_faults.onesided_retries =
         ((cfg.rpc.give_up_ms / cfg.rpc.rto_min_ms).ceil() as u32).saturating_sub(1);
-    let net = SimNet::new(cluster, seed, net_faults).map_err(|e| e.to_string())?;
+    let net = SimNet::new(cluster, seed, net_faults).map_err(SimError::Net)?;
     net.record_trace(cfg.sim.trace);
     // The network first: every node's tables live in regions registered on it, and the
     // nodes learn each other's descriptors directly (the catalog).
@@ -1243,7 +1250,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
         // agents itself, on simulated time (`SimCluster`), not on threads.
         manager: Some(ManagerSpec::embedded(LEASE)),
         kill: None,
-        ..run_spec(cfg, coroutines, None)?
+        ..cfg.run_spec(coroutines, None)?
     };
     let policy = base.txn.policy;
     let recs: Rc<RefCell<Vec<TxnRecord>>> = Rc::default();
@@ -1292,7 +1299,11 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
             }
             let mut threads = Vec::new();
             for t in 0..threads_per_node {
-                let ep = node.endpoint(t).map_err(|e| e.to_string())?;
+                let ep = node.endpoint(t).map_err(|source| StartError::Endpoint {
+                    node: n,
+                    thread: t,
+                    source,
+                })?;
                 // Session nonces from the seed, not the clock.
                 let spec = RunSpec {
                     rpc: RuntimeConfig {
@@ -1351,8 +1362,7 @@ pub fn run_with<W: Workload>(cfg: &Config, wl: Arc<W>) -> Result<SimReport, Stri
                         let idx = (slot * threads_per_node as usize + t as usize) * coroutines + c;
                         running_done[idx].set(false);
                     },
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
                 threads.push(NodeThread {
                     addr: EndpointAddr::new(n, t),
                     rec: ThreadRecovery::new(&rt, &th),

@@ -13,7 +13,7 @@ use crate::bench::driver::{Run, WorkloadVisitor};
 use crate::bench::node::{Load, LoadedNode, Rejoin};
 use crate::bench::{BenchError, BenchReport, NodeError};
 use crate::config::Config;
-use crate::sim::{SimReport, SimRun};
+use crate::sim::{SimError, SimReport, SimRun};
 use ambidex_txn::Placement;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -68,7 +68,7 @@ pub(crate) trait Entry: Send + Sync {
     fn load(&self, cfg: &Config, v: Load<'_>) -> Result<LoadedNode, NodeError>;
     fn rejoin(&self, cfg: &Config, v: Rejoin<'_>) -> Result<LoadedNode, NodeError>;
     fn combine(&self, cfg: &Config, v: Combine<'_>) -> Result<BenchReport, CombineError>;
-    fn sim(&self, cfg: &Config, v: SimRun<'_>) -> Result<SimReport, String>;
+    fn sim(&self, cfg: &Config, v: SimRun<'_>) -> Result<SimReport, SimError>;
 }
 
 struct Typed<W, F> {
@@ -134,7 +134,7 @@ where
     fn combine(&self, cfg: &Config, v: Combine<'_>) -> Result<BenchReport, CombineError> {
         self.visit(cfg, false, v)
     }
-    fn sim(&self, cfg: &Config, v: SimRun<'_>) -> Result<SimReport, String> {
+    fn sim(&self, cfg: &Config, v: SimRun<'_>) -> Result<SimReport, SimError> {
         self.visit(cfg, true, v)
     }
 }
@@ -154,13 +154,6 @@ fn registered(known: &[&str]) -> String {
         "none".into()
     } else {
         known.join(", ")
-    }
-}
-
-/// The harness still reports some failures as text.
-impl From<UnknownWorkload> for String {
-    fn from(e: UnknownWorkload) -> String {
-        e.to_string()
     }
 }
 
