@@ -182,4 +182,63 @@ pub enum StartError {
     /// the other nodes' descriptors, or its start-up check of their tables failed.
     #[error("{0}")]
     StartupCheck(#[source] ambidex_txn::StartupCheckError),
+    /// A node started on its own with the etcd manager needs the name of its cluster in
+    /// etcd (`cluster.etcd_cluster`): no launcher makes one up.
+    #[error(
+        "Node::start with cluster.manager = \"etcd\" needs cluster.etcd_cluster: the name \
+         of the cluster in etcd, the same for every node of it (no launcher makes one up)"
+    )]
+    NoEtcdCluster,
+    /// The cluster in etcd could not be created, read or joined.
+    #[error("its membership in etcd: {0}")]
+    Membership(#[source] crate::bench::etcd_membership::MembershipError),
+    /// The cluster of that name in etcd has another shape than this configuration.
+    #[error(
+        "cluster {cluster:?} in etcd has {found_nodes} nodes with replication \
+         {found_replication}, this configuration {nodes} with replication {replication}: \
+         another cluster has that name"
+    )]
+    EtcdClusterDiffers {
+        /// `cluster.etcd_cluster`.
+        cluster: String,
+        /// The nodes of the cluster in etcd.
+        found_nodes: u16,
+        /// Its replication.
+        found_replication: u16,
+        /// The configuration's `cluster.nodes`.
+        nodes: u16,
+        /// The configuration's `cluster.replication`.
+        replication: u16,
+    },
+    /// The cluster in etcd left its initial configuration (a node was removed, or it
+    /// stopped): a node started with [`Node::start`](crate::Node::start) has an empty
+    /// database and joins only the initial configuration (a restarted node rejoining is
+    /// built for `ambidex bench --restart` only).
+    #[error(
+        "cluster {cluster:?} in etcd is no longer in its initial configuration (epoch \
+         {epoch}{}): node {node} cannot join it with an empty database (name a new \
+         cluster in cluster.etcd_cluster)",
+        match stopped { Some(why) => format!(", stopped: {why}"), None => String::new() }
+    )]
+    EtcdClusterMovedOn {
+        /// `cluster.etcd_cluster`.
+        cluster: String,
+        /// The node that started.
+        node: u16,
+        /// The cluster's epoch in etcd (1: the initial configuration).
+        epoch: u32,
+        /// Why the cluster stopped, if it did.
+        stopped: Option<String>,
+    },
+    /// The thread of the node's cluster agent could not be spawned.
+    #[error("cannot start the cluster agent: {0}")]
+    Agent(#[source] std::io::Error),
+    /// The manager refused the node before it started (its lease, or its membership).
+    #[error("node {node} was fenced by the configuration manager before it started: {why}")]
+    Fenced {
+        /// The node.
+        node: u16,
+        /// What the agent was told.
+        why: String,
+    },
 }

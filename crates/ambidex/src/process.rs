@@ -3,16 +3,37 @@
 //! `udp`), its threads serving the other nodes and running this program's transactions.
 //!
 //! What is built: clusters whose nodes find each other by the configuration alone
-//! (`udp` addresses or the `shm` directory), with no configuration manager
-//! (`cluster.manager = "none"`: a node that stops stops the cluster's transactions that
-//! need it), under every transaction policy. The one-sided policies (`farm`, `drtm-r`,
-//! `drtm-h`) need every node's table and log region descriptors (the catalog): with no
-//! launcher to hand them out, the nodes ask each other over the cluster's own RPCs
-//! when they start (`ambidex_txn::catalog_exchange`), so [`Node::start`] returns once
-//! every other node has answered and this node's start-up check of their tables passed.
-//! Not built: leases need a manager the nodes reach (the launcher's, or etcd through
-//! `ambidex node`); they are refused with a clear error.
+//! (`udp` addresses or the `shm` directory), under every transaction policy, with no
+//! configuration manager or with etcd's:
+//!
+//! - `cluster.manager = "none"`: no leases; a node that stops stops the cluster's
+//!   transactions that need it.
+//! - `cluster.manager = "etcd"` (cargo feature `etcd`; a build without it refuses the
+//!   configuration): leases, failure detection and reconfiguration in etcd, as for
+//!   `ambidex bench` node processes. Every node names the same cluster in etcd
+//!   (`cluster.etcd_cluster`, required: no launcher makes one up); the first to start
+//!   creates it in the initial configuration (`etcd_membership::bootstrap_or_read`),
+//!   the others check that the one there has the configuration's shape and is still in
+//!   its initial configuration. Each node's agent holds its lease in etcd on its own
+//!   client and moves the node's threads through each new configuration. A node shut
+//!   down ([`NodeProcess::shutdown`]), or dead, stops renewing its lease: once etcd
+//!   expires it the others remove it and go on. Every node's lease runs from the
+//!   cluster's creation: start every node within a lease (etcd counts whole seconds)
+//!   of the first, or the others remove it before it runs. A removed node cannot come
+//!   back (a node started again has an empty database: rejoining is built for
+//!   `ambidex bench --restart` only).
+//!
+//! The one-sided policies (`farm`, `drtm-r`, `drtm-h`) need every node's table and log
+//! region descriptors (the catalog): with no launcher to hand them out, the nodes ask
+//! each other over the cluster's own RPCs when they start
+//! (`ambidex_txn::catalog_exchange`), so [`Node::start`] returns once every other node
+//! has answered and this node's start-up check of their tables passed (with etcd, they
+//! ask in the initial configuration, the one every node starts in).
+//!
+//! Not built: the embedded manager (it lives in a host process, `ambidex bench`'s
+//! launcher), refused with a clear error pointing to etcd.
 
+use crate::bench::etcd_membership;
 use crate::cluster::{ClusterReport, DEFAULT_COROUTINES, START_TIMEOUT};
 use crate::config::{Config, ManagerKind, Transport};
 use crate::error::{Error, StartError};
@@ -20,6 +41,8 @@ use crate::node::Node;
 use crate::retry::RetryPolicy;
 use crate::schema::Schema;
 use crate::service::{job_server, Shared};
+use ambidex_cluster::Agent;
+use ambidex_transport::clock::SystemClock;
 use ambidex_transport::{cputime, CounterSnapshot};
 use ambidex_txn::runner::{spawn_node, Crew, Serve};
 use ambidex_txn::{NodeDb, TxnStats};
@@ -39,6 +62,9 @@ pub struct NodeProcess {
     start_timeout: Duration,
     crew: Crew,
     handles: Vec<JoinHandle<()>>,
+    /// With the etcd manager: this node's cluster agent, holding its lease and
+    /// following the membership, from the start until [`NodeProcess::shutdown`].
+    agent: Option<Agent>,
     started: Instant,
     cpu0: f64,
 }
@@ -61,8 +87,19 @@ impl Node {
     ///
     /// `config.cluster.transport` must be `udp` (with `udp_addrs`, one per node) or
     /// `shm` (with `shm_dir`, created by `ambidex`'s launcher or
-    /// `ambidex::transports::create`), and `cluster.manager` must be `"none"` (see the
-    /// module's documentation for why).
+    /// `ambidex::transports::create`), and `cluster.manager` `"none"` or `"etcd"`.
+    ///
+    /// With `"etcd"` (cargo feature `etcd`), `cluster.etcd_cluster` names the cluster
+    /// in etcd (the same on every node; [`StartError::NoEtcdCluster`] without it): the
+    /// first node creates it there, the others check it has this configuration's shape
+    /// ([`StartError::EtcdClusterDiffers`]) and is still in its initial configuration
+    /// ([`StartError::EtcdClusterMovedOn`]). Then this node's agent holds its lease in
+    /// etcd until [`NodeProcess::shutdown`], and `start` returns once the first lease
+    /// is granted too. A node that stops or dies is removed by the others once its
+    /// lease expires, and they go on without it ([`NodeProcess::epoch`] moves on).
+    /// Start every node within a lease (at least a second) of the first: each node's
+    /// lease runs from the cluster's creation. `"embedded"` is refused
+    /// ([`Error::NotSupported`]): see the module's documentation.
     pub fn start(config: &Config, id: u16, schema: &Schema) -> Result<NodeProcess, Error> {
         Self::start_within(config, id, schema, START_TIMEOUT)
     }
@@ -92,6 +129,9 @@ impl Node {
             db.fetch_catalog_at_start(peers)?;
             start_timeout += peers + spec.rpc.give_up;
         }
+        // With etcd: the cluster exists in etcd (this node made it, or checked the one
+        // there), and this node's agent holds its lease before its threads start.
+        let agent = start_agent(config, id, &db)?;
         let threads = config.cluster.threads;
         let shared = Arc::new(Shared::new(config.cluster.nodes, threads));
         let crew = Crew::new(threads as usize * coroutines);
@@ -111,6 +151,7 @@ impl Node {
             start_timeout,
             crew,
             handles,
+            agent,
             started,
             cpu0,
         };
@@ -119,7 +160,7 @@ impl Node {
     }
 }
 
-/// Refuses what a node started on its own cannot do yet, saying why.
+/// Refuses what a node started on its own cannot do, saying why.
 fn check_supported(config: &Config) -> Result<(), Error> {
     let unsupported = |what: &'static str| Error::NotSupported(what);
     if config.cluster.transport == Transport::Local {
@@ -127,13 +168,73 @@ fn check_supported(config: &Config) -> Result<(), Error> {
             "a local cluster lives in one process: start it with Cluster::local",
         ));
     }
-    if config.cluster.manager != ManagerKind::None {
-        return Err(unsupported(
-            "Node::start runs without a configuration manager (cluster.manager = \"none\"); \
-             leases need the launcher's manager or etcd (ambidex node)",
-        ));
+    match config.cluster.manager {
+        ManagerKind::None => Ok(()),
+        ManagerKind::Embedded => Err(unsupported(
+            "the embedded configuration manager lives in a host process (ambidex bench's \
+             launcher), which nodes started with Node::start do not have: use \
+             cluster.manager = \"etcd\" (with the cargo feature etcd) for leases and \
+             reconfiguration, or \"none\"",
+        )),
+        // `Config::validate` refused it first in a build without etcd.
+        ManagerKind::Etcd if config.cluster.etcd_cluster.is_none() => {
+            Err(StartError::NoEtcdCluster.into())
+        }
+        ManagerKind::Etcd => Ok(()),
     }
-    Ok(())
+}
+
+/// With the etcd manager: makes sure cluster `cluster.etcd_cluster` exists in etcd in
+/// this configuration's shape (the first node to get here creates it in the initial
+/// configuration; the others check the one there is that configuration still), then
+/// starts node `id`'s agent on its own etcd client (incarnation 1), sharing the node's
+/// state with its threads (`NodeDb::cluster`), as `ambidex node` does. `None` without
+/// a manager.
+fn start_agent(config: &Config, id: u16, db: &NodeDb) -> Result<Option<Agent>, Error> {
+    let c = &config.cluster;
+    let Some(manager) = c.manager_spec() else {
+        return Ok(None);
+    };
+    let cluster = c.etcd_cluster.clone().ok_or(StartError::NoEtcdCluster)?;
+    if let Some((state, stopped)) =
+        etcd_membership::bootstrap_or_read(c).map_err(StartError::Membership)?
+    {
+        let p = &state.config.placement;
+        if (p.nodes(), p.replication()) != (c.nodes, c.replication) {
+            return Err(StartError::EtcdClusterDiffers {
+                cluster,
+                found_nodes: p.nodes(),
+                found_replication: p.replication(),
+                nodes: c.nodes,
+                replication: c.replication,
+            }
+            .into());
+        }
+        // This node's database is new and in the initial configuration: it can be a
+        // member of that one only.
+        if state.config.epoch != db.config().epoch() || stopped.is_some() {
+            return Err(StartError::EtcdClusterMovedOn {
+                cluster,
+                node: id,
+                epoch: state.config.epoch,
+                stopped,
+            }
+            .into());
+        }
+    }
+    // The events this node's client publishes are not reported (no launcher merges
+    // them); `ambidex bench` reports them.
+    let client = etcd_membership::node_client(c, id, 1, Default::default())
+        .map_err(StartError::Membership)?;
+    let agent = Agent::start(
+        format!("agent{id}"),
+        client,
+        db.cluster().clone(),
+        manager.lease,
+        SystemClock::shared(),
+    )
+    .map_err(StartError::Agent)?;
+    Ok(Some(agent))
 }
 
 impl std::ops::Deref for NodeProcess {
@@ -147,6 +248,21 @@ impl NodeProcess {
     /// A handle on this node (cheap to clone, usable from any thread).
     pub fn node(&self) -> Node {
         self.node.clone()
+    }
+
+    /// The epoch of the configuration this node is in: 1 at the start; with the etcd
+    /// manager, each reconfiguration (a node removed) moves it on.
+    pub fn epoch(&self) -> u32 {
+        self.db.cluster().config.epoch()
+    }
+
+    /// The nodes of the configuration this node is in (every node of the cluster but
+    /// those the manager removed).
+    pub fn members(&self) -> Vec<u16> {
+        self.db
+            .cluster()
+            .config
+            .with(|c| c.placement.members().collect())
     }
 
     /// Waits until every thread's job servers run (after the catalog exchange and the
@@ -169,7 +285,17 @@ impl NodeProcess {
             if let Some(Err(e)) = self.db.verification() {
                 return Err(StartError::StartupCheck(e).into());
             }
-            if self.shared.started() >= want {
+            // With a manager, the node's first lease too (its threads serve only then).
+            let state = self.db.cluster();
+            if self.agent.is_some() && state.fenced() {
+                return Err(StartError::Fenced {
+                    node: self.node.id(),
+                    why: state.why().unwrap_or_default(),
+                }
+                .into());
+            }
+            let leased = self.agent.is_none() || state.serving(SystemClock::shared().now_ns());
+            if self.shared.started() >= want && leased {
                 return Ok(());
             }
             if t0.elapsed() > self.start_timeout {
@@ -187,6 +313,12 @@ impl NodeProcess {
     /// Stops this node: the transactions queued run first, then its threads stop
     /// serving the others (stop a node once the others no longer need it: its share of
     /// the data goes with it). Returns what its threads did.
+    ///
+    /// With the etcd manager, its agent stops with it: its lease is no longer renewed,
+    /// and once etcd expires it (a lease, rounded up to whole seconds) the other nodes
+    /// reconfigure without it and go on (as long as every partition keeps a copy on
+    /// them); until then their transactions that need this node wait or are retried.
+    /// It cannot come back: a node started again has an empty database.
     pub fn shutdown(mut self) -> Result<ClusterReport, Error> {
         self.finish()
     }
@@ -203,6 +335,9 @@ impl NodeProcess {
         for h in self.handles.drain(..) {
             panicked |= h.join().is_err();
         }
+        // This node no longer serves: its lease goes, and the others remove it once
+        // the manager sees it expire.
+        drop(self.agent.take());
         self.shared.close();
         if panicked {
             return Err(Error::ClusterPanicked);

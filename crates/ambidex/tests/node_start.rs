@@ -201,7 +201,7 @@ fn what_a_node_started_alone_cannot_do_is_refused_with_the_reason() {
     refused(&c, "Cluster::local");
     let mut c = shm_config();
     c.cluster.manager = ManagerKind::Embedded;
-    refused(&c, "manager");
+    refused(&c, "etcd");
     // A node id outside the cluster.
     let c = shm_config();
     transports::create(&c.cluster).unwrap();

@@ -1,7 +1,10 @@
 //! The etcd manager for node processes (`cluster.manager = "etcd"`): the launcher
 //! creates the run's cluster in etcd ([`bootstrap`]) and reads its final state back
 //! ([`final_state`], and [`StateReader`] while it waits to restart a node); each node process connects its agent to etcd itself
-//! ([`node_client`]), so no manager call crosses the launcher's control pipes. The
+//! ([`node_client`]), so no manager call crosses the launcher's control pipes. A node
+//! started on its own (`ambidex::Node::start`) has no launcher: it creates the cluster
+//! itself if no other node of it did yet, or reads the one there
+//! ([`bootstrap_or_read`]), and connects its agent the same way. The
 //! membership events are what each node's client published, reported with the node's
 //! report ([`NodeReport::manager_events`](crate::bench::NodeReport::manager_events)).
 //!
@@ -74,6 +77,29 @@ fn names(c: &ClusterSection) -> Result<(Vec<&str>, &str), MembershipError> {
 /// cluster's initial configuration; every member's lease runs from now. Waits up to
 /// 10 s for etcd to answer.
 pub fn bootstrap(c: &ClusterSection) -> Result<(), MembershipError> {
+    match create(c)? {
+        true => Ok(()),
+        false => Err(MembershipError::Exists(names(c)?.1.into())),
+    }
+}
+
+/// The cluster `cluster.etcd_cluster` as a node started on its own
+/// (`ambidex::Node::start`) finds it: created now by this call in the cluster's initial
+/// configuration (`None`; every member's lease runs from now), or already there (made
+/// by another node of it): its state, and why it stopped, if it did. Waits up to 10 s
+/// for etcd to answer.
+pub fn bootstrap_or_read(
+    c: &ClusterSection,
+) -> Result<Option<(ClusterState, Option<String>)>, MembershipError> {
+    match create(c)? {
+        true => Ok(None),
+        false => final_state(c).map(Some),
+    }
+}
+
+/// Creates cluster `cluster.etcd_cluster` in the initial configuration: false if it
+/// exists already (then nothing is written).
+fn create(c: &ClusterSection) -> Result<bool, MembershipError> {
     #[cfg(feature = "etcd")]
     {
         use ambidex_cluster::{Configuration, EtcdManager, ManagerError};
@@ -84,8 +110,7 @@ pub fn bootstrap(c: &ClusterSection) -> Result<(), MembershipError> {
         let start = Instant::now();
         loop {
             match EtcdManager::bootstrap(&eps, cluster, config.clone(), lease) {
-                Ok(true) => return Ok(()),
-                Ok(false) => return Err(MembershipError::Exists(cluster.into())),
+                Ok(created) => return Ok(created),
                 Err(ManagerError::Unreachable(_)) if start.elapsed() < Duration::from_secs(10) => {
                     std::thread::sleep(Duration::from_millis(100))
                 }
