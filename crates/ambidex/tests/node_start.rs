@@ -3,11 +3,12 @@
 //! the catalog from each other), and the configurations it refuses, with the reason.
 
 use ambidex::config::{ManagerKind, Transport};
-use ambidex::{
-    transports, ClusterReport, Config, Error, Node, NodeProcess, Schema, StartError, Table,
-};
+use ambidex::{transports, Config, Error, Node, Schema, StartError};
 use ambidex_txn::{CatalogExchangeError, StartupCheckError};
 use std::time::Duration;
+
+mod common;
+use common::{shut_down, start_three, write_and_read_each_others_keys};
 
 fn shm_config() -> Config {
     let mut c = Config::default();
@@ -30,27 +31,11 @@ fn nodes_started_separately_form_one_cluster() {
     let nodes: Vec<_> = (0..3)
         .map(|n| Node::start(&cfg, n, &schema).unwrap())
         .collect();
-    for (n, node) in nodes.iter().enumerate() {
-        let t = kv.clone();
-        node.run(async move |tx| tx.insert(&t, n as u64, &format!("from node {n}")))
-            .unwrap();
-    }
-    for node in &nodes {
-        let t = kv.clone();
-        let all = node
-            .read(async move |tx| tx.get_many(&t, &[0, 1, 2]).await)
-            .unwrap();
-        let want: Vec<_> = (0..3).map(|n| Some(format!("from node {n}"))).collect();
-        assert_eq!(all, want, "node {} reads every node's write", node.id());
-    }
-    let mut committed = 0;
-    for node in nodes {
-        let r = node.shutdown().unwrap();
-        committed += r.committed;
-        // RPCs only: no start-up check, no one-sided operation.
-        assert_eq!((r.onesided_posted, r.log_records_written), (0, 0));
-    }
-    assert_eq!(committed, 6, "3 inserts and 3 reads");
+    write_and_read_each_others_keys(&nodes, &kv);
+    let r = shut_down(nodes);
+    // RPCs only: no start-up check, no one-sided operation.
+    assert_eq!((r.onesided_posted, r.log_records_written), (0, 0));
+    assert_eq!(r.committed, 6, "3 inserts and 3 reads");
     transports::destroy(&cfg.cluster);
 }
 
@@ -62,58 +47,6 @@ fn config(transport: Transport, preset: &str) -> Config {
     c.txn.mode = preset.into();
     transports::on_this_host(&mut c.cluster);
     c
-}
-
-/// Starts nodes `0..3` of `cfg`, each from its own thread (each `Node::start` returns
-/// once the others answered), node `n` after `delays[n]`.
-fn start_three(cfg: &Config, schema: &Schema, delays: [Duration; 3]) -> Vec<NodeProcess> {
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..3u16)
-            .map(|n| {
-                s.spawn(move || {
-                    std::thread::sleep(delays[n as usize]);
-                    Node::start(cfg, n, schema)
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .enumerate()
-            .map(|(n, h)| {
-                h.join()
-                    .unwrap()
-                    .unwrap_or_else(|e| panic!("node {n}: {e}"))
-            })
-            .collect()
-    })
-}
-
-/// Every node writes its key and reads every node's; the reports, summed.
-fn write_and_read_each_others_keys(
-    nodes: Vec<NodeProcess>,
-    kv: &Table<u64, String>,
-) -> ClusterReport {
-    for (n, node) in nodes.iter().enumerate() {
-        let t = kv.clone();
-        node.run(async move |tx| tx.insert(&t, n as u64, &format!("from node {n}")))
-            .unwrap();
-    }
-    for node in &nodes {
-        let t = kv.clone();
-        let all = node
-            .read(async move |tx| tx.get_many(&t, &[0, 1, 2]).await)
-            .unwrap();
-        let want: Vec<_> = (0..3).map(|n| Some(format!("from node {n}"))).collect();
-        assert_eq!(all, want, "node {} reads every node's write", node.id());
-    }
-    let mut sum = ClusterReport::default();
-    for node in nodes {
-        let r = node.shutdown().unwrap();
-        sum.committed += r.committed;
-        sum.read_only_committed += r.read_only_committed;
-        sum.onesided_posted += r.onesided_posted;
-        sum.log_records_written += r.log_records_written;
-    }
-    sum
 }
 
 /// One-sided operations each node's start-up check posts: a READ of each other
@@ -131,7 +64,8 @@ fn one_sided_cluster(transport: Transport, preset: &str, delays: [Duration; 3]) 
         .table_with_max_len::<u64, String>("kv", 100, 32)
         .unwrap();
     let nodes = start_three(&cfg, &schema, delays);
-    let r = write_and_read_each_others_keys(nodes, &kv);
+    write_and_read_each_others_keys(&nodes, &kv);
+    let r = shut_down(nodes);
     transports::destroy(&cfg.cluster);
     assert_eq!(r.committed, 6, "3 inserts and 3 reads");
     assert!(r.log_records_written >= 3, "{preset}: {r:?}");

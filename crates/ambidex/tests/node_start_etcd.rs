@@ -7,9 +7,12 @@
 
 use ambidex::bench::etcd_membership;
 use ambidex::config::{ManagerKind, Transport};
-use ambidex::{transports, Config, Error, Node, NodeProcess, Schema, StartError, Table};
+use ambidex::{transports, Config, Error, Node, Schema, StartError, Table};
 use ambidex_cluster::manager::etcd::local::LocalEtcd;
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{start_three, write_and_read_each_others_keys};
 
 /// Three nodes over shm with the etcd manager at `etcd`, cluster `name` in it, leases
 /// of a second, under transaction mode `preset`.
@@ -26,48 +29,12 @@ fn config(etcd: &LocalEtcd, name: &str, preset: &str) -> Config {
     c
 }
 
-/// Starts nodes `0..3` of `cfg` at once, each from its own thread (every node's lease
-/// runs from the cluster's creation in etcd, and a one-sided policy's nodes wait for
-/// each other's catalog).
-fn start_three(cfg: &Config, schema: &Schema) -> Vec<NodeProcess> {
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..3u16)
-            .map(|n| s.spawn(move || Node::start(cfg, n, schema)))
-            .collect();
-        hs.into_iter()
-            .enumerate()
-            .map(|(n, h)| {
-                h.join()
-                    .unwrap()
-                    .unwrap_or_else(|e| panic!("node {n}: {e}"))
-            })
-            .collect()
-    })
-}
-
 fn kv_schema() -> (Schema, Table<u64, String>) {
     let mut schema = Schema::new();
     let kv = schema
         .table_with_max_len::<u64, String>("kv", 1000, 32)
         .unwrap();
     (schema, kv)
-}
-
-/// Each node inserts key `n` and reads every node's.
-fn write_and_read_each_others_keys(nodes: &[NodeProcess], kv: &Table<u64, String>) {
-    for (n, node) in nodes.iter().enumerate() {
-        let t = kv.clone();
-        node.run(async move |tx| tx.insert(&t, n as u64, &format!("from node {n}")))
-            .unwrap_or_else(|e| panic!("node {n}: {e}"));
-    }
-    for node in nodes {
-        let t = kv.clone();
-        let all = node
-            .read(async move |tx| tx.get_many(&t, &[0, 1, 2]).await)
-            .unwrap();
-        let want: Vec<_> = (0..3).map(|n| Some(format!("from node {n}"))).collect();
-        assert_eq!(all, want, "node {} reads every node's write", node.id());
-    }
 }
 
 /// Three nodes commit; node 2 is shut down; once etcd expired its lease the other two
@@ -81,7 +48,7 @@ fn the_others_go_on_once_etcd_removed_a_node_shut_down() {
     let cfg = config(&etcd, "survive", "fasst");
     transports::create(&cfg.cluster).unwrap();
     let (schema, kv) = kv_schema();
-    let mut nodes = start_three(&cfg, &schema);
+    let mut nodes = start_three(&cfg, &schema, [Duration::ZERO; 3]);
     for node in &nodes {
         assert_eq!((node.epoch(), node.members()), (1, vec![0, 1, 2]));
     }
@@ -145,7 +112,7 @@ fn one_sided_nodes_with_etcd_get_the_catalog_and_commit() {
     let cfg = config(&etcd, "onesided", "drtm-h");
     transports::create(&cfg.cluster).unwrap();
     let (schema, kv) = kv_schema();
-    let nodes = start_three(&cfg, &schema);
+    let nodes = start_three(&cfg, &schema, [Duration::ZERO; 3]);
     write_and_read_each_others_keys(&nodes, &kv);
     for node in &nodes {
         assert_eq!(node.epoch(), 1, "node {}: no reconfiguration", node.id());

@@ -708,59 +708,11 @@ impl NodeProcesses {
         event: &str,
         timeout: Duration,
     ) -> Result<Vec<(u16, serde_json::Value)>, LaunchError> {
-        let deadline = Instant::now() + timeout;
-        let n = self.procs.len();
-        let mut got: Vec<Option<serde_json::Value>> = vec![None; n];
-        loop {
-            for (i, slot) in got.iter_mut().enumerate() {
-                if slot.is_none() && !self.procs[i].dead {
-                    if let Some(v) = self.take_pending(i, event)? {
-                        *slot = Some(v);
-                    }
-                }
-            }
-            if (0..n).all(|i| got[i].is_some() || self.procs[i].dead) {
-                return Ok(got
-                    .into_iter()
-                    .enumerate()
-                    .filter_map(|(i, v)| v.map(|v| (self.first + i as u16, v)))
-                    .collect());
-            }
-            if let Some(i) =
-                (0..n).find(|&i| got[i].is_none() && self.procs[i].eof && !self.procs[i].dead)
-            {
-                return Err(self.failure(
-                    i as u16,
-                    NodeTrouble::DiedBefore {
-                        event: event.into(),
-                    },
-                ));
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                let silent: Vec<u16> = got
-                    .iter()
-                    .enumerate()
-                    .filter(|&(i, g)| g.is_none() && !self.procs[i].dead)
-                    .map(|(i, _)| self.first + i as u16)
-                    .collect();
-                let first = (0..n)
-                    .find(|&i| got[i].is_none() && !self.procs[i].dead)
-                    .unwrap_or(0) as u16;
-                return Err(self.failure(
-                    first,
-                    NodeTrouble::Silent {
-                        event: event.into(),
-                        seconds: timeout.as_secs_f64(),
-                        silent,
-                    },
-                ));
-            }
-            self.pump(deadline - now)?;
-        }
+        let all: Vec<usize> = (0..self.procs.len()).collect();
+        self.wait_some(&all, event, timeout)
     }
 
-    /// As [`NodeProcesses::wait_live`], from the node indices `which` only.
+    /// As [`NodeProcesses::wait_live`], from the node indices `which` (in order) only.
     fn wait_some(
         &mut self,
         which: &[usize],
@@ -797,15 +749,17 @@ impl NodeProcesses {
             }
             let now = Instant::now();
             if now >= deadline {
-                let i = got.iter().find(|(_, v)| v.is_none()).map_or(0, |g| g.0);
-                return Err(self.failure(
-                    i as u16,
-                    NodeTrouble::Silent {
-                        event: event.into(),
-                        seconds: timeout.as_secs_f64(),
-                        silent: Vec::new(),
-                    },
-                ));
+                let silent: Vec<usize> = got
+                    .iter()
+                    .filter(|(i, v)| v.is_none() && !self.procs[*i].dead)
+                    .map(|g| g.0)
+                    .collect();
+                let trouble = NodeTrouble::Silent {
+                    event: event.into(),
+                    seconds: timeout.as_secs_f64(),
+                    silent: silent.iter().map(|&i| self.first + i as u16).collect(),
+                };
+                return Err(self.failure(silent.first().copied().unwrap_or(0) as u16, trouble));
             }
             self.pump(deadline - now)?;
         }
