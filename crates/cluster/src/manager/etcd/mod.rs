@@ -1,7 +1,7 @@
 //! The etcd manager: the cluster's state and its nodes' leases live in etcd
 //! ([`keys`] has the layout) and there is no manager process. Every node takes the
-//! manager's decisions ([`decide`]) over what it reads from etcd, and the first to
-//! publish a new state wins: the publication is an etcd transaction that compares the
+//! manager's decisions (`membership::decide`) over what it reads from etcd, and the
+//! first to publish a new state wins: the publication is an etcd transaction that compares the
 //! state key's revision with the one the decision was taken on, so a node that
 //! decided on an older state loses and decides again on the newer one.
 //!
@@ -33,8 +33,6 @@
 //! The client runs a current-thread tokio runtime of its own and blocks on it: its
 //! callers are plain threads. Between calls nothing runs; the watch's events wait in
 //! the connection until the next call reads them.
-//!
-//! [`decide`]: crate::membership::decide
 
 mod bootstrap;
 mod conn;
