@@ -97,8 +97,8 @@ pub(crate) struct State {
     /// (`crate::epoch::is_member`).
     epoch: u32,
     members: u64,
-    /// The endpoint's doorbell: without one, [`Ctx::idle`] parks like [`Ctx::pause`].
-    waker: Option<Arc<dyn EndpointWaker>>,
+    /// The endpoint has a doorbell: without one, [`Ctx::idle`] parks like [`Ctx::pause`].
+    has_waker: bool,
 }
 
 pub(crate) struct Core {
@@ -202,7 +202,7 @@ impl Runtime {
             watch: None,
             epoch: cluster.epoch,
             members: u64::MAX,
-            waker: ep.waker(),
+            has_waker: ep.waker().is_some(),
             now,
             clock,
             cluster,
@@ -393,7 +393,7 @@ impl Runtime {
         let Core { ep, st } = &mut *core;
         st.clock_skips = CLOCK_EVERY; // time has passed: read the clock at the next step
         let mut t = st.cfg.max_wait;
-        if st.workers.pausing > 0 || (st.waker.is_none() && !st.workers.paused.is_empty()) {
+        if st.workers.pausing > 0 || (!st.has_waker && !st.workers.paused.is_empty()) {
             t = t.min(PAUSE_PARK);
         }
         if st.client.inflight > 0 {
@@ -417,7 +417,7 @@ impl Runtime {
     /// and coroutines in [`Ctx::idle`] are resumed at the next step. `None` if the
     /// backend has none (then `idle` parks at most `PAUSE_PARK` at a time).
     pub fn waker(&self) -> Option<Arc<dyn EndpointWaker>> {
-        self.core.borrow().st.waker.clone()
+        self.core.borrow().ep.waker()
     }
 
     pub fn live_tasks(&self) -> usize {

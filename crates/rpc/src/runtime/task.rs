@@ -209,7 +209,7 @@ impl Ctx {
 
     /// The endpoint's doorbell (see [`Runtime::waker`]).
     pub fn waker(&self) -> Option<Arc<dyn ambidex_transport::EndpointWaker>> {
-        self.core.borrow().st.waker.clone()
+        self.core.borrow().ep.waker()
     }
 
     /// The runtime's clock.
