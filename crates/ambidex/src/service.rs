@@ -3,12 +3,14 @@
 //! Every (node, thread) runs `coroutines` job servers: worker coroutines that take jobs
 //! (a transaction's closure, its retry loop and the channel its result goes back on)
 //! from their thread's queue and run them; so a thread runs up to `coroutines`
-//! transactions at once, interleaved at every round trip. An idle job server pauses
-//! ([`ambidex_rpc::Ctx::pause`]): its thread then parks for at most 200 µs at a time,
-//! which bounds how late it sees a new job (not a wake-up per job: the queue has no
-//! doorbell into the transport's park).
+//! transactions at once, interleaved at every round trip. An idle job server waits with
+//! [`ambidex_rpc::Ctx::idle`], so an idle thread parks for the runtime's whole
+//! `max_wait`; queuing a job rings the doorbell of its thread's endpoint
+//! ([`ambidex_rpc::Runtime::waker`]), which ends the park at once. Ringing costs a
+//! fence and a load unless the thread sleeps.
 
 use crate::error::Error;
+use ambidex_transport::EndpointWaker;
 use ambidex_txn::runner::{Worker, WorkerCtx};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -35,6 +37,17 @@ struct Jobs {
     q: VecDeque<Job>,
     /// No job is taken any more: the cluster stopped.
     closed: bool,
+    /// The doorbell of the thread's runtime, once its job servers run (replaced when
+    /// the node restarts in process).
+    waker: Option<Arc<dyn EndpointWaker>>,
+}
+
+impl Jobs {
+    fn wake(&self) {
+        if let Some(w) = &self.waker {
+            w.wake();
+        }
+    }
 }
 
 /// What the application's handles and the job servers share.
@@ -86,7 +99,21 @@ impl Shared {
         }
         jobs.q.push_back(job);
         q.len.fetch_add(1, Ordering::SeqCst);
+        jobs.wake();
         Ok(())
+    }
+
+    /// Registers the doorbell of (node, thread)'s runtime (its job servers wait idle).
+    fn set_waker(&self, node: u16, thread: u16, waker: Option<Arc<dyn EndpointWaker>>) {
+        let q = self.queue(node, thread);
+        q.jobs.lock().unwrap_or_else(|e| e.into_inner()).waker = waker;
+    }
+
+    /// Rings every thread's doorbell, so that idle job servers look again.
+    fn wake_all(&self) {
+        for q in &self.queues {
+            q.jobs.lock().unwrap_or_else(|e| e.into_inner()).wake();
+        }
     }
 
     fn take(&self, node: u16, thread: u16) -> Option<Job> {
@@ -103,6 +130,7 @@ impl Shared {
     /// Job servers finish the jobs queued, then return.
     pub(crate) fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
+        self.wake_all();
     }
 
     pub(crate) fn stopping(&self) -> bool {
@@ -149,6 +177,8 @@ pub(crate) fn job_server(shared: Arc<Shared>) -> Worker {
         Box::pin(async move {
             if w.coroutine == 0 {
                 NODE_THREAD.with(|f| f.set(true));
+                // Before any job server of this thread waits (they start in order).
+                shared.set_waker(w.node, w.thread, w.ctx.waker());
                 shared.started.fetch_add(1, Ordering::SeqCst);
             }
             let w = Rc::new(w);
@@ -156,7 +186,7 @@ pub(crate) fn job_server(shared: Arc<Shared>) -> Worker {
                 match shared.take(w.node, w.thread) {
                     Some(job) => job(w.clone()).await,
                     None if shared.stopping() => return,
-                    None => w.ctx.pause().await,
+                    None => w.ctx.idle().await,
                 }
             }
         })
@@ -189,5 +219,40 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "a panic without a message".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Cluster, Config, Schema};
+    use std::time::{Duration, Instant};
+
+    /// Idle job servers park on the doorbell: a job queued after a long idle spell is
+    /// still picked up (the doorbell ends the park), and stopping stays prompt.
+    #[test]
+    fn doorbell_wakes_idle_threads() {
+        let mut schema = Schema::new();
+        let t = schema.table::<u64, u64>("t", 100).unwrap();
+        let cluster = Cluster::local(&Config::default(), &schema).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        for n in 0..cluster.nodes() {
+            let t = t.clone();
+            cluster
+                .node(n)
+                .unwrap()
+                .run(async move |tx| {
+                    tx.insert(&t, n as u64, &1)?;
+                    Ok(())
+                })
+                .unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let s = Instant::now();
+        cluster.shutdown().unwrap();
+        assert!(
+            s.elapsed() < Duration::from_secs(10),
+            "shutdown took {:?}",
+            s.elapsed()
+        );
     }
 }

@@ -59,8 +59,8 @@ pub use config::{
 pub use epoch::EpochWatch;
 pub use reply::Reply;
 pub use runtime::{
-    Ctx, Flush, Handler, OneSidedError, OpHandle, Pause, ReqHandle, RequestInfo, RpcStats, Runtime,
-    YieldNow,
+    Ctx, Flush, Handler, Idle, OneSidedError, OpHandle, Pause, ReqHandle, RequestInfo, RpcStats,
+    Runtime, YieldNow,
 };
 
 use ambidex_transport::SharedNode;

@@ -1464,3 +1464,44 @@ fn one_burst_of_losses_doubles_the_timeout_once() {
     assert_eq!(p.rtt().backoffs(), 1, "{:?}", p.rtt());
     assert_eq!(p.rtt().rto(), 2 * rto);
 }
+
+/// A coroutine in `Ctx::idle` lets its thread park for the whole `max_wait` (here 30 s,
+/// so only the doorbell can resume it in time), and a ring of the runtime's waker from
+/// another thread ends the park; the resumption is not counted as received work.
+#[test]
+fn idle_coroutine_resumed_by_doorbell() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let cfg = RuntimeConfig {
+        max_wait: Duration::from_secs(30),
+        ..Default::default()
+    };
+    let mut rt = runtimes(ClusterConfig::new(1, 1), cfg).pop().unwrap();
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    let wakes = Rc::new(Cell::new(0));
+    let w = wakes.clone();
+    rt.spawn(move |ctx| async move {
+        while !f.load(Ordering::SeqCst) {
+            w.set(w.get() + 1);
+            ctx.idle().await;
+        }
+    });
+    let waker = rt.waker().expect("local endpoints have a doorbell");
+    let ringer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        flag.store(true, Ordering::SeqCst);
+        waker.wake();
+    });
+    let t0 = Instant::now();
+    rt.run();
+    ringer.join().unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(rt.stats().rx_datagrams, 0);
+    // Resumed at clock-reading steps while spinning, then parked for good until the ring.
+    assert!(wakes.get() < 1000, "resumed {} times", wakes.get());
+}

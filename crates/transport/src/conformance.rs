@@ -42,7 +42,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@each $make,
             datagram_echo, datagram_batch, datagram_all_endpoints, datagram_errors,
             receive_queue_overflow, epoch_mismatch, onesided_read_write, onesided_in_order,
-            onesided_errors, onesided_atomics, onesided_epoch_fence, malformed_input);
+            onesided_errors, onesided_atomics, onesided_epoch_fence, malformed_input, doorbell);
     };
     (@each $make:expr, $($check:ident),*) => {
         $(
@@ -340,6 +340,42 @@ pub fn datagram_echo(f: &dyn Fixture) {
         assert_eq!(got[0].0, peer);
         assert_eq!(got[0].1, msg, "echo of {size} bytes altered");
     }
+}
+
+/// The endpoint's waker ([`Endpoint::waker`], where the backend has one) ends a wait
+/// early from another thread; a ring before a wait ends that wait; a ring is consumed
+/// by the wait it ends and is never a received datagram.
+pub fn doorbell(f: &dyn Fixture) {
+    let mut ep = f.driver().endpoint(0).unwrap();
+    let Some(w) = ep.waker() else {
+        return;
+    };
+    w.wake();
+    let s = Instant::now();
+    ep.wait(LONG);
+    assert!(
+        s.elapsed() < LONG / 2,
+        "a ring before the wait did not end it"
+    );
+    let got = ep.poll_recv(16, &mut |_, _| panic!("a ring delivered a datagram"));
+    assert_eq!(got, 0);
+    // Consumed: the next wait runs its course.
+    let short = Duration::from_millis(50);
+    let s = Instant::now();
+    ep.wait(short);
+    assert!(s.elapsed() >= short / 2, "a ring ended more than one wait");
+    let w2 = w.clone();
+    let ringer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        w2.wake();
+    });
+    let s = Instant::now();
+    ep.wait(LONG);
+    assert!(
+        s.elapsed() < LONG / 2,
+        "a ring during the wait did not end it"
+    );
+    ringer.join().unwrap();
 }
 
 /// A batch is one doorbell, and every datagram of it arrives.

@@ -250,6 +250,10 @@ impl Endpoint for FaultyEndpoint {
         self.inner.host_threads()
     }
 
+    fn waker(&self) -> Option<std::sync::Arc<dyn crate::EndpointWaker>> {
+        self.inner.waker()
+    }
+
     fn counters(&self) -> CounterSnapshot {
         let mut s = self.inner.counters();
         s.merge(&self.counters.snapshot());

@@ -102,11 +102,27 @@ pub trait Endpoint: Send {
     /// This endpoint's counters (including drops counted on its behalf by senders).
     fn counters(&self) -> CounterSnapshot;
 
+    /// A doorbell other threads ring to end this endpoint's current or next
+    /// [`Endpoint::wait`] early (work for the poller that came from outside the
+    /// network). `None` if the backend has none (`sim`, single-threaded, needs none).
+    fn waker(&self) -> Option<Arc<dyn EndpointWaker>> {
+        None
+    }
+
     /// Polling threads of the cluster that run on this host (they share its cores). A
     /// poller may busy-wait for responses only when each of them has a core of its own.
     fn host_threads(&self) -> usize {
         self.config().threads_per_node as usize
     }
+}
+
+/// The doorbell of one endpoint ([`Endpoint::waker`]): cheap to clone (an `Arc`) and
+/// usable from any thread.
+pub trait EndpointWaker: Send + Sync {
+    /// Ends the endpoint's current [`Endpoint::wait`], or its next one if it is not
+    /// waiting. Work published before this call is visible to the poller once its wait
+    /// returns. Costs a fence and a load when the poller is not parked.
+    fn wake(&self);
 }
 
 /// One node's transport: registers memory and hands out one endpoint per thread.

@@ -8,8 +8,26 @@
 use crate::counters::{Counter, CounterSnapshot, Counters};
 use crate::ring::{self, RingProducer, RxBlock, RxConsumer};
 use crate::types::*;
-use crate::wait::Scope;
+use crate::wait::{Doorbell, Scope};
+use std::sync::Arc;
 use std::time::Duration;
+
+/// The doorbell of a ring endpoint: raises its flag and wakes the receiver through the
+/// ring's event count (a futex wake only if it sleeps).
+pub struct RingWaker {
+    block: RxBlock,
+    bell: Doorbell,
+    scope: Scope,
+}
+
+impl crate::EndpointWaker for RingWaker {
+    #[inline]
+    fn wake(&self) {
+        if self.bell.raise() {
+            self.block.header().event.notify(self.scope);
+        }
+    }
+}
 
 pub struct RingEndpoint {
     pub addr: EndpointAddr,
@@ -28,13 +46,21 @@ pub struct RingEndpoint {
     pub counters: Counters,
     /// Whom a publish wakes: threads of this process, or processes sharing the ring.
     scope: Scope,
+    /// This endpoint's doorbell (`Endpoint::waker`).
+    pub waker: Arc<RingWaker>,
 }
 
 impl RingEndpoint {
     /// An endpoint at `addr` receiving from `rx`.
     pub fn new(cfg: &ClusterConfig, addr: EndpointAddr, rx: RxBlock, scope: Scope) -> Self {
         let t = cfg.threads_per_node as usize;
+        let waker = Arc::new(RingWaker {
+            block: rx.clone(),
+            bell: Doorbell::default(),
+            scope,
+        });
         RingEndpoint {
+            waker,
             addr,
             epoch: cfg.epoch,
             consumer: RxConsumer::new(rx, cfg.mtu),
@@ -182,9 +208,10 @@ impl RingEndpoint {
         n
     }
 
-    /// `Endpoint::wait`: parks until a datagram may be in the ring or `timeout` passes.
+    /// `Endpoint::wait`: parks until a datagram may be in the ring, the doorbell rings
+    /// or `timeout` passes.
     pub fn wait(&mut self, timeout: Duration) {
-        if self.cq_head < self.cq.len() {
+        if self.cq_head < self.cq.len() || self.waker.bell.take() {
             return;
         }
         let ev = self.consumer.header().event.observe();
@@ -192,10 +219,12 @@ impl RingEndpoint {
             return;
         }
         let consumer = &self.consumer;
-        consumer
-            .header()
-            .event
-            .wait(ev, timeout, self.scope, || consumer.has_pending());
+        let bell = &self.waker.bell;
+        consumer.header().event.wait(ev, timeout, self.scope, || {
+            consumer.has_pending() || bell.is_up()
+        });
+        // A ring during the wait has done its job: the caller steps next.
+        bell.take();
     }
 
     /// `Endpoint::counters`: this endpoint's and its receive ring's.
@@ -244,6 +273,10 @@ macro_rules! delegate_to_ring_endpoint {
 
         fn counters(&self) -> $crate::counters::CounterSnapshot {
             self.ring.counters()
+        }
+
+        fn waker(&self) -> Option<std::sync::Arc<dyn $crate::EndpointWaker>> {
+            Some(self.ring.waker.clone())
         }
     };
 }

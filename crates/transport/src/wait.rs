@@ -8,7 +8,7 @@
 //! sees the sleeper or the sleeper sees the work, so an idle node costs no CPU and a busy
 //! sender pays a fence and one load per doorbell.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 /// The shared words of one event count. `#[repr(C)]`, all-zero is valid.
@@ -55,6 +55,45 @@ impl EventCount {
             futex_wait(&self.count, observed, timeout, scope);
         }
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The flag of an endpoint's doorbell ([`crate::EndpointWaker`]), shared by the
+/// threads that ring it and the poller that parks. The ringer publishes its work,
+/// raises the flag and, if it raised it, wakes a sleeper (a fence and a sleeper check in
+/// the backend); the poller checks the flag after announcing itself as a sleeper and
+/// takes it when its wait ends. While the flag is up (the poller has not parked since the
+/// last ring, as on a busy thread), ringing costs a fence and a load.
+#[derive(Default)]
+pub struct Doorbell {
+    rung: AtomicBool,
+}
+
+impl Doorbell {
+    /// Raises the flag after the caller published its work; true if it was down, and
+    /// the caller must then wake a sleeper (with its own fence before the check).
+    #[inline]
+    pub fn raise(&self) -> bool {
+        // The work must be visible before the flag is read: a poller that takes the flag
+        // after this load resumes its coroutines after taking it, and they see the work.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.rung.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.rung.store(true, Ordering::Release);
+        true
+    }
+
+    /// Whether the flag is up (the poller's check after announcing itself a sleeper).
+    #[inline]
+    pub fn is_up(&self) -> bool {
+        self.rung.load(Ordering::SeqCst)
+    }
+
+    /// Lowers the flag; whether it was up.
+    #[inline]
+    pub fn take(&self) -> bool {
+        self.rung.load(Ordering::Relaxed) && self.rung.swap(false, Ordering::AcqRel)
     }
 }
 

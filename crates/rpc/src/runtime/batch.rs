@@ -250,9 +250,12 @@ pub(crate) struct Workers {
     pub batches: Vec<WorkerBatch>,
     pub ready: Vec<u16>,
     pub credit_waiters: Vec<u16>,
-    /// Workers in [`Ctx::pause`](crate::Ctx::pause): resumed at the next step that
-    /// reads the clock, and not counted as work.
+    /// Workers in [`Ctx::pause`](crate::Ctx::pause) or [`Ctx::idle`](crate::Ctx::idle):
+    /// resumed at the next step that reads the clock, and not counted as work.
     pub paused: Vec<u16>,
+    /// How many of `paused` are in `pause` (they cap a park at `PAUSE_PARK`; the
+    /// others wait for the doorbell).
+    pub pausing: u32,
 }
 
 impl Workers {

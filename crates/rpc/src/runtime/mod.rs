@@ -35,7 +35,7 @@ pub use batch::ReqHandle;
 pub use onesided::{OneSidedError, OpHandle};
 pub use server::{Handler, RequestInfo};
 pub use stats::RpcStats;
-pub use task::{Ctx, Flush, Pause, YieldNow};
+pub use task::{Ctx, Flush, Idle, Pause, YieldNow};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{IdleStep, RpcError, RuntimeConfig, ThreadMap};
@@ -43,7 +43,9 @@ use crate::epoch::EpochWatch;
 use crate::reply::Reply;
 use crate::wire;
 use ambidex_transport::rtt::RttEstimator;
-use ambidex_transport::{ClusterConfig, CounterSnapshot, Endpoint, EndpointAddr, NodeId};
+use ambidex_transport::{
+    ClusterConfig, CounterSnapshot, Endpoint, EndpointAddr, EndpointWaker, NodeId,
+};
 use batch::Workers;
 use client::Client;
 use onesided::OneSided;
@@ -95,6 +97,8 @@ pub(crate) struct State {
     /// (`crate::epoch::is_member`).
     epoch: u32,
     members: u64,
+    /// The endpoint has a doorbell: without one, [`Ctx::idle`] parks like [`Ctx::pause`].
+    has_waker: bool,
 }
 
 pub(crate) struct Core {
@@ -198,6 +202,7 @@ impl Runtime {
             watch: None,
             epoch: cluster.epoch,
             members: u64::MAX,
+            has_waker: ep.waker().is_some(),
             now,
             clock,
             cluster,
@@ -292,6 +297,7 @@ impl Runtime {
                     // Keep the vector's room for the next pauses.
                     paused.clear();
                     st.workers.paused = paused;
+                    st.workers.pausing = 0;
                 }
             }
             if !st.client.sampled.is_empty() {
@@ -378,14 +384,16 @@ impl Runtime {
         self.run_until(|rt| rt.live_tasks() == 0)
     }
 
-    /// Parks in `Endpoint::wait` until a datagram may be ready, the next retransmission
-    /// scan is due, or `max_wait` passes.
+    /// Parks in `Endpoint::wait` until a datagram may be ready, the doorbell rings
+    /// ([`Runtime::waker`]), the next retransmission scan is due, or `max_wait` passes
+    /// (`PAUSE_PARK` while a coroutine is in [`Ctx::pause`], or in [`Ctx::idle`] on an
+    /// endpoint without a doorbell).
     pub fn park(&mut self) {
         let mut core = self.core.borrow_mut();
         let Core { ep, st } = &mut *core;
         st.clock_skips = CLOCK_EVERY; // time has passed: read the clock at the next step
         let mut t = st.cfg.max_wait;
-        if !st.workers.paused.is_empty() {
+        if st.workers.pausing > 0 || (!st.has_waker && !st.workers.paused.is_empty()) {
             t = t.min(PAUSE_PARK);
         }
         if st.client.inflight > 0 {
@@ -403,6 +411,13 @@ impl Runtime {
         let mut core = self.core.borrow_mut();
         core.st.now = core.st.clock.now_ns();
         core.st.on_datagram(src, payload);
+    }
+
+    /// The endpoint's doorbell, for other threads: ringing it ends this runtime's park,
+    /// and coroutines in [`Ctx::idle`] are resumed at the next step. `None` if the
+    /// backend has none (then `idle` parks at most `PAUSE_PARK` at a time).
+    pub fn waker(&self) -> Option<Arc<dyn EndpointWaker>> {
+        self.core.borrow().ep.waker()
     }
 
     pub fn live_tasks(&self) -> usize {

@@ -182,7 +182,8 @@ impl Ctx {
     /// few idle polls, or after a park), and its resumption is not work for the idle
     /// policy, so a thread whose coroutines all wait like this spins briefly, yields,
     /// then parks (for at most `PAUSE_PARK`, 200 µs, at a time)
-    /// instead of polling flat out. With [`Ctx::yield_now`] in such a loop, every
+    /// instead of polling flat out. Work that another thread can ring for should use
+    /// [`Ctx::idle`], which lets the thread park longer. With [`Ctx::yield_now`] in such a loop, every
     /// step has work: on a host with more polling threads than cores, the threads that
     /// wait then take the cores from the ones they wait for.
     pub fn pause(&self) -> Pause<'_> {
@@ -190,6 +191,25 @@ impl Ctx {
             ctx: self,
             paused: false,
         }
+    }
+
+    /// Waits for work from outside the runtime that the waiter rings the runtime's
+    /// doorbell for ([`Runtime::waker`]), for example an application thread's job queue:
+    /// as [`Ctx::pause`] (resumed at the next step that reads the clock, which includes
+    /// the first step after any park, and not work), except that the runtime may park
+    /// for its full `max_wait` (or until a retransmission is due) while every coroutine
+    /// waits like this. A condition nobody rings for needs `pause` instead. On an
+    /// endpoint without a doorbell this is `pause`.
+    pub fn idle(&self) -> Idle<'_> {
+        Idle {
+            ctx: self,
+            idle: false,
+        }
+    }
+
+    /// The endpoint's doorbell (see [`Runtime::waker`]).
+    pub fn waker(&self) -> Option<Arc<dyn ambidex_transport::EndpointWaker>> {
+        self.core.borrow().ep.waker()
     }
 
     /// The runtime's clock.
@@ -273,6 +293,26 @@ impl Future for Pause<'_> {
             return Poll::Ready(());
         }
         self.paused = true;
+        let workers = &mut self.ctx.core.borrow_mut().st.workers;
+        workers.paused.push(self.ctx.id);
+        workers.pausing += 1;
+        Poll::Pending
+    }
+}
+
+/// Future of [`Ctx::idle`].
+pub struct Idle<'a> {
+    ctx: &'a Ctx,
+    idle: bool,
+}
+
+impl Future for Idle<'_> {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        if self.idle {
+            return Poll::Ready(());
+        }
+        self.idle = true;
         self.ctx
             .core
             .borrow_mut()

@@ -45,6 +45,8 @@ use ambidex_transport::counters::{Counter, CounterSnapshot, Counters};
 use ambidex_transport::local::RegionTable;
 use ambidex_transport::onesided;
 use ambidex_transport::rtt::{RttEstimator, DEFAULT_RTO_MIN};
+use ambidex_transport::wait::Doorbell;
+use ambidex_transport::EndpointWaker;
 use ambidex_transport::{
     AccessError, ClusterConfig, Completion, Datagram, Endpoint, EndpointAddr, LocalBuf, NodeId,
     NodeTransport, OneSidedKind, OneSidedOp, OpCode, Perms, Region, RegionId, RemoteAddr,
@@ -55,7 +57,8 @@ use rand::{Rng, SeedableRng};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use sys::RawAddr;
@@ -510,6 +513,28 @@ impl Stream {
 struct UdpEndpoint {
     rx: Rx,
     core: Core,
+    /// The doorbell; `None` if no eventfd could be made (then `wait` is as before).
+    waker: Option<Arc<UdpWaker>>,
+}
+
+/// A udp endpoint's doorbell: an eventfd its `wait` polls together with the socket,
+/// written only while the endpoint sleeps.
+struct UdpWaker {
+    bell: Doorbell,
+    sleeping: AtomicBool,
+    efd: OwnedFd,
+}
+
+impl EndpointWaker for UdpWaker {
+    fn wake(&self) {
+        if self.bell.raise() {
+            // Dekker with `wait`: either it sees the flag or this sees it sleeping.
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if self.sleeping.load(Ordering::SeqCst) {
+                sys::eventfd_ring(self.efd.as_raw_fd());
+            }
+        }
+    }
 }
 
 struct Core {
@@ -573,7 +598,15 @@ impl UdpEndpoint {
             })
             .collect();
         let streams = (0..cfg.endpoints()).map(|_| None).collect();
+        let waker = sys::eventfd().ok().map(|efd| {
+            Arc::new(UdpWaker {
+                bell: Doorbell::default(),
+                sleeping: AtomicBool::new(false),
+                efd,
+            })
+        });
         UdpEndpoint {
+            waker,
             rx: Rx::new(slot_len),
             core: Core {
                 lim,
@@ -1296,8 +1329,30 @@ impl Endpoint for UdpEndpoint {
                 t = t.min(Duration::from_nanos(d.saturating_sub(c.now())));
             }
         }
-        sys::wait_fd(c.sock.as_raw_fd(), libc::POLLIN, t);
+        match &self.waker {
+            None => {
+                sys::wait_fd(c.sock.as_raw_fd(), libc::POLLIN, t);
+            }
+            Some(w) => {
+                if w.bell.take() {
+                    return;
+                }
+                w.sleeping.store(true, Ordering::SeqCst);
+                std::sync::atomic::fence(Ordering::SeqCst);
+                if !w.bell.is_up() && sys::wait_fd_or_bell(c.sock.as_raw_fd(), w.efd.as_raw_fd(), t)
+                {
+                    sys::eventfd_clear(w.efd.as_raw_fd());
+                }
+                w.sleeping.store(false, Ordering::Relaxed);
+                // A ring during the wait has done its job: the caller steps next.
+                w.bell.take();
+            }
+        }
         c.after_progress();
+    }
+
+    fn waker(&self) -> Option<Arc<dyn EndpointWaker>> {
+        self.waker.clone().map(|w| w as Arc<dyn EndpointWaker>)
     }
 
     fn set_epoch(&mut self, epoch: u32) {

@@ -5,7 +5,7 @@ use ambidex_transport::clock::{duration_ns, Clock};
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 // Generic Linux values (x86, arm, riscv); defined here because libc exposes them only for
@@ -157,6 +157,56 @@ pub fn wait_fd(fd: RawFd, events: libc::c_short, timeout: Duration) -> bool {
     // SAFETY: one valid pollfd; a null sigmask keeps the current mask.
     let r = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
     r > 0
+}
+
+/// A non-blocking eventfd (an endpoint's doorbell).
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall; the descriptor is owned from here on.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds one to an eventfd's counter (a failure means the counter is already non-zero
+/// at its maximum: the reader is woken anyway).
+pub fn eventfd_ring(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a valid u64.
+    unsafe { libc::write(fd, &one as *const u64 as *const libc::c_void, 8) };
+}
+
+/// Resets an eventfd's counter to zero (non-blocking: harmless if it is zero).
+pub fn eventfd_clear(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a valid u64.
+    unsafe { libc::read(fd, &mut v as *mut u64 as *mut libc::c_void, 8) };
+}
+
+/// Waits until `fd` is readable, `bell` (an eventfd) is readable or `timeout` passes.
+/// Returns whether `bell` is readable.
+pub fn wait_fd_or_bell(fd: RawFd, bell: RawFd, timeout: Duration) -> bool {
+    let mut p = [
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: bell,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: two valid pollfds; a null sigmask keeps the current mask.
+    let r = unsafe { libc::ppoll(p.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+    r > 0 && p[1].revents & libc::POLLIN != 0
 }
 
 /// Most messages one sendmmsg/recvmmsg call takes (UIO_MAXIOV).
