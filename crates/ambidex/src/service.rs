@@ -227,8 +227,39 @@ mod tests {
     use crate::{Cluster, Config, Schema};
     use std::time::{Duration, Instant};
 
-    /// Idle job servers park on the doorbell: a job queued after a long idle spell is
-    /// still picked up (the doorbell ends the park), and stopping stays prompt.
+    /// Queuing a job rings its thread's doorbell (only its thread's), and stopping
+    /// rings every thread's, so idle job servers look at their queue again.
+    #[test]
+    fn submitting_and_stopping_ring_the_doorbell() {
+        use super::{Job, Shared};
+        use ambidex_transport::EndpointWaker;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        struct Count(AtomicUsize);
+        impl EndpointWaker for Count {
+            fn wake(&self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let shared = Shared::new(2, 1);
+        let rings: Vec<_> = (0..2)
+            .map(|_| Arc::new(Count(AtomicUsize::new(0))))
+            .collect();
+        for (n, r) in rings.iter().enumerate() {
+            shared.set_waker(n as u16, 0, Some(r.clone()));
+        }
+        let job: Job = Box::new(|_| Box::pin(async {}));
+        shared.submit(1, job).unwrap();
+        let count = |n: usize| rings[n].0.load(Ordering::SeqCst);
+        assert_eq!((count(0), count(1)), (0, 1));
+        shared.stop();
+        assert_eq!((count(0), count(1)), (1, 2));
+    }
+
+    /// End to end on an idle cluster (its threads parked on their doorbells): jobs
+    /// queued after an idle spell run on every node, and shutdown stays prompt. (That
+    /// only the doorbell ends such a park is tested in ambidex-rpc,
+    /// `idle_coroutine_resumed_by_doorbell`.)
     #[test]
     fn doorbell_wakes_idle_threads() {
         let mut schema = Schema::new();
