@@ -3,7 +3,9 @@
 //! and where every node's log rings are: its [`LogRegionDesc`] (the region that
 //! coordinators WRITE their commit records into, DrTM+H §5.4).
 //! In one process the nodes' catalogs are filled directly; across processes the
-//! launcher gathers each node's descriptors and hands every node the whole set.
+//! launcher gathers each node's descriptors and hands every node the whole set, and
+//! nodes started without a launcher ask each other for theirs
+//! (`ambidex_txn::catalog_exchange`).
 //!
 //! A descriptor is a claim by another process, so it is checked before it is kept (its
 //! layout fits its region, it names the node it is filed under). What cannot be checked
